@@ -1,0 +1,101 @@
+"""One entry point: ``compassmem <command>``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from compassmem.config import Settings
+from compassmem.importers import ImportFormatError, read_turns
+from compassmem.logging_setup import configure_logging
+from compassmem.pipeline import IngestSummary
+
+log = structlog.get_logger(__name__)
+
+
+class Progress:
+    """A single self-updating stderr line: long imports show they are alive and how fast they go."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.started = time.perf_counter()
+
+    def __call__(self, advanced: int) -> None:
+        self.done += advanced
+        elapsed = time.perf_counter() - self.started
+        rate = self.done / elapsed if elapsed else 0.0
+        print(f"\r  ingested {self.done}/{self.total} turns ({rate:.0f} turns/s)", end="", file=sys.stderr, flush=True)
+        if self.done >= self.total:
+            print(file=sys.stderr)
+
+
+def print_summary(summary: IngestSummary) -> None:
+    rows = [
+        ("conversations", summary.conversations),
+        ("turns", summary.turns),
+        ("events", summary.events),
+        ("mean turns per event", f"{summary.mean_turns_per_event:.2f}"),
+        ("segments", summary.segments),
+        ("merged segments", summary.merged_segments),
+        ("duplicate rate", f"{summary.duplicate_rate:.1%}"),
+        *((f"relations: {kind}", count) for kind, count in summary.relations_by_type.items()),
+        ("superseded relations", summary.superseded_relations),
+        ("rejected (contradicting) relations", summary.rejected_relations),
+        ("clusters", summary.clusters),
+        ("average degree", f"{summary.average_degree:.2f}"),
+        ("average degree without adjacency edges", f"{summary.average_degree_without_adjacency:.2f}"),
+        ("time taken", f"{summary.seconds:.1f} s ({summary.turns_per_second:.0f} turns/s)"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"  {name:<{width}}  {value}")
+
+
+def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.pipeline import MemoryPipeline
+    from compassmem.sinks.batching import GraphSink, VectorSink
+    from compassmem.sinks.factory import open_stores
+
+    try:
+        turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant))
+    except ImportFormatError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"read {len(turns)} turns from {args.path}")
+    embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+    with open_stores(settings, dim=embedder.dim) as stores:
+        pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)])
+        summary = pipeline.ingest(turns, progress=Progress(len(turns)))
+    print(f"memory built in {settings.data_dir}:")
+    print_summary(summary)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="compassmem", description="Event-graph long-term memory for LLM agents.")
+    parser.add_argument("--data-dir", type=Path, help="where the embedded stores live (COMPASSMEM_DATA_DIR)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    ingest = commands.add_parser("ingest", help="build memory from a LoCoMo JSON or JSONL turns file")
+    ingest.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
+    ingest.add_argument("--tenant", default="default")
+    ingest.set_defaults(handler=cmd_ingest)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    overrides = {"data_dir": args.data_dir} if args.data_dir else {}
+    settings = Settings(**overrides)
+    configure_logging(settings.log_level)
+    return int(args.handler(args, settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

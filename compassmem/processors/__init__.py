@@ -1,0 +1,1 @@
+"""Pure processors: segmentation, merging, relations, reclustering, time resolution. No Kafka here."""

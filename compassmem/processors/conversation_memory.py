@@ -1,0 +1,114 @@
+"""One conversation's memory-building state: segmenter, events, relation ledger, clusters.
+
+This is the single implementation of the write path: the in-process pipeline and the streaming worker both
+feed turns (with their embeddings) through ``add_turn`` and write the returned updates to their sinks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from compassmem.models import Cluster, Event, Relation, Turn
+from compassmem.processors.clustering import ClusterState, Reclusterer
+from compassmem.processors.event_frames import build_event, merge_into, segment_texts
+from compassmem.processors.merging import EventMerger, MergeDecision, nearest_events
+from compassmem.processors.relation_ledger import RelationLedger
+from compassmem.processors.relations import RelationExtractor
+from compassmem.processors.segmentation import BoundaryDetector, BoundaryReason, Segment, SegmenterState
+
+
+class MemoryUpdate(BaseModel):
+    """What one step changed: records to upsert (latest versions) and what happened, for metrics."""
+
+    events: list[Event] = Field(default_factory=list)
+    relations: list[Relation] = Field(default_factory=list)
+    clusters: list[Cluster] = Field(default_factory=list)
+    segments_closed: int = 0
+    merges: list[MergeDecision] = Field(default_factory=list)
+    rejected_relations: int = 0
+    reclustered: bool = False
+
+    def extend(self, other: MemoryUpdate) -> None:
+        self.events.extend(other.events)
+        self.relations.extend(other.relations)
+        self.clusters.extend(other.clusters)
+        self.segments_closed += other.segments_closed
+        self.merges.extend(other.merges)
+        self.rejected_relations += other.rejected_relations
+        self.reclustered = self.reclustered or other.reclustered
+
+
+class ConversationStats(BaseModel):
+    segments: int = 0
+    merged: int = 0
+    merge_reasons: Counter[str] = Field(default_factory=Counter)
+    boundary_reasons: Counter[str] = Field(default_factory=Counter)
+    rejected_relations: int = 0
+    recluster_runs: int = 0
+
+
+class ConversationMemory:
+    def __init__(
+        self,
+        detector: BoundaryDetector,
+        merger: EventMerger,
+        extractor: RelationExtractor,
+        reclusterer: Reclusterer,
+    ) -> None:
+        self._detector = detector
+        self._merger = merger
+        self._extractor = extractor
+        self._reclusterer = reclusterer
+        self.segmenter = SegmenterState()
+        # Insertion order is creation order: the chronology relation extraction relies on.
+        self.events: dict[str, Event] = {}
+        self.ledger = RelationLedger()
+        self.clusters = ClusterState()
+        self.stats = ConversationStats()
+
+    def add_turn(self, turn: Turn, embedding: np.ndarray) -> MemoryUpdate:
+        segment = self._detector.step(self.segmenter, turn, embedding)
+        return self._absorb(segment) if segment is not None else MemoryUpdate()
+
+    def close_open_segment(self, reason: BoundaryReason = BoundaryReason.END) -> MemoryUpdate:
+        segment = self._detector.close(self.segmenter, reason)
+        return self._absorb(segment) if segment is not None else MemoryUpdate()
+
+    def _absorb(self, segment: Segment) -> MemoryUpdate:
+        update = MemoryUpdate(segments_closed=1)
+        self.stats.segments += 1
+        self.stats.boundary_reasons[segment.boundary_reason.value] += 1
+        history = list(self.events.values())
+        decision = self._merger.decide(
+            segment, history[-1] if history else None, nearest_events(history, segment.centroid())
+        )
+        if decision is not None:
+            event = merge_into(self.events[decision.target_event_id], segment)
+            self.stats.merged += 1
+            self.stats.merge_reasons[decision.reason.value] += 1
+            update.merges.append(decision)
+        else:
+            event = build_event(segment)
+        self.events[event.event_id] = event
+        relations = self._extractor.extract(event, history, segment_texts(segment), adjacent=decision is None)
+        ledger_result = self.ledger.apply(relations)
+        update.relations.extend(ledger_result.writes)
+        update.rejected_relations = len(ledger_result.rejected)
+        self.stats.rejected_relations += len(ledger_result.rejected)
+        update.events.append(event)
+        if self._reclusterer.observe(self.clusters, event.event_id):
+            update.extend(self._recluster())
+        return update
+
+    def _recluster(self) -> MemoryUpdate:
+        result = self._reclusterer.recluster(self.clusters, self.events)
+        self.stats.recluster_runs += 1
+        moved = []
+        for event_id, cluster_id in result.moved.items():
+            event = self.events[event_id].model_copy(update={"cluster_id": cluster_id})
+            self.events[event_id] = event
+            moved.append(event)
+        return MemoryUpdate(events=moved, clusters=result.clusters, reclustered=True)

@@ -1,0 +1,276 @@
+"""Relation extraction between events: explicit cues, Allen temporal relations, shared entities, follow-ups.
+
+Explicit cues ("because", "so", "led to", "if ... then", "in order to") split a turn into two clauses; the
+clause that is not about the new event is matched against earlier events by shared keywords, and the edge
+points from cause (condition, motive) to effect. Temporal edges come from the events' told-time intervals
+and their resolved time anchors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, timedelta
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from compassmem.models import AllenRelation, Event, Granularity, Relation, RelationType, relation_id_for
+from compassmem.processors.text_features import keyword_stems
+
+
+class RelationConfig(BaseModel):
+    # A clause must share this many keyword stems with an earlier event, covering this share of its stems.
+    clause_min_shared: int = Field(default=2, ge=1)
+    clause_min_coverage: float = Field(default=0.34, ge=0.0, le=1.0)
+    cue_lookback_events: int = Field(default=200, ge=1)
+    # Non-adjacent events this similar are linked as semantic follow-ups (a topic picked up again later).
+    follow_up_cosine: float = Field(default=0.6, ge=0.0, le=1.0)
+    follow_up_max: int = Field(default=2, ge=0)
+    entity_links_max: int = Field(default=3, ge=0)
+    meets_gap: timedelta = timedelta(minutes=5)
+
+
+class Cue(BaseModel):
+    type: RelationType
+    pattern: str
+    # Which regex group is the antecedent (cause / condition / motive); the other group is the consequent.
+    antecedent_group: int
+    strength: float
+
+
+# Each pattern captures (1) the text before the cue and (2) the text after it.
+CUES: list[Cue] = [
+    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\bbecause(?: of)?\b(.+)", antecedent_group=2, strength=0.85),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\b(?:due to|thanks to|as a result of)\b(.+)", antecedent_group=2, strength=0.8),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\bsince (?=i |we |she |he |they |it |my |our )(.+)", antecedent_group=2, strength=0.55),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.+)\b(?:led to|leads to|resulted in|caused|made me)\b(.+)", antecedent_group=1, strength=0.85),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.*?)\b(?:that's why|that is why|as a result|therefore|so now)\b(.+)", antecedent_group=1, strength=0.75),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.+),\s*so\b(.+)", antecedent_group=1, strength=0.6),
+    Cue(type=RelationType.CONDITIONAL, pattern=r"(.*)\b(?:only if|as long as|unless|if)\b(.+?)(?:,\s*then\b|,|$)", antecedent_group=2, strength=0.7),
+    Cue(type=RelationType.MOTIVATIONAL, pattern=r"(.+)\b(?:in order to|so that|so i can|so we can|with the goal of)\b(.+)", antecedent_group=2, strength=0.75),
+    Cue(type=RelationType.MOTIVATIONAL, pattern=r"(.+)\b(?:inspired me to|motivated me to|pushed me to|encouraged me to|drives me to)\b(.+)", antecedent_group=1, strength=0.8),
+]
+_COMPILED = [(cue, re.compile(cue.pattern, re.IGNORECASE)) for cue in CUES]
+# A consequent that opens the turn ("So I ...", "That's why ...") points back at the previous event.
+_LEADING_CONSEQUENCE = re.compile(r"^\W*(?:so|that's why|that is why|because of that|as a result|therefore)\b", re.I)
+
+CONSECUTIVE_EVIDENCE = "consecutive events"
+TOLD_TIME_EVIDENCE = "told-time intervals"
+# Edges that only say "these two events were told one after the other".
+ADJACENCY_EVIDENCE = frozenset({CONSECUTIVE_EVIDENCE, TOLD_TIME_EVIDENCE})
+
+_GRANULARITY_CONFIDENCE = {
+    Granularity.DAY: 0.9, Granularity.WEEK: 0.75, Granularity.MONTH: 0.6, Granularity.SEASON: 0.5, Granularity.YEAR: 0.4,
+}
+
+
+def make_relation(
+    source: Event, target: Event | str, type_: RelationType, confidence: float, evidence: str,
+    subtype: str | None = None,
+) -> Relation:
+    target_id = target if isinstance(target, str) else target.event_id
+    return Relation(
+        tenant=source.tenant,
+        conversation_id=source.conversation_id,
+        relation_id=relation_id_for(source.event_id, target_id, type_, subtype),
+        source=source.event_id,
+        target=target_id,
+        type=type_,
+        subtype=subtype,
+        confidence=round(min(1.0, max(0.0, confidence)), 4),
+        evidence=evidence[:300],
+        created_at=datetime.now(UTC),
+    )
+
+
+def allen(a_start: datetime | date, a_end: datetime | date, b_start: datetime | date, b_end: datetime | date,
+          meets_gap: timedelta | None = None) -> tuple[AllenRelation, bool] | None:
+    """Allen relation of interval a to b as (relation, swapped): swapped means it holds from b to a."""
+    def relate(s1, e1, s2, e2) -> AllenRelation | None:  # noqa: ANN001 - dates or datetimes alike
+        if e1 < s2:
+            if meets_gap is not None and isinstance(e1, datetime) and s2 - e1 <= meets_gap:
+                return AllenRelation.MEETS
+            return AllenRelation.BEFORE
+        if e1 == s2 and s1 < e1:
+            return AllenRelation.MEETS
+        if s1 == s2 and e1 == e2:
+            return AllenRelation.EQUALS
+        if s1 == s2 and e1 < e2:
+            return AllenRelation.STARTS
+        if e1 == e2 and s1 > s2:
+            return AllenRelation.FINISHES
+        if s1 > s2 and e1 < e2:
+            return AllenRelation.DURING
+        if s1 < s2 < e1 < e2:
+            return AllenRelation.OVERLAPS
+        return None
+
+    forward = relate(a_start, a_end, b_start, b_end)
+    if forward is not None:
+        return forward, False
+    backward = relate(b_start, b_end, a_start, a_end)
+    return (backward, True) if backward is not None else None
+
+
+def occurrence(event: Event) -> tuple[date, date, Granularity] | None:
+    """When the event happened, from its finest time anchor (None when it names no time)."""
+    if not event.time_anchors:
+        return None
+    order = list(Granularity)
+    anchor = min(event.time_anchors, key=lambda a: order.index(a.granularity))
+    return anchor.start, anchor.end, anchor.granularity
+
+
+class RelationExtractor:
+    def __init__(self, config: RelationConfig | None = None) -> None:
+        self.config = config or RelationConfig()
+
+    def extract(self, event: Event, history: Sequence[Event], texts: Sequence[str], adjacent: bool = True) -> list[Relation]:
+        """Relations between ``event`` and earlier ``history`` (chronological), from the turn ``texts`` just added.
+
+        ``adjacent`` is False when the texts were merged into an older event: then no adjacency edges.
+        """
+        earlier = [e for e in history if e.event_id != event.event_id]
+        relations: list[Relation] = []
+        previous = earlier[-1] if earlier else None
+        if adjacent and previous is not None:
+            relations.extend(self._adjacency(previous, event))
+        window = earlier[-self.config.cue_lookback_events :]
+        relations.extend(self._cue_relations(event, window, previous, texts))
+        relations.extend(self._anchor_relations(event, window))
+        relations.extend(self._entity_relations(event, earlier))
+        relations.extend(self._semantic_follow_ups(event, earlier[:-1] if adjacent else earlier))
+        return relations
+
+    def _adjacency(self, previous: Event, event: Event) -> list[Relation]:
+        similarity = float(np.dot(previous.embedding or [], event.embedding or [])) if previous.embedding and event.embedding else 0.0
+        found = allen(previous.temporal_info.start, previous.temporal_info.end,
+                      event.temporal_info.start, event.temporal_info.end, self.config.meets_gap)
+        relations = [make_relation(previous, event, RelationType.FOLLOW_UP, 0.5 + 0.5 * max(0.0, similarity),
+                                   CONSECUTIVE_EVIDENCE)]
+        if found is not None:
+            kind, swapped = found
+            source, target = (event, previous) if swapped else (previous, event)
+            relations.append(make_relation(source, target, RelationType.TEMPORAL, 0.95,
+                                           TOLD_TIME_EVIDENCE, subtype=kind.value))
+        return relations
+
+    def _match_clause(self, clause: str, candidates: Sequence[Event]) -> tuple[Event, float] | None:
+        stems = set(keyword_stems(clause))
+        if len(stems) < 1:
+            return None
+        best: tuple[Event, float] | None = None
+        for candidate in candidates:
+            shared = len(stems & set(candidate.keywords))
+            coverage = shared / len(stems)
+            if shared >= min(self.config.clause_min_shared, len(stems)) and coverage >= self.config.clause_min_coverage:
+                if best is None or coverage > best[1]:
+                    best = (candidate, coverage)
+        return best
+
+    def _cue_relations(self, event: Event, window: Sequence[Event], previous: Event | None,
+                       texts: Sequence[str]) -> list[Relation]:
+        relations: list[Relation] = []
+        first_text = event.observations[0].text if event.observations else ""
+        for text in texts:
+            for sentence in re.split(r"(?<=[.!?])\s+", text):
+                relations.extend(self._sentence_relations(event, window, sentence))
+        if previous is not None and texts and texts[0] == first_text and _LEADING_CONSEQUENCE.search(first_text):
+            relations.append(make_relation(previous, event, RelationType.CAUSAL, 0.6,
+                                           first_text[:120]))
+        return relations
+
+    def _sentence_relations(self, event: Event, window: Sequence[Event], sentence: str) -> list[Relation]:
+        for cue, regex in _COMPILED:
+            match = regex.search(sentence)
+            if not match:
+                continue
+            antecedent = match.group(cue.antecedent_group)
+            consequent = match.group(3 - cue.antecedent_group)
+            # Whichever clause names an earlier event is that event; the other clause is this event.
+            cause_match = self._match_clause(antecedent, window)
+            if cause_match is not None:
+                other, coverage = cause_match
+                return [make_relation(other, event, cue.type, cue.strength * (0.5 + 0.5 * coverage), sentence)]
+            effect_match = self._match_clause(consequent, window)
+            if effect_match is not None:
+                other, coverage = effect_match
+                return [make_relation(event, other, cue.type, cue.strength * (0.5 + 0.5 * coverage), sentence)]
+            return []
+        return []
+
+    def _anchor_relations(self, event: Event, window: Sequence[Event]) -> list[Relation]:
+        """Order the event against the anchored events nearest in occurrence time (one before, one after)."""
+        mine = occurrence(event)
+        if mine is None:
+            return []
+        start, end, granularity = mine
+        nearest_before: tuple[Event, date] | None = None
+        nearest_after: tuple[Event, date] | None = None
+        relations: list[Relation] = []
+        shared_terms = set(event.keywords) | {e.lower() for e in event.entities}
+        for other in window:
+            theirs = occurrence(other)
+            if theirs is None or other.event_id == event.event_id:
+                continue
+            o_start, o_end, o_granularity = theirs
+            found = allen(o_start, o_end, start, end)
+            if found is None:
+                continue
+            kind, swapped = found
+            # This event's time lies inside a coarser period of another event about the same things.
+            if kind is AllenRelation.DURING and swapped and o_granularity != granularity:
+                if shared_terms & (set(other.keywords) | {e.lower() for e in other.entities}):
+                    relations.append(make_relation(event, other, RelationType.PART_OF, 0.6,
+                                                   "time anchor within the other event's period and shared terms"))
+            if kind in (AllenRelation.BEFORE, AllenRelation.MEETS):
+                holder = (other, o_end) if not swapped else None
+                if holder and (nearest_before is None or o_end > nearest_before[1]):
+                    nearest_before = holder
+                if swapped and (nearest_after is None or o_start < nearest_after[1]):
+                    nearest_after = (other, o_start)
+        confidence = _GRANULARITY_CONFIDENCE[granularity]
+        if nearest_before is not None:
+            relations.append(make_relation(nearest_before[0], event, RelationType.TEMPORAL, confidence,
+                                           "resolved time anchors", subtype=AllenRelation.BEFORE.value))
+        if nearest_after is not None:
+            relations.append(make_relation(event, nearest_after[0], RelationType.TEMPORAL, confidence,
+                                           "resolved time anchors", subtype=AllenRelation.BEFORE.value))
+        return relations
+
+    def _entity_relations(self, event: Event, earlier: Sequence[Event]) -> list[Relation]:
+        """Link to the latest earlier event naming the same entity; rarer entities first and stronger."""
+        own = [e for e in event.entities if e not in event.participants]
+        if not own or not earlier:
+            return []
+        frequency = {name: sum(1 for e in earlier if name in e.entities) for name in own}
+        ranked = sorted((name for name in own if frequency[name] > 0), key=lambda n: frequency[n])
+        relations: list[Relation] = []
+        for name in ranked[: self.config.entity_links_max]:
+            latest = next(e for e in reversed(earlier) if name in e.entities)
+            confidence = 0.4 + 0.5 / frequency[name]
+            relations.append(make_relation(latest, event, RelationType.SAME_ENTITY, confidence, f"both name {name}"))
+        if len(earlier) and earlier[-1].participants != event.participants:
+            same = next((e for e in reversed(earlier) if e.participants == event.participants), None)
+            if same is not None:
+                relations.append(make_relation(same, event, RelationType.SAME_PARTICIPANT, 0.6,
+                                               "same participants: " + ", ".join(event.participants)))
+        return relations
+
+    def _semantic_follow_ups(self, event: Event, earlier: Sequence[Event]) -> list[Relation]:
+        """A topic picked up again later: the most similar earlier events of other sessions."""
+        if not earlier or not event.embedding or self.config.follow_up_max == 0:
+            return []
+        sessions = set(event.session_ids)
+        candidates = [e for e in earlier if e.embedding and not sessions & set(e.session_ids)]
+        if not candidates:
+            return []
+        scores = np.asarray([e.embedding for e in candidates], dtype=np.float32) @ np.asarray(event.embedding, dtype=np.float32)
+        relations = []
+        for index in np.argsort(-scores)[: self.config.follow_up_max]:
+            if scores[index] < self.config.follow_up_cosine:
+                break
+            relations.append(make_relation(candidates[index], event, RelationType.FOLLOW_UP, float(scores[index]),
+                                           f"semantic follow-up (cosine {scores[index]:.2f})"))
+        return relations

@@ -1,0 +1,1 @@
+"""Query API: navigation over the event graph, decomposition, answering."""

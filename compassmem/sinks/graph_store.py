@@ -1,0 +1,45 @@
+"""The graph store interface: the event graph (events, typed relations, topic clusters).
+
+Per-database operations live in the backends; navigation reads a networkx view of one conversation's
+subgraph, so the query code never speaks Cypher.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import networkx as nx
+
+from compassmem.models import Cluster, Event, Relation
+
+
+class GraphStore(ABC):
+    @abstractmethod
+    def upsert_events(self, events: Sequence[Event]) -> None:
+        """Event nodes keyed by event_id (MERGE semantics: a replay changes nothing)."""
+
+    @abstractmethod
+    def upsert_relations(self, relations: Sequence[Relation]) -> None:
+        """Edges keyed by relation_id; superseded relations are kept with ``superseded_by`` set."""
+
+    @abstractmethod
+    def upsert_clusters(self, clusters: Sequence[Cluster]) -> None:
+        """Cluster nodes and their member edges; a cluster's membership is replaced as a whole."""
+
+    @abstractmethod
+    def conversation_graph(self, tenant: str, conversation_id: str) -> nx.MultiDiGraph:
+        """Event nodes (attributes: the stored event properties) and relation edges (key = relation_id,
+        attributes: the relation fields), including superseded relations; cluster nodes carry kind="cluster"."""
+
+    @abstractmethod
+    def relations(self, tenant: str, conversation_id: str) -> list[Relation]: ...
+
+    @abstractmethod
+    def delete_conversation(self, tenant: str, conversation_id: str) -> None: ...
+
+    @abstractmethod
+    def delete_tenant(self, tenant: str) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Kafka topics, Faust agents (thin adapters over the processors), producers and the dev broker."""
