@@ -16,7 +16,7 @@ from compassmem.processors.clustering import ClusterState, Reclusterer
 from compassmem.processors.event_frames import build_event, merge_into, segment_texts
 from compassmem.processors.merging import EventMerger, MergeDecision, nearest_events
 from compassmem.processors.relation_ledger import RelationLedger
-from compassmem.processors.relations import RelationExtractor
+from compassmem.processors.relations import KeywordStats, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryReason, Segment, SegmenterState
 
 
@@ -66,6 +66,7 @@ class ConversationMemory:
         # Insertion order is creation order: the chronology relation extraction relies on.
         self.events: dict[str, Event] = {}
         self.ledger = RelationLedger()
+        self.keyword_stats = KeywordStats()
         self.clusters = ClusterState()
         self.stats = ConversationStats()
 
@@ -92,8 +93,14 @@ class ConversationMemory:
             update.merges.append(decision)
         else:
             event = build_event(segment)
+        relations = self._extractor.extract(event, history, segment_texts(segment), self.keyword_stats,
+                                            adjacent=decision is None)
+        # Counted after extraction, so a clause's terms are judged rare against the earlier events only.
+        if decision is None:
+            self.keyword_stats.add(event.keywords, new_document=True)
+        else:
+            self.keyword_stats.add(sorted(set(event.keywords) - set(self.events[event.event_id].keywords)), False)
         self.events[event.event_id] = event
-        relations = self._extractor.extract(event, history, segment_texts(segment), adjacent=decision is None)
         ledger_result = self.ledger.apply(relations)
         update.relations.extend(ledger_result.writes)
         update.rejected_relations = len(ledger_result.rejected)

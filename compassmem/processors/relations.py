@@ -8,6 +8,7 @@ and their resolved time anchors.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
@@ -20,15 +21,35 @@ from compassmem.processors.text_features import keyword_stems
 
 
 class RelationConfig(BaseModel):
-    # A clause must share this many keyword stems with an earlier event, covering this share of its stems.
+    # A clause must share this many keyword stems with an earlier event, covering this share of its IDF mass.
     clause_min_shared: int = Field(default=2, ge=1)
-    clause_min_coverage: float = Field(default=0.34, ge=0.0, le=1.0)
+    clause_min_coverage: float = Field(default=0.5, ge=0.0, le=1.0)
     cue_lookback_events: int = Field(default=200, ge=1)
     # Non-adjacent events this similar are linked as semantic follow-ups (a topic picked up again later).
     follow_up_cosine: float = Field(default=0.6, ge=0.0, le=1.0)
     follow_up_max: int = Field(default=2, ge=0)
     entity_links_max: int = Field(default=3, ge=0)
     meets_gap: timedelta = timedelta(minutes=5)
+
+
+class KeywordStats(BaseModel):
+    """Document frequencies of keyword stems over a conversation's events, for IDF weighting."""
+
+    documents: int = 0
+    frequency: dict[str, int] = Field(default_factory=dict)
+    # A stem in at most this share of the events counts as rare (names a specific thing).
+    rare_share: float = 0.05
+
+    def add(self, stems: Sequence[str], new_document: bool) -> None:
+        self.documents += int(new_document)
+        for stem in set(stems):
+            self.frequency[stem] = self.frequency.get(stem, 0) + 1
+
+    def idf(self, stem: str) -> float:
+        return math.log((self.documents + 1) / (self.frequency.get(stem, 0) + 0.5))
+
+    def is_rare(self, stem: str) -> bool:
+        return self.frequency.get(stem, 0) <= max(1, self.rare_share * self.documents)
 
 
 class Cue(BaseModel):
@@ -43,7 +64,8 @@ class Cue(BaseModel):
 CUES: list[Cue] = [
     Cue(type=RelationType.CAUSAL, pattern=r"(.*)\bbecause(?: of)?\b(.+)", antecedent_group=2, strength=0.85),
     Cue(type=RelationType.CAUSAL, pattern=r"(.*)\b(?:due to|thanks to|as a result of)\b(.+)", antecedent_group=2, strength=0.8),
-    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\bsince (?=i |we |she |he |they |it |my |our )(.+)", antecedent_group=2, strength=0.55),
+    # "since" is mostly temporal in conversation ("since we last talked"); only ", since <clause>" is causal.
+    Cue(type=RelationType.CAUSAL, pattern=r"(.+),\s*since (?!then|we last|last|I started|we started)(.+)", antecedent_group=2, strength=0.55),
     Cue(type=RelationType.CAUSAL, pattern=r"(.+)\b(?:led to|leads to|resulted in|caused|made me)\b(.+)", antecedent_group=1, strength=0.85),
     Cue(type=RelationType.CAUSAL, pattern=r"(.*?)\b(?:that's why|that is why|as a result|therefore|so now)\b(.+)", antecedent_group=1, strength=0.75),
     Cue(type=RelationType.CAUSAL, pattern=r"(.+),\s*so\b(.+)", antecedent_group=1, strength=0.6),
@@ -126,7 +148,8 @@ class RelationExtractor:
     def __init__(self, config: RelationConfig | None = None) -> None:
         self.config = config or RelationConfig()
 
-    def extract(self, event: Event, history: Sequence[Event], texts: Sequence[str], adjacent: bool = True) -> list[Relation]:
+    def extract(self, event: Event, history: Sequence[Event], texts: Sequence[str], keyword_stats: KeywordStats,
+                adjacent: bool = True) -> list[Relation]:
         """Relations between ``event`` and earlier ``history`` (chronological), from the turn ``texts`` just added.
 
         ``adjacent`` is False when the texts were merged into an older event: then no adjacency edges.
@@ -137,7 +160,7 @@ class RelationExtractor:
         if adjacent and previous is not None:
             relations.extend(self._adjacency(previous, event))
         window = earlier[-self.config.cue_lookback_events :]
-        relations.extend(self._cue_relations(event, window, previous, texts))
+        relations.extend(self._cue_relations(event, window, previous, texts, keyword_stats))
         relations.extend(self._anchor_relations(event, window))
         relations.extend(self._entity_relations(event, earlier))
         relations.extend(self._semantic_follow_ups(event, earlier[:-1] if adjacent else earlier))
@@ -156,48 +179,50 @@ class RelationExtractor:
                                            TOLD_TIME_EVIDENCE, subtype=kind.value))
         return relations
 
-    def _match_clause(self, clause: str, candidates: Sequence[Event]) -> tuple[Event, float] | None:
+    def _match_clause(self, clause: str, candidates: Sequence[Event], keyword_stats: KeywordStats) -> tuple[Event, float] | None:
+        """The earlier event a clause restates: most of the clause's IDF mass shared, including two rare terms."""
         stems = set(keyword_stems(clause))
-        if len(stems) < 1:
+        if not stems:
             return None
+        weights = {stem: keyword_stats.idf(stem) for stem in stems}
+        total = sum(weights.values())
         best: tuple[Event, float] | None = None
         for candidate in candidates:
-            shared = len(stems & set(candidate.keywords))
-            coverage = shared / len(stems)
-            if shared >= min(self.config.clause_min_shared, len(stems)) and coverage >= self.config.clause_min_coverage:
-                if best is None or coverage > best[1]:
-                    best = (candidate, coverage)
+            shared = stems & set(candidate.keywords)
+            if len(shared) < min(self.config.clause_min_shared, len(stems)):
+                continue
+            if sum(keyword_stats.is_rare(stem) for stem in shared) < min(2, len(stems)):
+                continue
+            coverage = sum(weights[s] for s in shared) / total
+            if coverage >= self.config.clause_min_coverage and (best is None or coverage > best[1]):
+                best = (candidate, coverage)
         return best
 
     def _cue_relations(self, event: Event, window: Sequence[Event], previous: Event | None,
-                       texts: Sequence[str]) -> list[Relation]:
+                       texts: Sequence[str], keyword_stats: KeywordStats) -> list[Relation]:
         relations: list[Relation] = []
         first_text = event.observations[0].text if event.observations else ""
         for text in texts:
             for sentence in re.split(r"(?<=[.!?])\s+", text):
-                relations.extend(self._sentence_relations(event, window, sentence))
+                relations.extend(self._sentence_relations(event, window, sentence, keyword_stats))
         if previous is not None and texts and texts[0] == first_text and _LEADING_CONSEQUENCE.search(first_text):
             relations.append(make_relation(previous, event, RelationType.CAUSAL, 0.6,
                                            first_text[:120]))
         return relations
 
-    def _sentence_relations(self, event: Event, window: Sequence[Event], sentence: str) -> list[Relation]:
+    def _sentence_relations(self, event: Event, window: Sequence[Event], sentence: str,
+                            keyword_stats: KeywordStats) -> list[Relation]:
         for cue, regex in _COMPILED:
             match = regex.search(sentence)
             if not match:
                 continue
-            antecedent = match.group(cue.antecedent_group)
-            consequent = match.group(3 - cue.antecedent_group)
-            # Whichever clause names an earlier event is that event; the other clause is this event.
-            cause_match = self._match_clause(antecedent, window)
-            if cause_match is not None:
-                other, coverage = cause_match
-                return [make_relation(other, event, cue.type, cue.strength * (0.5 + 0.5 * coverage), sentence)]
-            effect_match = self._match_clause(consequent, window)
-            if effect_match is not None:
-                other, coverage = effect_match
-                return [make_relation(event, other, cue.type, cue.strength * (0.5 + 0.5 * coverage), sentence)]
-            return []
+            # The antecedent (cause, condition, motive) restating an earlier event makes that event the source;
+            # a consequent restating an earlier event would put the effect before its cause, so it is not used.
+            found = self._match_clause(match.group(cue.antecedent_group), window, keyword_stats)
+            if found is None:
+                return []
+            other, coverage = found
+            return [make_relation(other, event, cue.type, cue.strength * (0.5 + 0.5 * coverage), sentence)]
         return []
 
     def _anchor_relations(self, event: Event, window: Sequence[Event]) -> list[Relation]:

@@ -1,0 +1,35 @@
+"""Shared plumbing for the benchmark scripts: data path, JSON results, tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo_dev.json"
+RESULTS_DIR = REPO_ROOT / "results"
+
+
+def require_data(path: Path) -> Path:
+    """The evaluation data is not part of the repository (CC BY-NC); say so plainly when it is missing."""
+    if not path.exists():
+        print(f"skipped: LoCoMo data not found at {path} (pass --data PATH)", file=sys.stderr)
+        sys.exit(0)
+    return path
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"results written to {path}")
+
+
+def print_table(headers: list[str], rows: list[list[Any]]) -> None:
+    cells = [[str(h) for h in headers]] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for index, row in enumerate(cells):
+        print("  ".join(cell.rjust(width) if i else cell.ljust(width) for i, (cell, width) in enumerate(zip(row, widths))))
+        if index == 0:
+            print("  ".join("-" * w for w in widths))

@@ -1,0 +1,689 @@
+"""Resolve time expressions in a turn against the moment the turn was said (DESIGN.md section 4, "Time").
+
+Deterministic, offline and regex-based: no dateparser, no network, no clock. Every expression is resolved
+against the *local date* of ``reference`` (``reference.date()``, i.e. the calendar date in the reference's
+own UTC offset); only "N hours/minutes ago" uses the full datetime.
+
+Each resolved expression becomes a :class:`~compassmem.models.TimeAnchor` with inclusive ``start``/``end``
+dates. ``granularity`` is the calendar unit the expression speaks in (day, week, month, season, year); the
+span carries any vagueness ("a few days ago" is a 3-day window with day granularity).
+
+Rules for ambiguous cases (each is a choice, written down so results are predictable):
+
+* Weeks run Monday-Sunday. A weekend is the Saturday-Sunday of a week and has week granularity.
+* ``last <weekday>``: the most recent such day strictly before the reference day ("last Saturday" said on
+  Monday 2023-05-08 is 2023-05-06). ``next <weekday>``: the first such day strictly after it (never
+  "the one in next week"). ``this <weekday>``: that day in the current Monday-Sunday week, past or future.
+  ``this past``/``this coming`` mean ``last``/``next``.
+* A bare weekday ("on Saturday", "Saturday night"): the most recent such day on or before the reference day.
+  Conversations mostly recount the past, so tense-free mentions are read as past. Plurals ("on Saturdays")
+  and "every/each Saturday" are habitual and give no anchor.
+* ``last/this/next week|month|year`` are calendar periods. ``the past week/month/year`` (and
+  ``this past ...``) and ``the past/last/next N units`` are rolling windows ending (or starting) at the
+  reference day. ``the next/following week|month|year|day`` are read like ``next ...`` (the reference is
+  the only anchor this module has, as for "N days later").
+* Weekends: ``this weekend`` is the current week's; ``last weekend``/``the past weekend``/``this past
+  weekend`` the most recent one that ended before the reference day; ``next weekend`` the next week's;
+  ``this coming weekend`` the first one starting after the reference day; ``over/on/at/during the weekend``
+  the most recent one that started on or before the reference day (past-biased, like bare weekdays).
+* ``N days ago`` is that day. ``N weeks ago`` is the Monday-Sunday week containing the day 7N days back
+  ("two weeks ago" said on Monday 2023-05-08 is 2023-04-24..2023-04-30), consistent with "last week";
+  ``N months ago`` / ``N years ago`` are the calendar month / year N back. ``in N units``, ``N units later``
+  and ``N units from now`` go forward the same way; "later"/"earlier" are resolved against the reference,
+  although in narration they may be relative to an earlier event. Hours and minutes give the day they land on.
+* Vague counts give windows: "a couple (of)" = 2-3, "a few" = 2-4 (about 3), "several" = 3-7 units.
+  "the other day" = the 7 days before the reference day. "recently"/"lately" = the 14 days up to and
+  including the reference day (week granularity); a rough convention, since people say "recently" about
+  things months old. "a while ago", "years ago" (no count) and decades are not resolved.
+* Seasons are meteorological, northern hemisphere: spring Mar-May, summer Jun-Aug, fall/autumn Sep-Nov,
+  winter Dec-Feb. "winter 2022"/"the winter of 2022" is the winter whose January is in 2022
+  (2021-12-01..2022-02-28). ``last <season>``: the most recent one that ended before the reference day;
+  ``next <season>``: the first one starting after it; ``this <season>``: the one containing the reference
+  day, else the nearest one; ``in/during/over the <season>``: the one containing the reference day, else the
+  most recent past one.
+* Months: a month with a day but no year ("May 8th", "the 8th of May") takes the year that puts the date
+  nearest to the reference day (so "Dec 20" said in early January is last December). A month alone
+  ("in May", "since May") is the most recent such month not after the reference month. ``last May``: the
+  most recent May strictly before the reference month; ``next May``: the first strictly after; ``this May``:
+  May of the reference year. "early/mid/late May" (and "the beginning/middle/end of May") narrow to days
+  1-10 / 11-20 / 21-end; "early/mid/late 2022" narrow to Jan-Apr / May-Aug / Sep-Dec.
+* False-positive guards: "May" and "March" must be capitalised (the modal verb "may", "march on"), and even
+  then need a day, a year, a modifier ("early", "last") or a preceding preposition ("in", "since", "of",
+  "by", ...); so do "April", "June" and "August", which are also names. Other full month names may stand
+  alone; abbreviations ("Jan", "Sept.") need a day or year. ``last`` after a determiner ("the last time",
+  "my last year of school", "the last night") gives nothing, nor does ``last/next ... of``. Ordinals such as
+  "second" are never units.
+* Bare years: only 19xx/20xx, and only after "in", "since", "of", "from", "during", "until", "by",
+  "around", "before", "after", "year", or "early/mid/late", or as the second year of a range
+  ("from 2019 to 2022"); a year after a month or season belongs to that expression. "2000 people" gives
+  nothing; "in 2000 people" would (an accepted limitation). Numeric dates: only ISO ``YYYY-MM-DD``
+  (``5/8/2023`` is ambiguous between US and European order).
+* "since X" anchors X itself; expressions name the time phrase, not a licensing preposition ("in May" gives
+  the expression "May"), except where the word changes the meaning ("in 3 days", "over the weekend").
+* Overlapping matches: the longest wins ("the day before yesterday" is one anchor); anchors are returned in
+  text order.
+
+Holidays ("Christmas"), "the 90s" and time-of-day clocks are out of scope.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from compassmem.models import Granularity, TimeAnchor
+
+__all__ = ["has_time_expression", "resolve_time_expressions"]
+
+
+# --------------------------------------------------------------------------------------------- calendar
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: date
+    end: date
+    granularity: Granularity
+
+
+def _monday(day: date) -> date:
+    return day - timedelta(days=day.weekday())
+
+
+def _add_months(year: int, month: int, delta: int) -> tuple[int, int]:
+    index = year * 12 + (month - 1) + delta
+    return index // 12, index % 12 + 1
+
+
+def _month_end(year: int, month: int) -> date:
+    return date(year, month, calendar.monthrange(year, month)[1])
+
+
+def _shift_date_months(day: date, delta: int) -> date:
+    """The same day-of-month ``delta`` months away, clamped to the month's length."""
+    year, month = _add_months(day.year, day.month, delta)
+    return date(year, month, min(day.day, calendar.monthrange(year, month)[1]))
+
+
+_UNIT_GRANULARITY = {
+    "day": Granularity.DAY,
+    "week": Granularity.WEEK,
+    "month": Granularity.MONTH,
+    "year": Granularity.YEAR,
+}
+
+
+def _period(today: date, unit: str, offset: int) -> _Span:
+    """The calendar day/week/month/year ``offset`` units away from the one containing ``today``."""
+    if unit == "day":
+        day = today + timedelta(days=offset)
+        return _Span(day, day, Granularity.DAY)
+    if unit == "week":
+        start = _monday(today) + timedelta(weeks=offset)
+        return _Span(start, start + timedelta(days=6), Granularity.WEEK)
+    if unit == "month":
+        year, month = _add_months(today.year, today.month, offset)
+        return _Span(date(year, month, 1), _month_end(year, month), Granularity.MONTH)
+    year = today.year + offset
+    return _Span(date(year, 1, 1), date(year, 12, 31), Granularity.YEAR)
+
+
+def _periods(today: date, unit: str, first: int, last: int) -> _Span:
+    """From the start of period ``first`` to the end of period ``last`` (offsets, first <= last)."""
+    return _Span(_period(today, unit, first).start, _period(today, unit, last).end, _UNIT_GRANULARITY[unit])
+
+
+def _rolling(today: date, unit: str, count: int, forward: bool) -> _Span:
+    """A window of ``count`` units ending (or, forward, starting) at ``today``."""
+    sign = 1 if forward else -1
+    if unit == "day":
+        other = today + timedelta(days=sign * count)
+    elif unit == "week":
+        other = today + timedelta(weeks=sign * count)
+    elif unit == "month":
+        other = _shift_date_months(today, sign * count)
+    else:
+        other = _shift_date_months(today, sign * 12 * count)
+    start, end = (today, other) if forward else (other, today)
+    return _Span(start, end, _UNIT_GRANULARITY[unit])
+
+
+# Meteorological seasons, northern hemisphere: (first month, last month); winter wraps the year end.
+_SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 2)}
+
+
+def _season(name: str, year: int) -> _Span:
+    """The season labelled ``year``; a winter is labelled by the year of its January."""
+    first, last = _SEASONS[name]
+    start_year = year - 1 if first > last else year
+    return _Span(date(start_year, first, 1), _month_end(year, last), Granularity.SEASON)
+
+
+def _season_candidates(name: str, today: date) -> list[_Span]:
+    return [_season(name, year) for year in range(today.year - 2, today.year + 3)]
+
+
+def _weekend(monday: date) -> _Span:
+    return _Span(monday + timedelta(days=5), monday + timedelta(days=6), Granularity.WEEK)
+
+
+# ------------------------------------------------------------------------------------ regex fragments
+
+_WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+_WEEKDAY = r"(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
+_PART_OF_DAY = r"(?:\s+(?:morning|afternoon|evening|night))?"
+
+_MONTH_NUMBERS = {
+    name: number
+    for number, name in enumerate(
+        [
+            "january",
+            "february",
+            "march",
+            "april",
+            "may",
+            "june",
+            "july",
+            "august",
+            "september",
+            "october",
+            "november",
+            "december",
+        ],
+        start=1,
+    )
+}
+# "May" and "March" are matched case-sensitively: lowercase they are almost always the verb.
+_MONTH_FULL = (
+    r"(?:january|february|(?-i:March|MARCH)|april|(?-i:May|MAY)|june|july|august|september|october"
+    r"|november|december)\b"
+)
+_MONTH_ABBR = r"(?:jan|feb|(?-i:Mar|MAR)|apr|jun|jul|aug|sept|sep|oct|nov|dec)(?:\.|\b)"
+_MONTH = rf"(?:{_MONTH_FULL}|{_MONTH_ABBR})"
+# Months that are also names: they need a day, a year, a modifier or a preposition to count.
+_NEEDS_CONTEXT = {"may", "march", "april", "june", "august"}
+
+_DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?\b"
+_YEAR = r"(?:19|20)\d{2}(?!\d)"
+
+_NUMBER_WORDS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
+    "nineteen": 19,
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+}
+# Vague counts as (fewest, most) units; "a few" is centred on 3.
+_VAGUE_COUNTS = {"couple": (2, 3), "few": (2, 4), "several": (3, 7)}
+_COUNT = (
+    r"(?P<n>(?:a\s+)?couple(?:\s+of)?|(?:a\s+)?few|several|\d{1,3}"
+    r"|(?:thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty"
+    r"|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|an|a))"
+)
+_UNIT = r"(?P<unit>minute|hour|day|week|month|year)s?\b"
+
+_LAST_DETERMINER = re.compile(
+    r"(?<!\w)(?:the|my|his|her|their|our|your|its|a|that|this|those|these|every|each|whose|very)\s+$",
+    re.IGNORECASE,
+)
+_HABITUAL = re.compile(r"(?<!\w)(?:every|each)\s+$", re.IGNORECASE)
+# Prepositions that make a bare month or year a time expression ("in May", "since 2016", "class of 2016").
+_DATE_PREPOSITION = re.compile(
+    r"(?<!\w)(?:in|on|since|during|until|till|by|from|of|through|throughout|around|before|after|year"
+    r"|circa)\s+$",
+    re.IGNORECASE,
+)
+_YEAR_RANGE_BEFORE = re.compile(r"(?<!\d)(?:19|20)\d{2}\s*(?:-|–|to|and|until|through)\s*$", re.IGNORECASE)
+_SEASON_PREPOSITION = re.compile(r"(?<!\w)(?:in|during|over|throughout|through|all|since)\s+$", re.IGNORECASE)
+# "twice in a month", "the first time in three years": "in N units" is then a frequency or a duration.
+_NOT_FUTURE_IN = re.compile(r"(?<!\w)(?:once|twice|thrice|times?|much|many|more|less)\s+$", re.IGNORECASE)
+
+_LOOKBACK_CHARS = 60
+
+
+def _preceded_by(pattern: re.Pattern[str], text: str, start: int) -> bool:
+    return pattern.search(text, max(0, start - _LOOKBACK_CHARS), start) is not None
+
+
+def _norm(fragment: str) -> str:
+    return " ".join(fragment.lower().split())
+
+
+def _count_range(raw: str) -> tuple[int, int]:
+    """(fewest, most) for a count such as "3", "two", "a few", "a couple of"."""
+    word = _norm(raw)
+    if word.isdigit():
+        return int(word), int(word)
+    for key, bounds in _VAGUE_COUNTS.items():
+        if key in word:
+            return bounds
+    return _NUMBER_WORDS[word], _NUMBER_WORDS[word]
+
+
+# ---------------------------------------------------------------------------------------------- rules
+
+
+@dataclass(frozen=True)
+class _Context:
+    text: str
+    reference: datetime
+    today: date
+
+
+_Resolver = Callable[[re.Match[str], _Context], _Span | None]
+_RULES: list[tuple[re.Pattern[str], _Resolver]] = []
+
+
+def _rule(pattern: str) -> Callable[[_Resolver], _Resolver]:
+    """Register a resolver for matches of ``pattern`` (case-insensitive, word-bounded at the start)."""
+
+    def register(resolver: _Resolver) -> _Resolver:
+        _RULES.append((re.compile(r"(?<![\w$£€])" + pattern, re.IGNORECASE), resolver))
+        return resolver
+
+    return register
+
+
+def _last_is_fine(match: re.Match[str], ctx: _Context) -> bool:
+    """False for "the last time" style uses: "last" after a determiner is an ordinal, not a time."""
+    starts_with_last = ctx.text[match.start() : match.start() + 4].lower() == "last"
+    return not (starts_with_last and _preceded_by(_LAST_DETERMINER, ctx.text, match.start()))
+
+
+_DAY_OFFSETS = {
+    "the day before yesterday": -2,
+    "day before yesterday": -2,
+    "the day after tomorrow": 2,
+    "day after tomorrow": 2,
+    "yesterday": -1,
+    "last night": -1,
+    "today": 0,
+    "tonight": 0,
+    "this morning": 0,
+    "this afternoon": 0,
+    "this evening": 0,
+    "tomorrow": 1,
+    "the next day": 1,
+    "the following day": 1,
+}
+_DAY_WORDS = "|".join(
+    key.replace(" ", r"\s+") for key in sorted(_DAY_OFFSETS, key=len, reverse=True)
+)
+
+
+@_rule(rf"(?P<w>{_DAY_WORDS})\b(?P<pod>{_PART_OF_DAY})")
+def _day_word(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if not _last_is_fine(match, ctx):
+        return None
+    day = ctx.today + timedelta(days=_DAY_OFFSETS[_norm(match["w"])])
+    return _Span(day, day, Granularity.DAY)
+
+
+@_rule(r"the\s+other\s+day\b")
+def _other_day(match: re.Match[str], ctx: _Context) -> _Span | None:
+    return _Span(ctx.today - timedelta(days=7), ctx.today - timedelta(days=1), Granularity.DAY)
+
+
+@_rule(r"(?:(?:just|very|quite|only)\s+)?(?:recently|lately)\b")
+def _recently(match: re.Match[str], ctx: _Context) -> _Span | None:
+    return _Span(ctx.today - timedelta(days=14), ctx.today, Granularity.WEEK)
+
+
+@_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this|coming)\s+{_WEEKDAY}{_PART_OF_DAY}")
+def _relative_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if not _last_is_fine(match, ctx):
+        return None
+    target = _WEEKDAYS.index(match["wd"].lower())
+    rel = _norm(match["rel"])
+    if rel in ("last", "this past"):
+        back = (ctx.today.weekday() - target) % 7 or 7
+        day = ctx.today - timedelta(days=back)
+    elif rel in ("next", "coming", "this coming"):
+        ahead = (target - ctx.today.weekday()) % 7 or 7
+        day = ctx.today + timedelta(days=ahead)
+    else:  # "this": the day of the current Monday-Sunday week
+        day = _monday(ctx.today) + timedelta(days=target)
+    return _Span(day, day, Granularity.DAY)
+
+
+@_rule(rf"{_WEEKDAY}{_PART_OF_DAY}")
+def _bare_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if _preceded_by(_HABITUAL, ctx.text, match.start()):
+        return None
+    target = _WEEKDAYS.index(match["wd"].lower())
+    # Past bias: the most recent such day on or before the reference day.
+    day = ctx.today - timedelta(days=(ctx.today.weekday() - target) % 7)
+    return _Span(day, day, Granularity.DAY)
+
+
+_NEXT_RELS = {"next", "the next", "the following", "coming", "the coming", "this coming"}
+
+
+@_rule(
+    r"(?P<rel>this\s+past|this\s+coming|the\s+past|the\s+coming|the\s+next|the\s+following|last|next|this"
+    r"|coming)\s+(?P<unit>weekend|week|month|year)\b(?!\s+of\b)"
+)
+def _relative_period(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if not _last_is_fine(match, ctx):
+        return None
+    rel, unit, today = _norm(match["rel"]), match["unit"].lower(), ctx.today
+    if unit == "weekend":
+        this_week = _monday(today)
+        if rel == "this":
+            return _weekend(this_week)
+        if rel in ("last", "this past", "the past"):
+            # The most recent weekend that ended before the reference day: always the previous week's,
+            # since the current week's ends on Sunday at the earliest.
+            return _weekend(this_week - timedelta(weeks=1))
+        if rel in ("coming", "the coming", "this coming"):
+            return _weekend(this_week if today.weekday() < 5 else this_week + timedelta(weeks=1))
+        return _weekend(this_week + timedelta(weeks=1))
+    if rel == "last":
+        return _period(today, unit, -1)
+    if rel == "this":
+        return _period(today, unit, 0)
+    if rel in _NEXT_RELS:
+        return _period(today, unit, 1)
+    return _rolling(today, unit, 1, forward=False)  # "the past week", "this past month"
+
+
+@_rule(r"(?:over|on|at|during)\s+the\s+weekend\b")
+def _the_weekend(match: re.Match[str], ctx: _Context) -> _Span | None:
+    # Past bias: the most recent weekend that started on or before the reference day.
+    this_week = _monday(ctx.today)
+    return _weekend(this_week if ctx.today.weekday() >= 5 else this_week - timedelta(weeks=1))
+
+
+@_rule(r"the\s+(?P<unit>weekend|week|month|year)\s+before\s+last\b")
+def _before_last(match: re.Match[str], ctx: _Context) -> _Span | None:
+    unit = match["unit"].lower()
+    if unit == "weekend":
+        return _weekend(_monday(ctx.today) - timedelta(weeks=2))
+    return _period(ctx.today, unit, -2)
+
+
+@_rule(r"(?P<when>earlier|later)\s+this\s+(?P<unit>week|month|year)\b")
+def _earlier_later(match: re.Match[str], ctx: _Context) -> _Span | None:
+    period, today = _period(ctx.today, match["unit"].lower(), 0), ctx.today
+    if match["when"].lower() == "earlier":
+        return _Span(period.start, max(period.start, today - timedelta(days=1)), period.granularity)
+    return _Span(min(period.end, today + timedelta(days=1)), period.end, period.granularity)
+
+
+@_rule(rf"the\s+(?P<dir>past|last|next|coming)\s+{_COUNT}\s+{_UNIT}(?!\s+of\b)")
+def _rolling_window(match: re.Match[str], ctx: _Context) -> _Span | None:
+    _, most = _count_range(match["n"])
+    forward = match["dir"].lower() in ("next", "coming")
+    unit = match["unit"].lower()
+    if unit in ("minute", "hour"):
+        return _Span(ctx.today, ctx.today, Granularity.DAY)
+    return _rolling(ctx.today, unit, most, forward)
+
+
+def _offset_span(ctx: _Context, unit: str, fewest: int, most: int, forward: bool) -> _Span:
+    if unit in ("minute", "hour"):
+        step = timedelta(hours=1) if unit == "hour" else timedelta(minutes=1)
+        sign = 1 if forward else -1
+        ends = sorted(((ctx.reference + sign * fewest * step).date(), (ctx.reference + sign * most * step).date()))
+        return _Span(ends[0], ends[1], Granularity.DAY)
+    if forward:
+        return _periods(ctx.today, unit, fewest, most)
+    return _periods(ctx.today, unit, -most, -fewest)
+
+
+@_rule(rf"(?<![\d.]){_COUNT}\s+{_UNIT}\s+(?P<dir>ago|back|earlier|later|from\s+now)\b")
+def _units_ago(match: re.Match[str], ctx: _Context) -> _Span | None:
+    fewest, most = _count_range(match["n"])
+    forward = match["dir"].lower() not in ("ago", "back", "earlier")
+    return _offset_span(ctx, match["unit"].lower(), fewest, most, forward)
+
+
+@_rule(rf"in\s+(?:about\s+|around\s+|another\s+)?{_COUNT}\s+{_UNIT}(?!\s+(?:ago|back|earlier|later)\b)")
+def _in_units(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if _preceded_by(_NOT_FUTURE_IN, ctx.text, match.start()):
+        return None
+    fewest, most = _count_range(match["n"])
+    return _offset_span(ctx, match["unit"].lower(), fewest, most, forward=True)
+
+
+_SEASON = r"(?P<s>summer|winter|spring|fall|autumn)\b"
+
+
+@_rule(
+    rf"(?P<rel>this\s+past|this\s+coming|the\s+past|the\s+coming|last|next|this|coming)\s+{_SEASON}"
+    r"(?!\s+of\b)"
+)
+def _relative_season(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if not _last_is_fine(match, ctx):
+        return None
+    rel, today = _norm(match["rel"]), ctx.today
+    candidates = _season_candidates(match["s"].lower(), today)
+    if rel in ("last", "this past", "the past"):
+        return max((c for c in candidates if c.end < today), key=lambda c: c.end)
+    if rel in ("next", "coming", "the coming", "this coming"):
+        return min((c for c in candidates if c.start > today), key=lambda c: c.start)
+    return _nearest_season(candidates, today)
+
+
+def _nearest_season(candidates: list[_Span], today: date) -> _Span:
+    def distance(span: _Span) -> int:
+        if span.start <= today <= span.end:
+            return 0
+        return (span.start - today).days if span.start > today else (today - span.end).days
+
+    # Ties go to the past one (min keeps the first; candidates are in chronological order).
+    return min(candidates, key=distance)
+
+
+@_rule(rf"(?:the\s+)?{_SEASON}\s+(?:of\s+)?(?P<y>{_YEAR})")
+def _season_of_year(match: re.Match[str], ctx: _Context) -> _Span | None:
+    return _season(match["s"].lower(), int(match["y"]))
+
+
+@_rule(rf"(?:the\s+)?{_SEASON}(?!\s+of\b)")
+def _season_after_preposition(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if not _preceded_by(_SEASON_PREPOSITION, ctx.text, match.start()):
+        return None
+    today = ctx.today
+    candidates = [c for c in _season_candidates(match["s"].lower(), today) if c.start <= today]
+    return max(candidates, key=lambda c: c.start)  # contains the reference day, else the latest past one
+
+
+_MONTH_PARTS = {"early": (1, 10), "mid": (11, 20), "late": (21, 31)}
+_PART = r"(?P<part>early|mid|late|the\s+(?:beginning|start|middle|end)\s+of)"
+
+
+def _part_key(raw: str) -> str:
+    word = _norm(raw)
+    if word in _MONTH_PARTS:
+        return word
+    return {"beginning": "early", "start": "early", "middle": "mid", "end": "late"}[word.split()[1]]
+
+
+def _month_number(raw: str) -> int:
+    return _MONTH_NUMBERS[next(name for name in _MONTH_NUMBERS if name.startswith(raw.lower().rstrip(".")[:3]))]
+
+
+def _is_full_month_name(raw: str) -> bool:
+    return raw.lower() in _MONTH_NUMBERS
+
+
+def _month_span(year: int, month: int, part: str | None) -> _Span:
+    end = _month_end(year, month)
+    if part is None:
+        return _Span(date(year, month, 1), end, Granularity.MONTH)
+    first, last = _MONTH_PARTS[_part_key(part)]
+    return _Span(date(year, month, first), date(year, month, min(last, end.day)), Granularity.MONTH)
+
+
+def _nearest_dated(month: int, day: int, today: date) -> date | None:
+    """The date with this month and day nearest to ``today`` (ties to the past)."""
+    options = []
+    # Four years either side, so that 29 February always finds a leap year.
+    for year in range(today.year - 4, today.year + 5):
+        try:
+            options.append(date(year, month, day))
+        except ValueError:  # 29 February in a common year
+            continue
+    return min(options, key=lambda d: (abs((d - today).days), d > today), default=None)
+
+
+@_rule(
+    rf"(?:{_PART}[\s-]+)?(?:(?:the\s+)?(?P<d1>{_DAY})(?:\s+of)?\s+(?P<m1>{_MONTH})"
+    rf"|(?P<m2>{_MONTH})(?:\s+(?:the\s+)?(?P<d2>{_DAY}))?)(?:,?\s+(?:of\s+)?(?P<y>{_YEAR}))?"
+)
+def _month_date(match: re.Match[str], ctx: _Context) -> _Span | None:
+    raw_month = match["m1"] or match["m2"]
+    month = _month_number(raw_month)
+    raw_day = match["d1"] or match["d2"]
+    year = int(match["y"]) if match["y"] else None
+    if raw_day is not None:
+        day_number = int(raw_day.lower().rstrip("stndrh"))  # "8th" -> 8
+        if year is not None:
+            try:
+                day = date(year, month, day_number)
+            except ValueError:
+                return None
+        else:
+            found = _nearest_dated(month, day_number, ctx.today)
+            if found is None:
+                return None
+            day = found
+        return _Span(day, day, Granularity.DAY)
+    if not _is_full_month_name(raw_month) and year is None:
+        return None  # "Jan", "Sept." alone are too ambiguous
+    licensed = (
+        year is not None
+        or match["part"] is not None
+        or _preceded_by(_DATE_PREPOSITION, ctx.text, match.start())
+        or raw_month.lower() not in _NEEDS_CONTEXT
+    )
+    if not licensed or _preceded_by(_HABITUAL, ctx.text, match.start()):
+        return None
+    if year is None:
+        # The most recent such month not after the reference month.
+        year = ctx.today.year if month <= ctx.today.month else ctx.today.year - 1
+    return _month_span(year, month, match["part"])
+
+
+@_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this)\s+(?P<m>{_MONTH_FULL})")
+def _relative_month(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if not _last_is_fine(match, ctx):
+        return None
+    month, rel, today = _month_number(match["m"]), _norm(match["rel"]), ctx.today
+    if rel in ("last", "this past"):
+        year = today.year if month < today.month else today.year - 1
+    elif rel in ("next", "this coming"):
+        year = today.year if month > today.month else today.year + 1
+    else:
+        year = today.year
+    return _month_span(year, month, None)
+
+
+_YEAR_PARTS = {"early": (1, 4), "mid": (5, 8), "late": (9, 12)}
+
+
+@_rule(rf"(?:(?P<part>early|mid|late)[\s-]+)?(?P<y>{_YEAR})(?!s\b|'s\b|[.,]\d|\s*%)")
+def _bare_year(match: re.Match[str], ctx: _Context) -> _Span | None:
+    start = match.start()
+    if match["part"] is None and not (
+        _preceded_by(_DATE_PREPOSITION, ctx.text, start) or _preceded_by(_YEAR_RANGE_BEFORE, ctx.text, start)
+    ):
+        return None
+    year = int(match["y"])
+    first, last = _YEAR_PARTS[match["part"].lower()] if match["part"] else (1, 12)
+    return _Span(date(year, first, 1), _month_end(year, last), Granularity.YEAR)
+
+
+@_rule(r"(?P<y>(?:19|20)\d{2})-(?P<m>0[1-9]|1[0-2])-(?P<d>0[1-9]|[12]\d|3[01])(?!\d)")
+def _iso_date(match: re.Match[str], ctx: _Context) -> _Span | None:
+    try:
+        day = date(int(match["y"]), int(match["m"]), int(match["d"]))
+    except ValueError:
+        return None
+    return _Span(day, day, Granularity.DAY)
+
+
+# ------------------------------------------------------------------------------------------ public API
+
+# Every rule needs one of these words or a digit; turns without any skip the rules entirely.
+_PREFILTER = re.compile(
+    r"\d|day|night|tomorrow|morning|afternoon|evening|week|month|year|summer|winter|spring|fall|autumn"
+    r"|recently|lately|january|february|march|april|may|june|july|august|september|october|november"
+    r"|december",
+    re.IGNORECASE,
+)
+# Any fixed reference works for detection: whether an expression resolves does not depend on it.
+_DETECTION_REFERENCE = datetime(2000, 6, 15, 12, 0)
+
+
+def _candidates(text: str, reference: datetime) -> list[tuple[int, int, _Span]]:
+    ctx = _Context(text=text, reference=reference, today=reference.date())
+    found: list[tuple[int, int, int, _Span]] = []
+    for order, (pattern, resolver) in enumerate(_RULES):
+        for match in pattern.finditer(text):
+            try:
+                span = resolver(match, ctx)
+            except (ValueError, OverflowError):  # a date outside what datetime.date can hold
+                continue
+            if span is not None:
+                found.append((match.start(), match.end(), order, span))
+    # Longest match first (ties: earlier in the text, then earlier rule); keep those that overlap nothing kept.
+    found.sort(key=lambda item: (item[0] - item[1], item[0], item[2]))
+    kept: list[tuple[int, int, _Span]] = []
+    for start, end, _, span in found:
+        if all(end <= other_start or start >= other_end for other_start, other_end, _ in kept):
+            kept.append((start, end, span))
+    kept.sort(key=lambda item: item[0])
+    return kept
+
+
+def resolve_time_expressions(text: str, reference: datetime, turn_id: str | None = None) -> list[TimeAnchor]:
+    """Find the time expressions in ``text`` and resolve them against ``reference``.
+
+    ``reference`` is the moment the turn was said, timezone-aware; its local date (``reference.date()``)
+    is "today". A naive datetime is used as it is. Returns one anchor per non-overlapping expression, in
+    text order; see the module docstring for the rule applied to each kind of expression.
+    """
+    if not _PREFILTER.search(text):
+        return []
+    return [
+        TimeAnchor(
+            expression=text[start:end],
+            start=span.start,
+            end=span.end,
+            granularity=span.granularity,
+            turn_id=turn_id,
+        )
+        for start, end, span in _candidates(text, reference)
+    ]
+
+
+def has_time_expression(text: str) -> bool:
+    """Whether ``text`` holds at least one expression :func:`resolve_time_expressions` would anchor."""
+    if not _PREFILTER.search(text):
+        return False
+    return bool(_candidates(text, _DETECTION_REFERENCE))

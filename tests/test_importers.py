@@ -1,0 +1,94 @@
+"""Reading conversation files: LoCoMo JSON, the JSONL turn format, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from compassmem.importers import ImportFormatError, read_turns
+from compassmem.models import Turn
+
+GOOD = {"conversation_id": "c1", "turn_id": "D1:1", "speaker": "Ann", "text": "Hi there",
+        "timestamp": "2023-05-08T13:56:00+00:00", "session_id": "1"}
+
+
+def write_jsonl(path: Path, records: list[object]) -> Path:
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    return path
+
+
+def test_jsonl_round_trip(tmp_path: Path) -> None:
+    second = {**GOOD, "turn_id": "D1:2", "attachments": [{"kind": "image", "caption": "a red kite"}]}
+    turns = list(read_turns(write_jsonl(tmp_path / "t.jsonl", [GOOD, "", second])))
+    assert [t.turn_id for t in turns] == ["D1:1", "D1:2"]
+    assert turns[1].indexed_text() == "Hi there [shares a red kite]"
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ("{not json", "line 2: not valid JSON"),
+        ({**GOOD, "timestamp": "2023-05-08T13:56:00"}, "line 2: field 'timestamp'"),
+        ({k: v for k, v in GOOD.items() if k != "speaker"}, "line 2: field 'speaker': Field required"),
+        ({**GOOD, "text": "   "}, "line 2: field 'text'"),
+        ({**GOOD, "text": "x" * 17000}, "16 KiB"),
+        ({**GOOD, "tenant": "Bad Tenant"}, "line 2: field 'tenant'"),
+        ({**GOOD, "conversation_id": "a/b"}, "line 2: field 'conversation_id'"),
+        ({**GOOD, "speaker": 5}, "line 2: field 'speaker'"),
+        ([1, 2], "line 2: expected a JSON object"),
+    ],
+)
+def test_malformed_jsonl_names_the_line_and_field(tmp_path: Path, bad: object, expected: str) -> None:
+    path = write_jsonl(tmp_path / "bad.jsonl", [GOOD, bad])
+    with pytest.raises(ImportFormatError, match=expected.replace("(", r"\(")):
+        list(read_turns(path))
+
+
+def locomo_sample(sample_id: str = "conv-x") -> dict:
+    return {
+        "sample_id": sample_id,
+        "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ann", "dia_id": "D1:1", "text": "I went hiking yesterday."},
+                {"speaker": "Bob", "dia_id": "D1:2", "text": "Look!", "blip_caption": "a photo of a dog",
+                 "img_url": ["http://example.invalid/dog.jpg"]},
+            ],
+            "session_2_date_time": "9:00 am on 10 June, 2023",
+            "session_2": [{"speaker": "Ann", "dia_id": "D2:1", "text": "Back again."}],
+            "session_3_date_time": "9:00 am on 11 June, 2023",
+        },
+        "qa": [{"question": "never read", "evidence": ["D1:1"], "category": 1}],
+        "observation": "never read",
+    }
+
+
+def test_locomo_turns_get_session_times_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([locomo_sample()]))
+    turns: list[Turn] = list(read_turns(path))
+    assert [t.turn_id for t in turns] == ["D1:1", "D1:2", "D2:1"]
+    assert turns[0].timestamp == datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
+    assert (turns[1].timestamp - turns[0].timestamp).total_seconds() == 1
+    assert turns[1].attachments[0].caption == "a photo of a dog"
+    assert turns[2].session_id == "2" and turns[0].conversation_id == "conv-x"
+
+
+def test_locomo_bad_session_date_names_the_session(tmp_path: Path) -> None:
+    sample = locomo_sample()
+    sample["conversation"]["session_2_date_time"] = "sometime in June"
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    with pytest.raises(ImportFormatError, match="session_2: unrecognised session date_time"):
+        list(read_turns(path))
+
+
+def test_locomo_invalid_json_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text('[\n  {"sample_id": "x",\n  oops\n]')
+    with pytest.raises(ImportFormatError, match="line 3"):
+        list(read_turns(path))

@@ -1,0 +1,162 @@
+"""Behaviour of the pure processors on the real embedder (no Kafka, no stores)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compassmem.models import Relation, RelationType, Turn, relation_id_for
+from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.processors.clustering import Reclusterer
+from compassmem.processors.conversation_memory import ConversationMemory
+from compassmem.processors.merging import EventMerger
+from compassmem.processors.relation_ledger import RelationLedger
+from compassmem.processors.relations import RelationExtractor
+from compassmem.processors.segmentation import BoundaryDetector, SegmentationConfig
+
+TOPICS: list[list[str]] = json.loads((Path(__file__).parent / "data" / "topics.json").read_text())
+START = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
+
+
+def make_turns(sessions: list[list[str]], conversation_id: str = "c1", speakers: tuple[str, str] = ("Ann", "Bob"),
+               gap: timedelta = timedelta(days=3)) -> list[Turn]:
+    turns = []
+    for number, texts in enumerate(sessions, start=1):
+        for offset, text in enumerate(texts, start=1):
+            turns.append(Turn(
+                conversation_id=conversation_id, turn_id=f"D{number}:{offset}", speaker=speakers[(offset - 1) % 2],
+                text=text, timestamp=START + gap * (number - 1) + timedelta(seconds=offset), session_id=str(number),
+            ))
+    return turns
+
+
+def new_memory(segmentation: SegmentationConfig | None = None, window: int = 50) -> ConversationMemory:
+    return ConversationMemory(BoundaryDetector(segmentation), EventMerger(), RelationExtractor(), Reclusterer(window))
+
+
+def feed(memory: ConversationMemory, turns: list[Turn], embedder) -> None:  # noqa: ANN001
+    for turn, vector in zip(turns, embedder.embed([t.indexed_text() for t in turns]), strict=True):
+        memory.add_turn(turn, vector)
+    memory.close_open_segment()
+
+
+def event_of(memory: ConversationMemory, turn_id: str) -> str:
+    return next(e.event_id for e in memory.events.values() if turn_id in e.turn_ids)
+
+
+def test_session_change_cuts_an_event(embedder) -> None:
+    # The same topic goes on across the session change: only the session boundary can cut it.
+    memory = new_memory()
+    feed(memory, make_turns([TOPICS[0][:2], TOPICS[0][2:]]), embedder)
+    assert event_of(memory, "D1:2") != event_of(memory, "D2:1")
+    assert memory.stats.boundary_reasons["session_change"] == 1
+
+
+def test_yesterday_becomes_an_absolute_anchor_on_the_event(embedder) -> None:
+    memory = new_memory()
+    feed(memory, make_turns([["I went to a LGBTQ support group yesterday and it was so powerful.",
+                              "That sounds really meaningful, I'm glad you went."]]), embedder)
+    (event,) = memory.events.values()
+    anchors = [a for a in event.time_anchors if a.expression.lower() == "yesterday"]
+    assert anchors and anchors[0].start == anchors[0].end == date(2023, 5, 7)
+    assert anchors[0].turn_id == "D1:1"
+
+
+def test_because_yields_a_causal_edge_from_cause_to_effect(embedder) -> None:
+    sessions = [
+        ["The client changed the project requirements again last week.", "Oh no, that means redoing the design."],
+        ["We worked overtime all weekend because the client changed the requirements.", "That sounds exhausting."],
+    ]
+    memory = new_memory()
+    feed(memory, make_turns(sessions), embedder)
+    cause, effect = event_of(memory, "D1:1"), event_of(memory, "D2:1")
+    causal = [r for r in memory.ledger.active.values() if r.type is RelationType.CAUSAL]
+    assert [(r.source, r.target) for r in causal] == [(cause, effect)]
+    assert "because" in causal[0].evidence
+
+
+def test_repeated_segments_merge_and_distinct_ones_do_not(embedder) -> None:
+    distinct = TOPICS
+    repeats = []
+    for index, topic in enumerate(TOPICS[:10]):
+        # Half exact repeats, half lightly reworded (a retold story).
+        repeats.append(topic if index % 2 == 0 else [t.replace(".", "!").replace("I ", "I really ", 1) for t in topic])
+    memory = new_memory()
+    feed(memory, make_turns(distinct + repeats), embedder)
+    originals = [event_of(memory, f"D{n}:1") for n in range(1, len(distinct) + 1)]
+    assert len(set(originals)) == len(distinct), "distinct topics must stay distinct events"
+    merged = sum(
+        event_of(memory, f"D{len(distinct) + i + 1}:1") == originals[i] for i in range(len(repeats))
+    )
+    assert merged / len(repeats) >= 0.9
+    assert memory.stats.merged == merged, "only the planted repeats may merge"
+
+
+def test_every_turn_belongs_to_exactly_one_event(embedder) -> None:
+    turns = make_turns(TOPICS[:8] + [TOPICS[0]])
+    memory = new_memory()
+    feed(memory, turns, embedder)
+    owned = [tid for e in memory.events.values() for tid in e.turn_ids]
+    assert sorted(owned) == sorted(t.turn_id for t in turns)
+
+
+def test_fiftieth_event_triggers_reclustering(embedder) -> None:
+    # One turn per session: every turn closes an event, so event counts are exact.
+    texts = [[t] for topic in TOPICS for t in topic][:51]
+    memory = new_memory()
+    turns = make_turns(texts)
+    vectors = embedder.embed([t.indexed_text() for t in turns])
+    runs_after = []
+    for turn, vector in zip(turns, vectors, strict=True):
+        memory.add_turn(turn, vector)
+        runs_after.append(memory.stats.recluster_runs)
+    # Turn n closes event n-1; the 50th event closes when turn 51 arrives.
+    assert runs_after[49] == 0 and runs_after[50] == 1
+    clustered = [e for e in memory.events.values() if e.cluster_id]
+    assert len(clustered) == 50 and len({e.cluster_id for e in clustered}) == round((50 / 2) ** 0.5)
+
+
+def _relation(source: str, target: str, confidence: float) -> Relation:
+    return Relation(conversation_id="c1", relation_id=relation_id_for(source, target, RelationType.CAUSAL, None),
+                    source=source, target=target, type=RelationType.CAUSAL, confidence=confidence,
+                    evidence="test", created_at=START)
+
+
+def test_contradiction_replaces_only_with_twenty_percent_more_confidence() -> None:
+    ledger = RelationLedger()
+    original = _relation("a", "b", 0.5)
+    ledger.apply([original])
+    weak = ledger.apply([_relation("b", "a", 0.59)])
+    assert weak.rejected and original.relation_id in ledger.active
+    strong = ledger.apply([_relation("b", "a", 0.61)])
+    retired = next(r for r in strong.writes if r.relation_id == original.relation_id)
+    assert retired.superseded_by == strong.writes[-1].relation_id
+    assert original.relation_id not in ledger.active
+
+
+def test_pipeline_summary_on_a_small_conversation(embedder) -> None:
+    turns = make_turns(TOPICS[:6]) + make_turns(TOPICS[6:9], conversation_id="c2")
+    pipeline = MemoryPipeline(embedder, [], PipelineConfig(batch_turns=7))
+    summary = pipeline.ingest(turns)
+    assert summary.turns == len(turns) and summary.conversations == 2
+    assert summary.events >= 9  # at least one event per session
+    assert summary.relations_by_type["follow_up"] >= summary.events - 2
+    assert summary.average_degree > summary.average_degree_without_adjacency
+    assert np.isclose(summary.mean_turns_per_event * summary.events, len(turns))
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.15])
+def test_boundaries_are_decided_incrementally(embedder, delta: float) -> None:
+    """Feeding turns one at a time or in any batch size gives the same events: no look-ahead."""
+    turns = make_turns(TOPICS[:5])
+    config = PipelineConfig(segmentation=SegmentationConfig(similarity_delta=delta))
+    one = MemoryPipeline(embedder, [], config.model_copy(update={"batch_turns": 1}))
+    many = MemoryPipeline(embedder, [], config.model_copy(update={"batch_turns": 64}))
+    one.ingest(turns)
+    many.ingest(turns)
+    ids = lambda p: [e.turn_ids for m in p.memories.values() for e in m.events.values()]  # noqa: E731
+    assert ids(one) == ids(many)
