@@ -178,6 +178,25 @@ class Event(BaseModel):
         return sorted({o.session_id for o in self.observations if o.session_id is not None})
 
 
+class IndexedTurn(BaseModel):
+    """A turn as the vector store keeps it: searchable on its own, and pointing at the event that holds it."""
+
+    tenant: str = DEFAULT_TENANT
+    conversation_id: str
+    turn_id: str
+    event_id: str
+    speaker: str
+    text: str
+    timestamp: datetime
+    session_id: str | None = None
+    has_time_expression: bool = False
+    embedding: list[float] | None = None
+
+
+def turn_point_id(tenant: str, conversation_id: str, turn_id: str) -> str:
+    return stable_uuid("turn", tenant, conversation_id, turn_id)
+
+
 def event_id_for(tenant: str, conversation_id: str, first_turn_id: str) -> str:
     return stable_uuid("event", tenant, conversation_id, first_turn_id)
 

@@ -1,0 +1,394 @@
+"""The event graph in FalkorDB: one graph per tenant, written with batched ``UNWIND $rows AS r MERGE ...``.
+
+Layout (graph ``compassmem__<tenant>``):
+  (:Event {event_id, conversation_id, summary, participants, actions, entities, keywords, turn_ids, session_ids,
+           start, end, start_ts, end_ts, time_anchors, anchor_starts, anchor_ends, cluster_id, version,
+           merged_from, provisional, stub})
+  (:Cluster {cluster_id, conversation_id, label, size, centroid})
+  (:Event)-[:REL {relation_id, type, subtype, confidence, evidence, created_at, superseded_by, conversation_id}]->
+      (:Event | :Cluster)        a part_of relation whose target is a cluster id points at the Cluster node
+  (:Event)-[:MEMBER_OF]->(:Cluster)
+
+Events, relations and clusters arrive on different topics, so a relation may come before its events. Its missing
+endpoints are created as stub events (``stub: true``, only id and conversation) that the event write fills in
+later; writes therefore never depend on arrival order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import networkx as nx
+import structlog
+from falkordb import FalkorDB, Graph
+from redis.exceptions import ResponseError
+
+from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
+from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
+from compassmem.sinks.graph_store import GraphStore
+
+log = structlog.get_logger(__name__)
+
+GRAPH_PREFIX = "compassmem"
+_BATCH = 500
+_Scoped = TypeVar("_Scoped", Event, Relation, Cluster)
+_Row = TypeVar("_Row")
+_INDEXES = (
+    "CREATE INDEX FOR (e:Event) ON (e.event_id)",
+    "CREATE INDEX FOR (e:Event) ON (e.conversation_id)",
+    "CREATE INDEX FOR (c:Cluster) ON (c.cluster_id)",
+    "CREATE INDEX FOR (c:Cluster) ON (c.conversation_id)",
+    "CREATE INDEX FOR ()-[r:REL]-() ON (r.relation_id)",
+)
+_EMPTY_GRAPH_ERROR = "empty key"
+
+_UPSERT_EVENTS = """
+UNWIND $rows AS r
+MERGE (e:Event {event_id: r.event_id})
+SET e += r.props, e.cluster_id = coalesce(r.cluster_id, e.cluster_id)
+"""
+# A stub endpoint gets its conversation so that deleting the conversation removes it too.
+_UPSERT_RELATIONS_TO_EVENTS = """
+UNWIND $rows AS r
+MERGE (s:Event {event_id: r.source}) ON CREATE SET s.conversation_id = r.conversation_id, s.stub = true
+MERGE (t:Event {event_id: r.target}) ON CREATE SET t.conversation_id = r.conversation_id, t.stub = true
+MERGE (s)-[e:REL {relation_id: r.relation_id}]->(t)
+SET e += r.props, e.superseded_by = coalesce(r.superseded_by, e.superseded_by)
+"""
+_UPSERT_RELATIONS_TO_CLUSTERS = """
+UNWIND $rows AS r
+MATCH (t:Cluster {cluster_id: r.target})
+MERGE (s:Event {event_id: r.source}) ON CREATE SET s.conversation_id = r.conversation_id, s.stub = true
+MERGE (s)-[e:REL {relation_id: r.relation_id}]->(t)
+SET e += r.props, e.superseded_by = coalesce(r.superseded_by, e.superseded_by)
+"""
+_EXISTING_CLUSTERS = "UNWIND $ids AS id MATCH (c:Cluster {cluster_id: id}) RETURN c.cluster_id"
+_UPSERT_CLUSTERS = """
+UNWIND $rows AS r
+MERGE (c:Cluster {cluster_id: r.cluster_id})
+SET c += r.props
+"""
+# A part_of relation that arrived before its cluster was attached to a stub event with the cluster's id.
+_MOVE_STUB_EDGES_TO_CLUSTERS = """
+UNWIND $ids AS id
+MATCH (s)-[e:REL]->(x:Event {event_id: id})
+WHERE x.stub = true
+MATCH (c:Cluster {cluster_id: id})
+CREATE (s)-[moved:REL]->(c)
+SET moved = properties(e)
+DELETE e
+"""
+_DELETE_CLUSTER_STUBS = """
+UNWIND $ids AS id
+MATCH (x:Event {event_id: id})
+WHERE x.stub = true
+DETACH DELETE x
+"""
+_CLEAR_OLD_MEMBERSHIP = """
+UNWIND $ids AS id
+MATCH (e:Event)-[m:MEMBER_OF]->(:Cluster {cluster_id: id})
+DELETE m
+SET e.cluster_id = null
+"""
+# An event belongs to one topic, so joining a cluster leaves any other.
+_LEAVE_OTHER_CLUSTERS = """
+UNWIND $rows AS r
+MATCH (e:Event {event_id: r.event_id})-[m:MEMBER_OF]->(:Cluster)
+DELETE m
+"""
+_ADD_MEMBERSHIP = """
+UNWIND $rows AS r
+MATCH (c:Cluster {cluster_id: r.cluster_id})
+MERGE (e:Event {event_id: r.event_id}) ON CREATE SET e.conversation_id = r.conversation_id, e.stub = true
+MERGE (e)-[:MEMBER_OF]->(c)
+SET e.cluster_id = r.cluster_id
+"""
+_RECOUNT_CLUSTERS = """
+UNWIND $conversations AS conv
+MATCH (c:Cluster {conversation_id: conv})
+OPTIONAL MATCH (e:Event)-[:MEMBER_OF]->(c)
+WITH c, count(e) AS n
+SET c.size = n
+"""
+_CONVERSATION_EVENTS = "MATCH (e:Event {conversation_id: $c}) RETURN properties(e)"
+_CONVERSATION_CLUSTERS = """
+MATCH (c:Cluster {conversation_id: $c})
+OPTIONAL MATCH (e:Event)-[:MEMBER_OF]->(c)
+RETURN properties(c), collect(e.event_id)
+"""
+_CONVERSATION_RELATIONS = """
+MATCH (s:Event {conversation_id: $c})-[r:REL]->(t)
+RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
+"""
+_DELETE_CONVERSATION = (
+    "MATCH (e:Event {conversation_id: $c}) DETACH DELETE e",
+    "MATCH (c:Cluster {conversation_id: $c}) DETACH DELETE c",
+)
+
+
+class FalkorDBGraphStore(GraphStore):
+    """GraphStore on FalkorDB; safe to share between threads (redis-py pools its connections)."""
+
+    def __init__(
+        self,
+        db: FalkorDB,
+        *,
+        graph_prefix: str = GRAPH_PREFIX,
+        owns_client: bool = False,
+        server: EmbeddedFalkorDB | None = None,
+    ) -> None:
+        self.db = db
+        self.graph_prefix = graph_prefix
+        self.server = server
+        self._owns_client = owns_client
+        # Graphs this object has created indexes on; a graph that another process drops and re-creates keeps its
+        # data correct without them (MERGE falls back to a scan) until this object is reopened.
+        self._indexed: set[str] = set()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, *, graph_prefix: str = GRAPH_PREFIX) -> FalkorDBGraphStore:
+        """``redis://host:port``, ``rediss://...``, ``falkor://...`` or ``unix:///path/to.sock``."""
+        return cls(FalkorDB.from_url(url), graph_prefix=graph_prefix, owns_client=True)
+
+    @classmethod
+    def from_embedded(cls, server: EmbeddedFalkorDB, *, graph_prefix: str = GRAPH_PREFIX) -> FalkorDBGraphStore:
+        """A store on an embedded server; the caller keeps owning (and stopping) the server."""
+        if not server.running:
+            server.start()
+        return cls(server.client(), graph_prefix=graph_prefix, owns_client=True, server=server)
+
+    def graph_name(self, tenant: str) -> str:
+        if not re.fullmatch(TENANT_PATTERN, tenant):
+            raise ValueError(f"invalid tenant {tenant!r}: must match {TENANT_PATTERN}")
+        return f"{self.graph_prefix}__{tenant}"
+
+    # -- writes ----------------------------------------------------------------------------------------------
+
+    def upsert_events(self, events: Sequence[Event]) -> None:
+        for tenant, batch in _by_tenant(events):
+            graph = self._writable(tenant)
+            rows = [{"event_id": e.event_id, "cluster_id": e.cluster_id, "props": _event_props(e)} for e in batch]
+            for chunk in _chunks(rows):
+                graph.query(_UPSERT_EVENTS, {"rows": chunk})
+
+    def upsert_relations(self, relations: Sequence[Relation]) -> None:
+        for tenant, batch in _by_tenant(relations):
+            graph = self._writable(tenant)
+            rows = [_relation_row(r) for r in batch]
+            clusters = self._existing_clusters(graph, {r.target for r in batch})
+            to_clusters = [row for row in rows if row["target"] in clusters]
+            to_events = [row for row in rows if row["target"] not in clusters]
+            for chunk in _chunks(to_events):
+                graph.query(_UPSERT_RELATIONS_TO_EVENTS, {"rows": chunk})
+            for chunk in _chunks(to_clusters):
+                graph.query(_UPSERT_RELATIONS_TO_CLUSTERS, {"rows": chunk})
+
+    def upsert_clusters(self, clusters: Sequence[Cluster]) -> None:
+        for tenant, batch in _by_tenant(clusters):
+            graph = self._writable(tenant)
+            ids = [c.cluster_id for c in batch]
+            members = [
+                {"event_id": m, "cluster_id": c.cluster_id, "conversation_id": c.conversation_id}
+                for c in batch
+                for m in c.members
+            ]
+            cluster_rows = [{"cluster_id": c.cluster_id, "props": _cluster_props(c)} for c in batch]
+            for chunk in _chunks(cluster_rows):
+                graph.query(_UPSERT_CLUSTERS, {"rows": chunk})
+            for id_chunk in _chunks(ids):
+                graph.query(_MOVE_STUB_EDGES_TO_CLUSTERS, {"ids": id_chunk})
+                graph.query(_DELETE_CLUSTER_STUBS, {"ids": id_chunk})
+                graph.query(_CLEAR_OLD_MEMBERSHIP, {"ids": id_chunk})
+            for member_chunk in _chunks(members):
+                graph.query(_LEAVE_OTHER_CLUSTERS, {"rows": member_chunk})
+                graph.query(_ADD_MEMBERSHIP, {"rows": member_chunk})
+            graph.query(_RECOUNT_CLUSTERS, {"conversations": sorted({c.conversation_id for c in batch})})
+
+    # -- reads -----------------------------------------------------------------------------------------------
+
+    def conversation_graph(self, tenant: str, conversation_id: str) -> nx.MultiDiGraph:
+        graph = nx.MultiDiGraph(tenant=tenant, conversation_id=conversation_id)
+        params = {"c": conversation_id}
+        for (props,) in self._read(tenant, _CONVERSATION_EVENTS, params):
+            graph.add_node(props["event_id"], **_event_view(props))
+        for props, members in self._read(tenant, _CONVERSATION_CLUSTERS, params):
+            graph.add_node(props["cluster_id"], **_cluster_view(props, members))
+        for source, target, props in self._read(tenant, _CONVERSATION_RELATIONS, params):
+            relation = _relation_from(tenant, source, target, props)
+            graph.add_edge(source, target, key=relation.relation_id, **relation.model_dump())
+        return graph
+
+    def relations(self, tenant: str, conversation_id: str) -> list[Relation]:
+        rows = self._read(tenant, _CONVERSATION_RELATIONS, {"c": conversation_id})
+        found = [_relation_from(tenant, source, target, props) for source, target, props in rows]
+        return sorted(found, key=lambda r: (r.created_at, r.relation_id))
+
+    # -- deletes ---------------------------------------------------------------------------------------------
+
+    def delete_conversation(self, tenant: str, conversation_id: str) -> None:
+        name = self.graph_name(tenant)
+        # A write query on a missing graph would create an empty one for a tenant that never wrote anything.
+        if name in self.db.list_graphs():
+            graph = self.db.select_graph(name)
+            for query in _DELETE_CONVERSATION:
+                graph.query(query, {"c": conversation_id})
+        log.info("graph_store.conversation_deleted", tenant=tenant, conversation_id=conversation_id)
+
+    def delete_tenant(self, tenant: str) -> None:
+        name = self.graph_name(tenant)
+        try:
+            self.db.select_graph(name).delete()
+        except ResponseError as exc:
+            if _EMPTY_GRAPH_ERROR not in str(exc):
+                raise
+        self._indexed.discard(name)
+        log.info("graph_store.tenant_deleted", tenant=tenant)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_client:
+            self.db.connection.close()
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _writable(self, tenant: str) -> Graph:
+        name = self.graph_name(tenant)
+        graph = self.db.select_graph(name)
+        if name not in self._indexed:
+            for statement in _INDEXES:
+                try:
+                    graph.query(statement)
+                except ResponseError as exc:
+                    if "already indexed" not in str(exc):
+                        raise
+            self._indexed.add(name)
+        return graph
+
+    def _read(self, tenant: str, query: str, params: dict[str, Any]) -> list[list[Any]]:
+        try:
+            return self.db.select_graph(self.graph_name(tenant)).ro_query(query, params).result_set
+        except ResponseError as exc:
+            # A tenant that never wrote anything has no graph yet: that is an empty result, not an error.
+            if _EMPTY_GRAPH_ERROR in str(exc):
+                return []
+            raise
+
+    @staticmethod
+    def _existing_clusters(graph: Graph, ids: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        for chunk in _chunks(sorted(ids)):
+            found.update(row[0] for row in graph.query(_EXISTING_CLUSTERS, {"ids": chunk}).result_set)
+        return found
+
+
+# -- mapping between models and graph properties ------------------------------------------------------------
+
+
+def _event_props(event: Event) -> dict[str, Any]:
+    anchors = [a.model_dump(mode="json") for a in event.time_anchors]
+    return {
+        "tenant": event.tenant,
+        "conversation_id": event.conversation_id,
+        "summary": event.summary,
+        "participants": event.participants,
+        "actions": event.actions,
+        "entities": event.entities,
+        "keywords": event.keywords,
+        "turn_ids": event.turn_ids,
+        "session_ids": event.session_ids,
+        "start": event.temporal_info.start.isoformat(),
+        "end": event.temporal_info.end.isoformat(),
+        "start_ts": event.temporal_info.start.timestamp(),
+        "end_ts": event.temporal_info.end.timestamp(),
+        # FalkorDB properties cannot hold maps: the anchors travel as JSON, their bounds as lists for Cypher filters.
+        "time_anchors": json.dumps(anchors, ensure_ascii=False),
+        "anchor_starts": [a["start"] for a in anchors],
+        "anchor_ends": [a["end"] for a in anchors],
+        "version": event.version,
+        "merged_from": event.merged_from,
+        "provisional": event.provisional,
+        "stub": False,
+    }
+
+
+def _event_view(props: dict[str, Any]) -> dict[str, Any]:
+    view = dict(props)
+    view["kind"] = "event"
+    view.setdefault("stub", False)
+    for key in ("start", "end"):
+        if isinstance(view.get(key), str):
+            view[key] = datetime.fromisoformat(view[key])
+    if isinstance(view.get("time_anchors"), str):
+        view["time_anchors"] = [TimeAnchor.model_validate(a) for a in json.loads(view["time_anchors"])]
+    return view
+
+
+def _cluster_props(cluster: Cluster) -> dict[str, Any]:
+    return {
+        "tenant": cluster.tenant,
+        "conversation_id": cluster.conversation_id,
+        "label": cluster.label,
+        "centroid": cluster.centroid,
+    }
+
+
+def _cluster_view(props: dict[str, Any], members: list[str | None]) -> dict[str, Any]:
+    view = dict(props)
+    view["kind"] = "cluster"
+    view["members"] = sorted(m for m in members if m is not None)
+    return view
+
+
+def _relation_row(relation: Relation) -> dict[str, Any]:
+    return {
+        "relation_id": relation.relation_id,
+        "source": relation.source,
+        "target": relation.target,
+        "conversation_id": relation.conversation_id,
+        # Sticky: a late redelivery of the original relation must not revive one that was superseded.
+        "superseded_by": relation.superseded_by,
+        "props": {
+            "conversation_id": relation.conversation_id,
+            "type": relation.type.value,
+            "subtype": relation.subtype,
+            "confidence": relation.confidence,
+            "evidence": relation.evidence,
+            "created_at": relation.created_at.isoformat(),
+        },
+    }
+
+
+def _relation_from(tenant: str, source: str, target: str, props: dict[str, Any]) -> Relation:
+    return Relation(
+        tenant=tenant,
+        conversation_id=props["conversation_id"],
+        relation_id=props["relation_id"],
+        source=source,
+        target=target,
+        type=props["type"],
+        subtype=props.get("subtype"),
+        confidence=props["confidence"],
+        evidence=props.get("evidence", ""),
+        created_at=datetime.fromisoformat(props["created_at"]),
+        superseded_by=props.get("superseded_by"),
+    )
+
+
+def _by_tenant(items: Sequence[_Scoped]) -> Iterator[tuple[str, list[_Scoped]]]:
+    groups: dict[str, list[_Scoped]] = defaultdict(list)
+    for item in items:
+        groups[item.tenant].append(item)
+    yield from groups.items()
+
+
+def _chunks(rows: Sequence[_Row], size: int = _BATCH) -> Iterator[list[_Row]]:
+    for start in range(0, len(rows), size):
+        yield list(rows[start : start + size])

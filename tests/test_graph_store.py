@@ -1,0 +1,279 @@
+"""The FalkorDB graph store and the embedded FalkorDB server, against the real redis-server + module."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from compassmem.models import Cluster, Event, Relation, RelationType, TimeAnchor
+from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
+from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
+
+EventBuilder = Callable[..., Event]
+RelationBuilder = Callable[..., Relation]
+ClusterBuilder = Callable[..., Cluster]
+
+
+@pytest.fixture
+def graph_store(embedded_falkordb: EmbeddedFalkorDB) -> Iterator[FalkorDBGraphStore]:
+    store = FalkorDBGraphStore.from_embedded(embedded_falkordb)
+    yield store
+    store.close()
+
+
+def _raw_counts(store: FalkorDBGraphStore, tenant: str) -> tuple[int, int]:
+    """Nodes and edges as FalkorDB holds them (a networkx view would hide duplicate nodes)."""
+    graph = store.db.select_graph(store.graph_name(tenant))
+    nodes = graph.query("MATCH (n) RETURN count(n)").result_set[0][0]
+    edges = graph.query("MATCH ()-[r]->() RETURN count(r)").result_set[0][0]
+    return nodes, edges
+
+
+def _chain(event_builder: EventBuilder, tenant: str, conversation_id: str = "c1", n: int = 4) -> list[Event]:
+    return [event_builder(conversation_id, i, tenant=tenant, keywords=[f"k{i}"]) for i in range(1, n + 1)]
+
+
+def test_writing_the_same_batch_twice_changes_nothing(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder, store_tenant: str
+) -> None:
+    events = _chain(event_builder, store_tenant)
+    relations = [relation_builder(a, b.event_id) for a, b in zip(events, events[1:], strict=False)]
+    relations.append(relation_builder(events[0], events[1].event_id, RelationType.TEMPORAL, subtype="before"))
+
+    graph_store.upsert_events(events)
+    graph_store.upsert_relations(relations)
+    first = _raw_counts(graph_store, store_tenant)
+    graph_store.upsert_events(events)
+    graph_store.upsert_relations(relations)
+    graph_store.upsert_relations(relations[:2])
+
+    assert first == (4, 4)
+    assert _raw_counts(graph_store, store_tenant) == first
+    assert graph_store.relations(store_tenant, "c1") == sorted(relations, key=lambda r: (r.created_at, r.relation_id))
+
+
+def test_conversation_graph_view(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder, store_tenant: str
+) -> None:
+    events = _chain(event_builder, store_tenant, n=2)
+    relation = relation_builder(events[0], events[1].event_id)
+    graph_store.upsert_events(events)
+    graph_store.upsert_relations([relation])
+
+    view = graph_store.conversation_graph(store_tenant, "c1")
+
+    node = view.nodes[events[0].event_id]
+    assert node["kind"] == "event" and node["stub"] is False
+    assert node["summary"] == events[0].summary
+    assert node["turn_ids"] == ["D1:1", "D1:2"]
+    assert node["participants"] == ["Caroline", "Melanie"]
+    assert node["start"] == events[0].temporal_info.start and isinstance(node["start"], datetime)
+    assert node["time_anchors"] == events[0].time_anchors and isinstance(node["time_anchors"][0], TimeAnchor)
+    edge = view.edges[events[0].event_id, events[1].event_id, relation.relation_id]
+    assert edge["type"] == "causal" and edge["confidence"] == pytest.approx(0.8)
+    assert Relation.model_validate(edge) == relation
+    assert graph_store.conversation_graph(store_tenant, "missing").number_of_nodes() == 0
+
+
+def test_a_superseded_relation_is_kept_with_superseded_by(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder, store_tenant: str
+) -> None:
+    a, b = _chain(event_builder, store_tenant, n=2)
+    old = relation_builder(a, b.event_id, RelationType.CAUSAL, confidence=0.5)
+    new = relation_builder(b, a.event_id, RelationType.CAUSAL, confidence=0.9, minutes=5)
+    graph_store.upsert_events([a, b])
+    graph_store.upsert_relations([old])
+    graph_store.upsert_relations([new, old.model_copy(update={"superseded_by": new.relation_id})])
+    # A late redelivery of the original must not revive it.
+    graph_store.upsert_relations([old])
+
+    by_id = {r.relation_id: r for r in graph_store.relations(store_tenant, "c1")}
+    assert by_id[old.relation_id].superseded_by == new.relation_id
+    assert by_id[new.relation_id].superseded_by is None
+    view = graph_store.conversation_graph(store_tenant, "c1")
+    assert view.number_of_edges() == 2
+
+
+def test_cluster_membership_is_replaced_as_a_whole(
+    graph_store: FalkorDBGraphStore,
+    event_builder: EventBuilder,
+    cluster_builder: ClusterBuilder,
+    store_tenant: str,
+) -> None:
+    e1, e2, e3, e4 = _chain(event_builder, store_tenant)
+    graph_store.upsert_events([e1, e2, e3, e4])
+    graph_store.upsert_clusters([cluster_builder([e1, e2, e3], "cl-a"), cluster_builder([e4], "cl-b")])
+    graph_store.upsert_clusters([cluster_builder([e3, e4], "cl-a", label=["hiking"])])
+
+    view = graph_store.conversation_graph(store_tenant, "c1")
+    assert view.nodes["cl-a"]["kind"] == "cluster"
+    assert view.nodes["cl-a"]["members"] == sorted([e3.event_id, e4.event_id])
+    assert view.nodes["cl-a"]["size"] == 2
+    assert view.nodes["cl-a"]["label"] == ["hiking"]
+    # e4 moved from cl-b to cl-a: an event belongs to one topic.
+    assert view.nodes["cl-b"]["members"] == [] and view.nodes["cl-b"]["size"] == 0
+    assert view.nodes[e4.event_id]["cluster_id"] == "cl-a"
+    assert "cluster_id" not in view.nodes[e1.event_id] or view.nodes[e1.event_id]["cluster_id"] is None
+    # Re-upserting an event that carries no cluster keeps the membership.
+    graph_store.upsert_events([e3])
+    assert graph_store.conversation_graph(store_tenant, "c1").nodes[e3.event_id]["cluster_id"] == "cl-a"
+
+
+def test_part_of_a_cluster_points_at_the_cluster_node_in_any_arrival_order(
+    graph_store: FalkorDBGraphStore,
+    event_builder: EventBuilder,
+    relation_builder: RelationBuilder,
+    cluster_builder: ClusterBuilder,
+    store_tenant: str,
+) -> None:
+    e1, e2 = _chain(event_builder, store_tenant, n=2)
+    graph_store.upsert_events([e1, e2])
+    graph_store.upsert_clusters([cluster_builder([e1], "cl-early")])
+    graph_store.upsert_relations([relation_builder(e1, "cl-early", RelationType.PART_OF)])
+    # The relation arrives before its cluster: it waits on a stub and moves over when the cluster comes.
+    late = relation_builder(e2, "cl-late", RelationType.PART_OF)
+    graph_store.upsert_relations([late])
+    graph_store.upsert_clusters([cluster_builder([e2], "cl-late")])
+
+    view = graph_store.conversation_graph(store_tenant, "c1")
+    assert view.nodes["cl-early"]["kind"] == "cluster"
+    assert view.has_edge(e1.event_id, "cl-early")
+    assert view.nodes["cl-late"]["kind"] == "cluster"
+    assert view.has_edge(e2.event_id, "cl-late", key=late.relation_id)
+    assert view.edges[e2.event_id, "cl-late", late.relation_id]["type"] == "part_of"
+    assert _raw_counts(graph_store, store_tenant)[0] == 4
+
+
+def test_relations_before_their_events_leave_stubs_that_events_fill(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder, store_tenant: str
+) -> None:
+    a, b = _chain(event_builder, store_tenant, n=2)
+    graph_store.upsert_relations([relation_builder(a, b.event_id)])
+    assert graph_store.conversation_graph(store_tenant, "c1").nodes[b.event_id]["stub"] is True
+
+    graph_store.upsert_events([a, b])
+
+    view = graph_store.conversation_graph(store_tenant, "c1")
+    assert [view.nodes[n]["stub"] for n in (a.event_id, b.event_id)] == [False, False]
+    assert view.nodes[b.event_id]["summary"] == b.summary
+    assert _raw_counts(graph_store, store_tenant) == (2, 1)
+
+
+def test_delete_conversation_leaves_other_conversations(
+    graph_store: FalkorDBGraphStore,
+    event_builder: EventBuilder,
+    relation_builder: RelationBuilder,
+    cluster_builder: ClusterBuilder,
+    store_tenant: str,
+) -> None:
+    for conversation_id in ("c1", "c2"):
+        events = _chain(event_builder, store_tenant, conversation_id, n=3)
+        graph_store.upsert_events(events)
+        graph_store.upsert_relations([relation_builder(events[0], events[1].event_id)])
+        graph_store.upsert_clusters([cluster_builder(events, f"cl-{conversation_id}")])
+
+    graph_store.delete_conversation(store_tenant, "c1")
+
+    assert graph_store.conversation_graph(store_tenant, "c1").number_of_nodes() == 0
+    assert graph_store.relations(store_tenant, "c1") == []
+    kept = graph_store.conversation_graph(store_tenant, "c2")
+    assert kept.number_of_nodes() == 4 and kept.number_of_edges() == 1
+    assert _raw_counts(graph_store, store_tenant) == (4, 4)  # 3 events + cluster; 1 relation + 3 memberships
+
+
+def test_tenants_are_isolated(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder, store_tenant: str
+) -> None:
+    other = f"{store_tenant}-b"
+    mine = _chain(event_builder, store_tenant, n=2)
+    theirs = _chain(event_builder, other, n=3)
+    graph_store.upsert_events([*mine, *theirs])  # one mixed batch: split by tenant
+    graph_store.upsert_relations([relation_builder(mine[0], mine[1].event_id)])
+
+    assert set(graph_store.conversation_graph(store_tenant, "c1")) == {e.event_id for e in mine}
+    assert set(graph_store.conversation_graph(other, "c1")) == {e.event_id for e in theirs}
+    assert graph_store.relations(other, "c1") == []
+
+    graph_store.delete_tenant(other)
+    assert graph_store.conversation_graph(other, "c1").number_of_nodes() == 0
+    assert graph_store.conversation_graph(store_tenant, "c1").number_of_nodes() == 2
+    graph_store.delete_tenant(other)  # deleting twice is fine
+    graph_store.delete_conversation(other, "c1")
+    assert graph_store.graph_name(other) not in graph_store.db.list_graphs()
+    with pytest.raises(ValueError, match="invalid tenant"):
+        graph_store.conversation_graph("../x", "c1")
+
+
+def test_data_survives_stop_restart_and_sigkill(
+    own_falkordb_dir: Path, event_builder: EventBuilder, relation_builder: RelationBuilder
+) -> None:
+    events = _chain(event_builder, "default", n=3)
+    relation = relation_builder(events[0], events[1].event_id)
+
+    with EmbeddedFalkorDB(own_falkordb_dir) as server:
+        store = FalkorDBGraphStore.from_embedded(server)
+        store.upsert_events(events)
+        store.upsert_relations([relation])
+        store.close()
+
+    with EmbeddedFalkorDB(own_falkordb_dir) as server:
+        store = FalkorDBGraphStore.from_embedded(server)
+        assert store.conversation_graph("default", "c1").number_of_nodes() == 3
+        store.upsert_events([event_builder("c1", 9)])  # acknowledged, then the server dies
+        store.close()
+        os.kill(server.pid, signal.SIGKILL)
+        server.stop()  # reaps the killed child; signals nothing else
+
+    with EmbeddedFalkorDB(own_falkordb_dir) as server:
+        store = FalkorDBGraphStore.from_embedded(server)
+        view = store.conversation_graph("default", "c1")
+        assert view.number_of_nodes() == 4
+        assert store.relations("default", "c1") == [relation]
+        store.close()
+
+
+def test_aof_rewrite_keeps_the_data(own_falkordb_dir: Path, event_builder: EventBuilder) -> None:
+    with EmbeddedFalkorDB(own_falkordb_dir, use_unix_socket=False) as server:
+        assert server.url.startswith("redis://127.0.0.1:")
+        store = FalkorDBGraphStore.from_url(server.url)
+        for version in range(1, 6):
+            store.upsert_events([event_builder("c1", 1, version=version)])
+        server.rewrite_aof()
+        store.close()
+    with EmbeddedFalkorDB(own_falkordb_dir) as server:
+        store = FalkorDBGraphStore.from_url(server.url)
+        (node,) = store.conversation_graph("default", "c1").nodes.values()
+        assert node["version"] == 5
+        store.close()
+
+
+def test_a_second_server_on_the_same_directory_is_refused(embedded_falkordb: EmbeddedFalkorDB) -> None:
+    with pytest.raises(FalkorDBStartupError, match="already runs"):
+        EmbeddedFalkorDB(embedded_falkordb.data_dir).start()
+    assert embedded_falkordb.running
+
+
+def test_start_waits_while_the_aof_replays_and_gives_up_clearly(own_falkordb_dir: Path) -> None:
+    with EmbeddedFalkorDB(own_falkordb_dir) as server:
+        pipe = server.redis_client().pipeline(transaction=False)
+        for i in range(2100):
+            pipe.execute_command("GRAPH.QUERY", "compassmem__default", f"CREATE (:Event {{event_id: 'e{i}'}})")
+        pipe.execute()
+    # 0.5 ms per replayed command makes the replay last about a second; redis answers clients (BusyLoadingError)
+    # only between chunks of 1,024 commands.
+    slow_replay = ["--key-load-delay", "500"]
+
+    with pytest.raises(FalkorDBStartupError, match="not ready"):
+        EmbeddedFalkorDB(own_falkordb_dir, ready_timeout=0.2, extra_args=slow_replay).start()
+
+    with EmbeddedFalkorDB(own_falkordb_dir, extra_args=slow_replay) as server:
+        assert server.load_wait_s > 0.3
+        store = FalkorDBGraphStore.from_embedded(server)
+        nodes, _ = _raw_counts(store, "default")
+        store.close()
+    assert nodes == 2100
