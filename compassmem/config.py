@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -32,3 +32,26 @@ class Settings(BaseSettings):
         default="UTC", description="Zone for LoCoMo session dates, which carry none."
     )
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+
+    # Query API (`compassmem api`, and the API inside `compassmem dev`).
+    api_host: str = Field(default="127.0.0.1", description="Interface the query API listens on.")
+    api_port: int = Field(default=8080, ge=0, le=65535)
+    api_keys: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description='Per-tenant API keys as JSON, e.g. {"acme": "secret"}; a listed tenant needs '
+        "'Authorization: Bearer <key>', tenants not listed stay open.",
+    )
+    api_view_max_age_s: float = Field(
+        default=5.0, gt=0, description="A separate API process reloads a conversation's view after this long."
+    )
+    # Kafka, for POST /v1/turns and the forget commands of DELETE.
+    kafka_bootstrap: str | None = Field(default=None, description="host:port[,host:port]; unset = no producing.")
+    turns_topic: str = "turns"
+    control_topic: str = "control"
+    # Optional LLM: any OpenAI-compatible chat endpoint. Unset = every step runs its offline path.
+    llm_url: str | None = Field(
+        default=None, description="Base URL (http://host:port or .../v1) or the full /v1/chat/completions URL."
+    )
+    llm_model: str = Field(default="default", description="Model name sent with each request.")
+    llm_api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(default=10.0, gt=0, description="Wall-clock limit of one request.")

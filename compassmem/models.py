@@ -21,7 +21,7 @@ MAX_SPEAKER_CHARS = 100
 MAX_ID_CHARS = 128
 
 
-def _check_id(value: str) -> str:
+def check_id(value: str) -> str:
     """Conversation and turn ids: 1-128 printable characters without '/' (the key separator)."""
     if not 1 <= len(value) <= MAX_ID_CHARS:
         raise ValueError(f"must be 1-{MAX_ID_CHARS} characters, got {len(value)}")
@@ -73,7 +73,7 @@ class Turn(BaseModel):
     @field_validator("conversation_id", "turn_id")
     @classmethod
     def _ids(cls, value: str) -> str:
-        return _check_id(value)
+        return check_id(value)
 
     @field_validator("speaker")
     @classmethod

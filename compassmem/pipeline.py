@@ -104,7 +104,7 @@ class MemoryPipeline:
         self._write(update)
 
     def _write(self, update: MemoryUpdate) -> None:
-        for record in [*update.events, *update.clusters, *update.relations]:
+        for record in [*update.events, *update.turns, *update.clusters, *update.relations]:
             for sink in self.sinks:
                 sink.add(record)
         for sink in self.sinks:

@@ -18,6 +18,7 @@ from compassmem.models import (
     Cluster,
     Event,
     Granularity,
+    IndexedTurn,
     Observation,
     Relation,
     RelationType,
@@ -110,6 +111,43 @@ def event_builder() -> Callable[..., Event]:
             cluster_id=cluster_id,
             embedding=_store_test_embedding(seed if seed is not None else first_turn, dim),
             version=version,
+        )
+
+    return build
+
+
+@pytest.fixture
+def turn_builder() -> Callable[..., IndexedTurn]:
+    """``turn_builder(conversation_id, turn, event_id=..., keywords=...)``: an IndexedTurn with its embedding.
+
+    Its turn id is ``D1:<turn>`` and its embedding that of ``event_builder(conversation_id, turn)`` unless ``seed``
+    says otherwise, so a turn and an event can share a vector. ``event_id`` defaults to the event that would
+    start at this turn.
+    """
+
+    def build(
+        conversation_id: str = "conv-1",
+        turn: int = 1,
+        *,
+        tenant: str = "default",
+        event_id: str | None = None,
+        keywords: Sequence[str] = (),
+        seed: int | None = None,
+        timestamp: datetime | None = None,
+        dim: int = STORE_TEST_DIM,
+    ) -> IndexedTurn:
+        turn_id = f"D1:{turn}"
+        return IndexedTurn(
+            tenant=tenant,
+            conversation_id=conversation_id,
+            turn_id=turn_id,
+            event_id=event_id or event_id_for(tenant, conversation_id, turn_id),
+            speaker="Caroline" if turn % 2 else "Melanie",
+            text=f"turn {turn} of {conversation_id}: {' '.join(keywords)}",
+            timestamp=timestamp or STORE_TEST_T0 + timedelta(minutes=turn),
+            session_id="session_1",
+            has_time_expression=turn % 3 == 0,
+            embedding=_store_test_embedding(seed if seed is not None else turn, dim),
         )
 
     return build

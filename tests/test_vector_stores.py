@@ -11,8 +11,14 @@ import pytest
 from qdrant_client import QdrantClient
 
 from compassmem.config import Settings
-from compassmem.models import Event
-from compassmem.sinks.event_payload import event_from_payload, event_to_payload, point_id
+from compassmem.models import Event, IndexedTurn, turn_point_id
+from compassmem.sinks.event_payload import (
+    event_from_payload,
+    event_to_payload,
+    point_id,
+    turn_from_payload,
+    turn_to_payload,
+)
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
@@ -21,6 +27,7 @@ from compassmem.sinks.vector_store import SparseVector, VectorStore
 
 Opener = Callable[[], VectorStore]
 EventBuilder = Callable[..., Event]
+TurnBuilder = Callable[..., IndexedTurn]
 Sparse = Callable[[Sequence[str]], SparseVector]
 Put = Callable[..., None]
 
@@ -56,6 +63,16 @@ def put(sparse_keywords: Sparse) -> Callable[..., None]:
 
     def put_(store: VectorStore, *events: Event) -> None:
         store.upsert_events(events, [sparse_keywords(e.keywords or ["filler"]) for e in events])
+
+    return put_
+
+
+@pytest.fixture
+def put_turns(sparse_keywords: Sparse) -> Callable[..., None]:
+    """``put_turns(store, *turns)``: upsert turns with the words of their text as the sparse vector."""
+
+    def put_(store: VectorStore, *turns: IndexedTurn) -> None:
+        store.upsert_turns(turns, [sparse_keywords(t.text.replace(":", " ").split()) for t in turns])
 
     return put_
 
@@ -259,3 +276,226 @@ def test_open_stores_embedded_defaults(store_dim: int, put: Put, tmp_path: Path,
     assert not server.running
     assert (tmp_path / "data" / "qdrant").is_dir()
     assert (tmp_path / "data" / "falkordb" / "appendonlydir").is_dir()
+
+
+# --- turns: points of their own in the same collection ------------------------------------------------------
+
+
+def test_turn_upsert_under_the_same_id_replaces(
+    put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    turn = turn_builder("c1", 1, keywords=["garden"])
+    put_turns(store, turn)
+    put_turns(store, turn)
+    moved = turn.model_copy(update={"event_id": "another-event", "text": "edited text"})
+    put_turns(store, moved)
+
+    (stored,) = store.conversation_turns("default", "c1")
+    assert stored.event_id == "another-event" and stored.text == "edited text"
+    assert store.count("default") == 0  # turns are not events
+    assert turn_point_id("default", "c1", "D1:1") != turn_point_id("bob", "c1", "D1:1")
+
+
+def test_conversation_turns_round_trip_in_time_order(
+    put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    tie = turn_builder("c1", 9).timestamp
+    turns = [turn_builder("c1", 5), turn_builder("c1", 2), turn_builder("c1", 7, timestamp=tie), turn_builder("c1", 9)]
+    put_turns(store, *turns, turn_builder("c2", 1), turn_builder("c1", 3, tenant="bob"))
+
+    stored = store.conversation_turns("default", "c1")
+    assert [t.turn_id for t in stored] == ["D1:2", "D1:5", "D1:7", "D1:9"]  # D1:7 and D1:9 tie on time
+    for turn in stored:
+        original = next(t for t in turns if t.turn_id == turn.turn_id)
+        assert turn.model_dump(exclude={"embedding"}) == original.model_dump(exclude={"embedding"})
+        assert turn.timestamp.utcoffset() is not None
+        assert turn.embedding is not None
+        np.testing.assert_allclose(_unit(turn.embedding), _unit(original.embedding or []), atol=1e-5)
+    assert store.conversation_turns("carol", "c1") == []
+
+
+def test_turn_search_is_scoped_to_tenant_and_conversation(
+    put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    mine = [turn_builder("c1", i, tenant="alice") for i in range(1, 6)]
+    # Identical embeddings elsewhere: if scoping leaked, these would tie for first place.
+    other_conversation = [turn_builder("c2", i, tenant="alice") for i in range(1, 6)]
+    other_tenant = [turn_builder("c1", i, tenant="bob") for i in range(1, 6)]
+    put_turns(store, *mine, *other_conversation, *other_tenant)
+
+    hits = store.search_turns("alice", "c1", mine[2].embedding or [], limit=10)
+
+    assert hits[0].turn.turn_id == mine[2].turn_id
+    assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert sorted(h.turn.turn_id for h in hits) == [t.turn_id for t in mine]
+    assert all(h.turn.tenant == "alice" and h.turn.conversation_id == "c1" for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert store.search_turns("carol", "c1", mine[2].embedding or [], limit=10) == []
+    assert store.search_turns("alice", "c1", mine[2].embedding or [], limit=0) == []
+    with pytest.raises(ValueError, match="dimensions"):
+        store.search_turns("alice", "c1", [1.0, 0.0], limit=3)
+
+
+def test_turn_keyword_search_ranks_a_shared_rare_term_first(
+    sparse_keywords: Sparse, put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    common = [turn_builder("c1", i, keywords=["meeting", "project", f"word{i}"]) for i in range(1, 8)]
+    rare = turn_builder("c1", 20, keywords=["meeting", "zanzibar"])
+    put_turns(store, *common, rare)
+    # Another conversation that mentions the rare term must not appear.
+    put_turns(store, turn_builder("c2", 1, keywords=["zanzibar"]))
+
+    hits = store.keyword_search_turns("default", "c1", sparse_keywords(["meeting", "zanzibar"]), limit=5)
+
+    assert hits[0].turn.turn_id == rare.turn_id
+    assert hits[0].score > hits[1].score
+    assert all(h.turn.conversation_id == "c1" for h in hits)
+    assert store.keyword_search_turns("default", "c1", SparseVector(indices=[], values=[]), limit=5) == []
+
+
+def test_turn_keyword_idf_is_computed_over_turns_only(
+    sparse_keywords: Sparse,
+    put: Put,
+    put_turns: Put,
+    open_store: Opener,
+    turn_builder: TurnBuilder,
+    event_builder: EventBuilder,
+) -> None:
+    store = open_store()
+    # Among turns "zanzibar" is the rare term; counted over events as well, "kayak" would be.
+    zanzibar = turn_builder("c1", 1, keywords=["zanzibar"])
+    kayaks = [turn_builder("c1", i, keywords=["kayak"]) for i in (2, 3)]
+    put_turns(store, zanzibar, *kayaks, *(turn_builder("c1", i, keywords=["filler"]) for i in range(4, 8)))
+    put(store, *(event_builder("c1", i, keywords=["zanzibar"]) for i in range(1, 21)))
+
+    hits = store.keyword_search_turns("default", "c1", sparse_keywords(["zanzibar", "kayak"]), limit=5)
+
+    assert [h.turn.turn_id for h in hits][0] == zanzibar.turn_id
+    assert {h.turn.turn_id for h in hits} == {zanzibar.turn_id, *(t.turn_id for t in kayaks)}
+
+
+def test_turns_and_events_never_mix(
+    sparse_keywords: Sparse,
+    put: Put,
+    put_turns: Put,
+    open_store: Opener,
+    event_builder: EventBuilder,
+    turn_builder: TurnBuilder,
+) -> None:
+    store = open_store()
+    # Same embeddings and keywords on both sides: a leak would tie for first place.
+    events = [event_builder("c1", i, keywords=["kayak"]) for i in range(1, 4)]
+    turns = [turn_builder("c1", i, keywords=["kayak"], event_id=events[i - 1].event_id) for i in range(1, 4)]
+    put(store, *events)
+    put_turns(store, *turns)
+    event_ids = {e.event_id for e in events}
+    turn_ids = {t.turn_id for t in turns}
+    query = events[0].embedding or []
+
+    assert store.count("default") == 3 and store.count("default", "c1") == 3
+    assert {e.event_id for e in store.conversation_events("default", "c1")} == event_ids
+    assert {h.event.event_id for h in store.search("default", "c1", query, limit=10)} == event_ids
+    keyword_hits = store.keyword_search("default", "c1", sparse_keywords(["kayak"]), limit=10)
+    assert {h.event.event_id for h in keyword_hits} == event_ids
+    assert {t.turn_id for t in store.conversation_turns("default", "c1")} == turn_ids
+    assert {h.turn.turn_id for h in store.search_turns("default", "c1", query, limit=10)} == turn_ids
+    turn_keyword_hits = store.keyword_search_turns("default", "c1", sparse_keywords(["kayak"]), limit=10)
+    assert {h.turn.turn_id for h in turn_keyword_hits} == turn_ids
+    turn_points = [turn_point_id("default", "c1", t.turn_id) for t in turns]
+    assert store.get_events("default", turn_points) == []
+
+
+def test_delete_events_removes_their_turns_only(
+    put: Put, put_turns: Put, open_store: Opener, event_builder: EventBuilder, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    first, second = event_builder("c1", 1), event_builder("c1", 3)
+    put(store, first, second)
+    put_turns(
+        store,
+        turn_builder("c1", 1, event_id=first.event_id),
+        turn_builder("c1", 2, event_id=first.event_id),
+        turn_builder("c1", 3, event_id=second.event_id),
+        turn_builder("c1", 4, event_id=second.event_id),
+        # Another tenant's turn that names the same event id must survive.
+        turn_builder("c1", 1, tenant="bob", event_id=first.event_id),
+    )
+
+    store.delete_events("bob", [second.event_id])  # another tenant: nothing of ours goes
+    assert [t.turn_id for t in store.conversation_turns("default", "c1")] == ["D1:1", "D1:2", "D1:3", "D1:4"]
+    store.delete_events("default", [first.event_id])
+
+    assert [e.event_id for e in store.conversation_events("default", "c1")] == [second.event_id]
+    assert [t.turn_id for t in store.conversation_turns("default", "c1")] == ["D1:3", "D1:4"]
+    assert [t.event_id for t in store.conversation_turns("bob", "c1")] == [first.event_id]
+    store.delete_events("default", [])
+    assert store.count("default") == 1
+
+
+def test_conversation_and_tenant_deletes_remove_turns(
+    put: Put, put_turns: Put, open_store: Opener, event_builder: EventBuilder, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    put(store, event_builder("c1", 1), event_builder("c2", 1))
+    put_turns(
+        store, turn_builder("c1", 1), turn_builder("c1", 2), turn_builder("c2", 1), turn_builder("c1", 1, tenant="bob")
+    )
+
+    store.delete_conversation("default", "c1")
+    assert store.conversation_turns("default", "c1") == []
+    assert store.count("default", "c1") == 0
+    assert [t.turn_id for t in store.conversation_turns("default", "c2")] == ["D1:1"]
+    assert store.search_turns("default", "c1", turn_builder("c1", 1).embedding or [], limit=5) == []
+
+    store.delete_tenant("default")
+    assert store.conversation_turns("default", "c2") == []
+    assert [t.tenant for t in store.conversation_turns("bob", "c1")] == ["bob"]
+
+
+def test_turns_survive_close_and_reopen(
+    sparse_keywords: Sparse, put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    turns = [turn_builder("c1", i, keywords=["kayak"]) for i in range(1, 4)]
+    put_turns(store, *turns)
+    store.flush()
+    store.close()
+
+    reopened = open_store()
+    stored = reopened.conversation_turns("default", "c1")
+    assert [t.turn_id for t in stored] == ["D1:1", "D1:2", "D1:3"]
+    assert all(t.embedding is not None for t in stored)
+    assert reopened.search_turns("default", "c1", turns[1].embedding or [], limit=1)[0].turn.turn_id == "D1:2"
+    assert len(reopened.keyword_search_turns("default", "c1", sparse_keywords(["kayak"]), limit=5)) == 3
+    put_turns(reopened, turn_builder("c1", 7))
+    assert len(reopened.conversation_turns("default", "c1")) == 4
+    assert reopened.count("default") == 0
+
+
+def test_malformed_turn_batches_are_rejected_before_writing(
+    store_dim: int, put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    turn = turn_builder("c1", 1)
+    with pytest.raises(ValueError, match="2 turns but 1 sparse"):
+        store.upsert_turns([turn, turn_builder("c1", 2)], [SparseVector(indices=[1], values=[1.0])])
+    with pytest.raises(ValueError, match="turn D1:1 .* no embedding"):
+        put_turns(store, turn.model_copy(update={"embedding": None}))
+    with pytest.raises(ValueError, match="-d"):
+        put_turns(store, turn, turn_builder("c1", 2, dim=store_dim + 1))
+    store.upsert_turns([], [])
+    assert store.conversation_turns("default", "c1") == []
+
+
+def test_turn_payload_mapping(turn_builder: TurnBuilder, event_builder: EventBuilder) -> None:
+    turn = turn_builder("c1", 3, event_id="e-1")
+    payload = turn_to_payload(turn)
+    assert "embedding" not in payload
+    assert payload["kind"] == "turn" and event_to_payload(event_builder("c1", 1))["kind"] == "event"
+    assert payload["tenant"] == "default" and payload["conversation_id"] == "c1" and payload["event_id"] == "e-1"
+    assert isinstance(payload["timestamp"], str)
+    assert turn_from_payload(payload, turn.embedding) == turn

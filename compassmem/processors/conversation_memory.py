@@ -11,9 +11,9 @@ from collections import Counter
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import Cluster, Event, Relation, Turn
+from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn
 from compassmem.processors.clustering import ClusterState, Reclusterer
-from compassmem.processors.event_frames import build_event, merge_into, segment_texts
+from compassmem.processors.event_frames import build_event, indexed_turns, merge_into, segment_texts
 from compassmem.processors.merging import EventMerger, MergeDecision, nearest_events
 from compassmem.processors.relation_ledger import RelationLedger
 from compassmem.processors.relations import KeywordStats, RelationExtractor
@@ -24,6 +24,8 @@ class MemoryUpdate(BaseModel):
     """What one step changed: records to upsert (latest versions) and what happened, for metrics."""
 
     events: list[Event] = Field(default_factory=list)
+    # The turns of closed segments, now that their event is known (each turn is reported exactly once).
+    turns: list[IndexedTurn] = Field(default_factory=list)
     relations: list[Relation] = Field(default_factory=list)
     clusters: list[Cluster] = Field(default_factory=list)
     segments_closed: int = 0
@@ -33,6 +35,7 @@ class MemoryUpdate(BaseModel):
 
     def extend(self, other: MemoryUpdate) -> None:
         self.events.extend(other.events)
+        self.turns.extend(other.turns)
         self.relations.extend(other.relations)
         self.clusters.extend(other.clusters)
         self.segments_closed += other.segments_closed
@@ -106,6 +109,7 @@ class ConversationMemory:
         update.rejected_relations = len(ledger_result.rejected)
         self.stats.rejected_relations += len(ledger_result.rejected)
         update.events.append(event)
+        update.turns.extend(indexed_turns(segment, event.event_id))
         if self._reclusterer.observe(self.clusters, event.event_id):
             update.extend(self._recluster())
         return update

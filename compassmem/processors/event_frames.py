@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 
 from compassmem.processors.vectors import unit
-from compassmem.models import Event, Observation, TemporalInfo, TimeAnchor, event_id_for
+from compassmem.models import Event, IndexedTurn, Observation, TemporalInfo, TimeAnchor, event_id_for
 from compassmem.processors.segmentation import Segment, SegmentTurn
 from compassmem.processors.text_features import (
     action_phrases,
@@ -15,7 +15,7 @@ from compassmem.processors.text_features import (
     first_sentence,
     keyword_stems,
 )
-from compassmem.processors.time_resolution import resolve_time_expressions
+from compassmem.processors.time_resolution import has_time_expression, resolve_time_expressions
 
 MAX_KEYWORDS = 24
 SUMMARY_WORDS = 60
@@ -108,3 +108,21 @@ def merge_into(event: Event, segment: Segment) -> Event:
             "merged_from": event.merged_from + [segment_event_id(segment)],
         }
     )
+
+
+def indexed_turns(segment: Segment, event_id: str) -> list[IndexedTurn]:
+    return [
+        IndexedTurn(
+            tenant=t.turn.tenant,
+            conversation_id=t.turn.conversation_id,
+            turn_id=t.turn.turn_id,
+            event_id=event_id,
+            speaker=t.turn.speaker,
+            text=t.turn.indexed_text(),
+            timestamp=t.turn.timestamp,
+            session_id=t.turn.session_id,
+            has_time_expression=has_time_expression(t.turn.text),
+            embedding=t.embedding,
+        )
+        for t in segment.turns
+    ]

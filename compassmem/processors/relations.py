@@ -62,6 +62,8 @@ class Cue(BaseModel):
 
 # Each pattern captures (1) the text before the cue and (2) the text after it.
 CUES: list[Cue] = [
+    # "Because X, Y": the cause is X, up to the comma.
+    Cue(type=RelationType.CAUSAL, pattern=r"^\W*because(?: of)?\b([^,]+),(.+)", antecedent_group=1, strength=0.85),
     Cue(type=RelationType.CAUSAL, pattern=r"(.*)\bbecause(?: of)?\b(.+)", antecedent_group=2, strength=0.85),
     Cue(type=RelationType.CAUSAL, pattern=r"(.*)\b(?:due to|thanks to|as a result of)\b(.+)", antecedent_group=2, strength=0.8),
     # "since" is mostly temporal in conversation ("since we last talked"); only ", since <clause>" is causal.

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from compassmem.models import Cluster, Event, Relation
+from compassmem.models import Cluster, Event, IndexedTurn, Relation, turn_point_id
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import SparseVector, VectorStore
 
 
+Record = Event | IndexedTurn | Relation | Cluster
+
+
 class Sink(ABC):
     @abstractmethod
-    def add(self, record: Event | Relation | Cluster) -> None: ...
+    def add(self, record: Record) -> None: ...
 
     @abstractmethod
     def flush(self) -> None:
@@ -28,23 +31,31 @@ def event_keyword_vector(event: Event) -> SparseVector:
 
 
 class VectorSink(Sink):
-    """Events into the vector store (dense embedding + sparse keywords + payload)."""
+    """Events and turns into the vector store (dense embedding + sparse keywords + payload)."""
 
     def __init__(self, store: VectorStore) -> None:
         self._store = store
         self._events: dict[str, Event] = {}
+        self._turns: dict[str, IndexedTurn] = {}
 
-    def add(self, record: Event | Relation | Cluster) -> None:
+    def add(self, record: Record) -> None:
         if isinstance(record, Event):
             self._events[record.event_id] = record
+        elif isinstance(record, IndexedTurn):
+            self._turns[turn_point_id(record.tenant, record.conversation_id, record.turn_id)] = record
 
     def flush(self) -> None:
-        if not self._events:
+        if not self._events and not self._turns:
             return
-        events = list(self._events.values())
-        self._store.upsert_events(events, [event_keyword_vector(e) for e in events])
+        if self._events:
+            events = list(self._events.values())
+            self._store.upsert_events(events, [event_keyword_vector(e) for e in events])
+        if self._turns:
+            turns = list(self._turns.values())
+            self._store.upsert_turns(turns, [sparse_keyword_vector(keyword_stems(t.text)) for t in turns])
         self._store.flush()
         self._events.clear()
+        self._turns.clear()
 
 
 class GraphSink(Sink):
@@ -56,12 +67,12 @@ class GraphSink(Sink):
         self._relations: dict[str, Relation] = {}
         self._clusters: dict[str, Cluster] = {}
 
-    def add(self, record: Event | Relation | Cluster) -> None:
+    def add(self, record: Record) -> None:
         if isinstance(record, Event):
             self._events[record.event_id] = record
         elif isinstance(record, Relation):
             self._relations[record.relation_id] = record
-        else:
+        elif isinstance(record, Cluster):
             self._clusters[record.cluster_id] = record
 
     def flush(self) -> None:

@@ -1,25 +1,52 @@
-"""How an Event is laid out as a Qdrant point; both vector backends use this one mapping.
+"""How events and turns are laid out as Qdrant points, and the store logic both vector backends share.
 
-The payload is the event without its embedding (datetimes and dates as ISO strings), plus a few derived,
-filterable fields. Tenant and conversation_id stay top-level keyword fields: every query filters on them.
+Events and turns are points of one collection, told apart by the payload field ``kind``. Both carry the dense
+embedding under one name; their keywords go to separate sparse vectors (``keywords`` for events,
+``turn_keywords`` for turns), so the IDF modifier weighs a term by its rarity among events for event search and
+among turns for turn search. A point carries only its own sparse vector.
+
+The payload is the record without its embedding (datetimes and dates as ISO strings), plus ``kind`` and, for
+events, a few derived filterable fields. Tenant and conversation_id stay top-level keyword fields: every query
+filters on them. A turn's payload keeps its ``event_id``, so deleting an event can delete its turns by filter.
+
+``PointStore`` implements the whole ``VectorStore`` interface on this layout, in terms of five engine primitives
+(upsert, scroll, query, delete, count) taking backend-neutral ``PointData`` and ``Scope`` values; each backend
+only translates those into its engine's types.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from abc import abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from compassmem.models import Event
-from compassmem.sinks.vector_store import SparseVector
+import structlog
+
+from compassmem.models import Event, IndexedTurn, turn_point_id
+from compassmem.sinks.vector_store import ScoredEvent, ScoredTurn, SparseVector, VectorStore
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "keywords"
+TURN_SPARSE_VECTOR = "turn_keywords"
+SPARSE_VECTORS = (SPARSE_VECTOR, TURN_SPARSE_VECTOR)
+
 TENANT_FIELD = "tenant"
 CONVERSATION_FIELD = "conversation_id"
+KIND_FIELD = "kind"
+EVENT_ID_FIELD = "event_id"
+EVENT_KIND = "event"
+TURN_KIND = "turn"
+# Keyword payload indexes besides the tenant one (which the backends create with is_tenant=True).
+KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD)
 
-# Derived from the event for filtering (e.g. "which event holds turn D3:5", time ranges); dropped on the way back.
-DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts")
+# Added to the event for filtering (e.g. "which event holds turn D3:5", time ranges); dropped on the way back.
+DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts", KIND_FIELD)
+
+log = structlog.get_logger(__name__)
+
+_SCROLL_PAGE = 256
 
 _POINT_NAMESPACE = uuid.UUID("3f0c2a9e-6a53-4d0f-9a51-6c1d3b1f7e42")
 
@@ -41,6 +68,7 @@ def event_to_payload(event: Event) -> dict[str, Any]:
     payload["session_ids"] = event.session_ids
     payload["start_ts"] = event.temporal_info.start.timestamp()
     payload["end_ts"] = event.temporal_info.end.timestamp()
+    payload[KIND_FIELD] = EVENT_KIND
     return payload
 
 
@@ -48,6 +76,18 @@ def event_from_payload(payload: dict[str, Any], embedding: list[float] | None = 
     fields = {key: value for key, value in payload.items() if key not in DERIVED_FIELDS}
     fields["embedding"] = embedding
     return Event.model_validate(fields)
+
+
+def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
+    payload = turn.model_dump(mode="json", exclude={"embedding"})
+    payload[KIND_FIELD] = TURN_KIND
+    return payload
+
+
+def turn_from_payload(payload: dict[str, Any], embedding: list[float] | None = None) -> IndexedTurn:
+    fields = {key: value for key, value in payload.items() if key != KIND_FIELD}
+    fields["embedding"] = embedding
+    return IndexedTurn.model_validate(fields)
 
 
 def dense_of(vector: Any) -> list[float] | None:
@@ -58,20 +98,120 @@ def dense_of(vector: Any) -> list[float] | None:
     return None
 
 
-def check_upsert_batch(events: Sequence[Event], sparse: Sequence[SparseVector], dim: int) -> None:
-    """Reject a malformed batch before any of it is written, with a message naming the event."""
-    if len(events) != len(sparse):
-        raise ValueError(f"got {len(events)} events but {len(sparse)} sparse vectors; they pair up by position")
-    for event in events:
-        if event.embedding is None:
-            raise ValueError(f"event {event.event_id} has no embedding; embed it before storing it")
-        if len(event.embedding) != dim:
-            raise ValueError(
-                f"event {event.event_id} has a {len(event.embedding)}-d embedding; the store holds {dim}-d vectors"
-            )
+def event_from_point(payload: dict[str, Any] | None, vector: Any) -> Event:
+    return event_from_payload(_required(payload), dense_of(vector))
+
+
+def turn_from_point(payload: dict[str, Any] | None, vector: Any) -> IndexedTurn:
+    return turn_from_payload(_required(payload), dense_of(vector))
+
+
+def _required(payload: dict[str, Any] | None) -> dict[str, Any]:
+    if payload is None:
+        raise RuntimeError("the vector store returned a point without its payload")
+    return payload
+
+
+@dataclass(frozen=True)
+class PointData:
+    """One point to upsert, before a backend turns it into its engine's point type."""
+
+    id: str
+    dense: list[float]
+    sparse_name: str
+    sparse: SparseVector
+    payload: dict[str, Any]
+
+
+def _check_batch(
+    noun: str,
+    labels: Sequence[str],
+    embeddings: Sequence[list[float] | None],
+    sparse: Sequence[SparseVector],
+    dim: int,
+) -> None:
+    """Reject a malformed batch before any of it is written, with a message naming the record."""
+    if len(labels) != len(sparse):
+        raise ValueError(f"got {len(labels)} {noun}s but {len(sparse)} sparse vectors; they pair up by position")
+    for label, embedding in zip(labels, embeddings, strict=True):
+        if embedding is None:
+            raise ValueError(f"{label} has no embedding; embed it before storing it")
+        if len(embedding) != dim:
+            raise ValueError(f"{label} has a {len(embedding)}-d embedding; the store holds {dim}-d vectors")
     for vector in sparse:
         if len(vector.indices) != len(vector.values):
             raise ValueError("a sparse vector needs as many values as indices")
+
+
+def check_upsert_batch(events: Sequence[Event], sparse: Sequence[SparseVector], dim: int) -> None:
+    _check_batch("event", [f"event {e.event_id}" for e in events], [e.embedding for e in events], sparse, dim)
+
+
+def check_turn_batch(turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector], dim: int) -> None:
+    labels = [f"turn {t.turn_id} of {t.tenant}/{t.conversation_id}" for t in turns]
+    _check_batch("turn", labels, [t.embedding for t in turns], sparse, dim)
+
+
+def check_query_vector(vector: Sequence[float], dim: int) -> None:
+    if len(vector) != dim:
+        raise ValueError(f"query vector has {len(vector)} dimensions; the store holds {dim}-d vectors")
+
+
+def event_points(events: Sequence[Event], sparse: Sequence[SparseVector], dim: int) -> list[PointData]:
+    check_upsert_batch(events, sparse, dim)
+    return [
+        PointData(point_id(e.event_id), list(e.embedding or []), SPARSE_VECTOR, keywords, event_to_payload(e))
+        for e, keywords in zip(events, sparse, strict=True)
+    ]
+
+
+def turn_points(turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector], dim: int) -> list[PointData]:
+    check_turn_batch(turns, sparse, dim)
+    return [
+        PointData(
+            turn_point_id(t.tenant, t.conversation_id, t.turn_id),
+            list(t.embedding or []),
+            TURN_SPARSE_VECTOR,
+            keywords,
+            turn_to_payload(t),
+        )
+        for t, keywords in zip(turns, sparse, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which points an operation touches, independent of the engines' filter classes.
+
+    Every ``match`` entry must hold (a tuple value matches any of its items); with ``point_ids``, only those
+    points; with ``any_of``, at least one of those scopes must hold as well.
+    """
+
+    match: Mapping[str, str | tuple[str, ...]]
+    point_ids: tuple[str, ...] | None = None
+    any_of: tuple[Scope, ...] = ()
+
+
+def scope(tenant: str, conversation_id: str | None = None, kind: str | None = None) -> Scope:
+    """A tenant's points, optionally only one conversation's and only one kind."""
+    match = {TENANT_FIELD: tenant}
+    if conversation_id is not None:
+        match[CONVERSATION_FIELD] = conversation_id
+    if kind is not None:
+        match[KIND_FIELD] = kind
+    return Scope(match)
+
+
+def events_by_id(tenant: str, event_ids: Sequence[str]) -> Scope:
+    # Tenant-filtered, never by bare id, so one tenant can never read or delete another tenant's points.
+    ids = tuple(sorted({point_id(event_id) for event_id in event_ids}))
+    return Scope({TENANT_FIELD: tenant, KIND_FIELD: EVENT_KIND}, point_ids=ids)
+
+
+def events_and_their_turns(tenant: str, event_ids: Sequence[str]) -> Scope:
+    """The events (by point id) and the turn points whose ``event_id`` is one of them, all of one tenant."""
+    turns = Scope({KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
+    return Scope({TENANT_FIELD: tenant}, any_of=(events_by_id(tenant, event_ids), turns))
 
 
 def in_requested_order(events: Sequence[Event], event_ids: Sequence[str]) -> list[Event]:
@@ -88,3 +228,130 @@ def in_requested_order(events: Sequence[Event], event_ids: Sequence[str]) -> lis
 
 def in_time_order(events: Sequence[Event]) -> list[Event]:
     return sorted(events, key=lambda e: (e.temporal_info.start, e.temporal_info.end, e.event_id))
+
+
+def in_turn_order(turns: Sequence[IndexedTurn]) -> list[IndexedTurn]:
+    return sorted(turns, key=lambda t: (t.timestamp, t.turn_id))
+
+
+Payload = dict[str, Any] | None
+
+
+class PointStore(VectorStore):
+    """The ``VectorStore`` methods on the point layout above; a backend supplies the engine primitives.
+
+    Returned embeddings are unit-normalised: Qdrant stores cosine vectors normalised.
+    """
+
+    dim: int
+
+    # --- engine primitives -----------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _upsert(self, points: Sequence[PointData]) -> None:
+        """Write a non-empty batch of points (same id = replace), durably enough for ``flush``."""
+
+    @abstractmethod
+    def _scroll_page(self, where: Scope, offset: Any, limit: int) -> tuple[list[tuple[Payload, Any]], Any]:
+        """(payload, vectors with at least the dense one) of up to ``limit`` points in scope from ``offset`` on
+        (None: from the start), and the offset of the next page (None: no more)."""
+
+    @abstractmethod
+    def _query(
+        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int
+    ) -> list[tuple[Payload, Any, float]]:
+        """(payload, vectors, score) of the best ``limit`` (> 0) points in scope by vector ``using``, best first.
+
+        ``query`` is never an empty sparse vector."""
+
+    @abstractmethod
+    def _delete(self, where: Scope) -> None: ...
+
+    @abstractmethod
+    def _count(self, where: Scope) -> int: ...
+
+    # --- events ----------------------------------------------------------------------------------------------
+
+    def upsert_events(self, events: Sequence[Event], sparse: Sequence[SparseVector]) -> None:
+        self._upsert_nonempty(event_points(events, sparse, self.dim))
+
+    def get_events(self, tenant: str, event_ids: Sequence[str]) -> list[Event]:
+        if not event_ids:
+            return []
+        found = [event_from_point(*record) for record in self._scroll(events_by_id(tenant, event_ids))]
+        return in_requested_order(found, event_ids)
+
+    def conversation_events(self, tenant: str, conversation_id: str) -> list[Event]:
+        records = self._scroll(scope(tenant, conversation_id, EVENT_KIND))
+        return in_time_order([event_from_point(*record) for record in records])
+
+    def search(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
+        hits = self._nearest(scope(tenant, conversation_id, EVENT_KIND), vector, DENSE_VECTOR, limit)
+        return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
+
+    def keyword_search(self, tenant: str, conversation_id: str, query: SparseVector, limit: int) -> list[ScoredEvent]:
+        hits = self._nearest(scope(tenant, conversation_id, EVENT_KIND), query, SPARSE_VECTOR, limit)
+        return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
+
+    # --- turns -----------------------------------------------------------------------------------------------
+
+    def upsert_turns(self, turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector]) -> None:
+        self._upsert_nonempty(turn_points(turns, sparse, self.dim))
+
+    def conversation_turns(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:
+        records = self._scroll(scope(tenant, conversation_id, TURN_KIND))
+        return in_turn_order([turn_from_point(*record) for record in records])
+
+    def search_turns(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
+        hits = self._nearest(scope(tenant, conversation_id, TURN_KIND), vector, DENSE_VECTOR, limit)
+        return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
+
+    def keyword_search_turns(
+        self, tenant: str, conversation_id: str, query: SparseVector, limit: int
+    ) -> list[ScoredTurn]:
+        hits = self._nearest(scope(tenant, conversation_id, TURN_KIND), query, TURN_SPARSE_VECTOR, limit)
+        return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
+
+    # --- deletes and counts ----------------------------------------------------------------------------------
+
+    def delete_events(self, tenant: str, event_ids: Sequence[str]) -> None:
+        if event_ids:
+            # One filtered delete, so an event never outlives its turns or the other way round.
+            self._delete(events_and_their_turns(tenant, event_ids))
+
+    def delete_conversation(self, tenant: str, conversation_id: str) -> None:
+        self._delete(scope(tenant, conversation_id))
+        log.info("vector_store.conversation_deleted", tenant=tenant, conversation_id=conversation_id)
+
+    def delete_tenant(self, tenant: str) -> None:
+        self._delete(scope(tenant))
+        log.info("vector_store.tenant_deleted", tenant=tenant)
+
+    def count(self, tenant: str, conversation_id: str | None = None) -> int:
+        return self._count(scope(tenant, conversation_id, EVENT_KIND))
+
+    def _upsert_nonempty(self, points: list[PointData]) -> None:
+        if points:
+            self._upsert(points)
+
+    def _nearest(
+        self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int
+    ) -> list[tuple[Payload, Any, float]]:
+        engine_query: list[float] | SparseVector
+        if isinstance(query, SparseVector):
+            if not query.indices:
+                return []
+            engine_query = query
+        else:
+            check_query_vector(query, self.dim)
+            engine_query = [float(x) for x in query]
+        return self._query(engine_query, using, where, limit) if limit > 0 else []
+
+    def _scroll(self, where: Scope) -> list[tuple[Payload, Any]]:
+        found: list[tuple[Payload, Any]] = []
+        offset: Any = None
+        while True:
+            page, offset = self._scroll_page(where, offset, _SCROLL_PAGE)
+            found.extend(page)
+            if offset is None:
+                return found

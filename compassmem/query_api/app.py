@@ -1,0 +1,283 @@
+"""The HTTP query API (DESIGN.md section 6): one FastAPI app over injected services.
+
+The same app serves both topologies: inside ``compassmem dev`` it shares the worker's store objects, and in
+``compassmem api`` it runs alone against a Qdrant server and an external FalkorDB (see ``server.py``).
+Everything it reads is scoped by tenant and conversation, so no answer can carry another tenant's events.
+Endpoints are plain ``def``: FastAPI runs them on its thread pool, which the CPU-bound engine needs anyway.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import structlog
+from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from pydantic import AfterValidator, Discriminator, Field, Tag
+
+from compassmem import __version__
+from compassmem.config import Settings
+from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Turn, check_id
+from compassmem.query_api.api_models import (
+    ConversationGraph,
+    DeleteResult,
+    ErrorResponse,
+    EventOut,
+    FieldError,
+    GraphCounts,
+    GraphEdge,
+    GraphNode,
+    Health,
+    TurnsAccepted,
+    ValidationErrorResponse,
+)
+from compassmem.query_api.conversation_view import ViewCache
+from compassmem.query_api.engine import QueryEngine
+from compassmem.query_api.schemas import QueryRequest, QueryResponse
+from compassmem.query_api.turn_publisher import ControlPublisher, ForgetCommand, PublishError, TurnPublisher
+from compassmem.sinks.factory import Stores
+
+log = structlog.get_logger(__name__)
+
+MAX_TURNS_PER_REQUEST = 1000
+# Names of the two shapes POST /v1/turns accepts; pydantic puts them in error locations, the handler drops them.
+_ONE_TURN, _TURN_LIST = "one turn", "list of turns"
+
+
+@dataclass
+class ApiServices:
+    """What the app needs; built by ``server.build_services`` or by ``compassmem dev`` with its own objects."""
+
+    engine: QueryEngine
+    stores: Stores
+    views: ViewCache
+    settings: Settings
+    turn_publisher: TurnPublisher | None = None
+    control_publisher: ControlPublisher | None = None
+
+
+def _shape(value: Any) -> str:
+    return _TURN_LIST if isinstance(value, list) else _ONE_TURN
+
+
+TurnsBody = Annotated[
+    Annotated[Turn, Tag(_ONE_TURN)]
+    | Annotated[list[Turn], Tag(_TURN_LIST), Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)],
+    Discriminator(_shape),
+]
+ConversationId = Annotated[str, Path(description="The conversation (1-128 printable characters, no '/')."),
+                           AfterValidator(check_id)]
+EventId = Annotated[str, Path(description="An event id, as returned in evidence."), AfterValidator(check_id)]
+TenantParam = Annotated[str, Query(pattern=TENANT_PATTERN, description="The tenant that owns the data.")]
+
+_AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "The tenant requires an API key and none was sent."},
+    403: {"model": ErrorResponse, "description": "The API key is not the tenant's."},
+}
+_INVALID: dict[int | str, dict[str, Any]] = {
+    422: {"model": ValidationErrorResponse, "description": "A field or parameter breaks a rule; each entry "
+                                                           "names the field and the rule."},
+}
+_NOT_FOUND = {404: {"model": ErrorResponse, "description": "No memory for that tenant and conversation."}}
+_UNAVAILABLE = {503: {"model": ErrorResponse, "description": "The topic is not configured or did not acknowledge."}}
+
+
+def field_errors(errors: Sequence[Any]) -> list[FieldError]:
+    """Pydantic's error list as 'field + rule' entries a person can act on."""
+    found = []
+    for error in errors:
+        loc = list(error.get("loc", ()))
+        if loc and loc[0] in {"body", "query", "path", "header"}:
+            loc = loc[1:]
+        if loc and loc[0] in {_ONE_TURN, _TURN_LIST}:
+            loc = loc[1:]
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "body"
+        found.append(FieldError(field=field, message=_rule(error)))
+    return found
+
+
+def _rule(error: Any) -> str:
+    kind = error.get("type")
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a known field"
+    if kind == "json_invalid":
+        return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
+    message = str(error.get("msg", "is invalid"))
+    return message.removeprefix("Value error, ")
+
+
+def create_app(services: ApiServices) -> FastAPI:
+    app = FastAPI(
+        title="compassmem query API",
+        version=__version__,
+        description="Event-graph long-term memory for LLM agents: ask a question about a conversation and get "
+                    "the chain of events that answers it, pointing to the exact source turns.",
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        body = ValidationErrorResponse(detail=field_errors(exc.errors()))
+        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_ENTITY, content=body.model_dump())
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("api.unhandled_error", path=request.url.path)
+        return JSONResponse(status_code=500, content={"detail": f"internal error ({type(exc).__name__}); "
+                                                               "see the server log"})
+
+    def authorize(request: Request, tenant: str) -> None:
+        expected = services.settings.api_keys.get(tenant)
+        if expected is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"},
+                                detail=f"tenant {tenant!r} requires an API key: send 'Authorization: Bearer <key>'")
+        if not hmac.compare_digest(key.strip().encode(), expected.get_secret_value().encode()):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"the API key is not valid for tenant {tenant!r}")
+
+    def authorized_tenant(request: Request, tenant: TenantParam = DEFAULT_TENANT) -> str:
+        authorize(request, tenant)
+        return tenant
+
+    Tenant = Annotated[str, Depends(authorized_tenant)]
+
+    @app.post("/v1/query", response_model=QueryResponse, tags=["query"],
+              summary="Answer a question from a conversation's memory",
+              description="Decomposes the question into subgoals, seeds each from hybrid search, walks the event "
+                          "graph and returns ranked evidence events with their source turns, the relation path "
+                          "that reached them and their resolved time anchors; plus an answer when an LLM "
+                          "endpoint is configured (null otherwise, or when it fails).",
+              responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID})
+    def query(body: QueryRequest, request: Request) -> QueryResponse:
+        authorize(request, body.tenant)
+        if services.views.get(body.tenant, body.conversation_id).empty:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(body.tenant, body.conversation_id))
+        response = services.engine.query(body)
+        log.debug("api.query", tenant=body.tenant, conversation_id=body.conversation_id,
+                  turns=len(response.turn_ids), ms=response.timings_ms.get("total"))
+        return response
+
+    @app.post("/v1/turns", response_model=TurnsAccepted, status_code=status.HTTP_202_ACCEPTED, tags=["ingest"],
+              summary="Append turns to the turns topic",
+              description="One turn or a list (at most 1000), in the message schema the importer and Kafka "
+                          "producers use. Each is validated, then produced keyed by tenant/conversation_id; 202 "
+                          "means the broker acknowledged them. They become queryable once the worker has "
+                          "processed them. A list is all or nothing at validation; a failed produce may have "
+                          "written some, and retrying is safe because every write downstream is idempotent.",
+              responses={**_UNAVAILABLE, **_AUTH_ERRORS, **_INVALID})
+    def post_turns(turns: Annotated[TurnsBody, Body()], request: Request) -> TurnsAccepted:
+        batch = [turns] if isinstance(turns, Turn) else turns
+        for tenant in sorted({t.tenant for t in batch}):
+            authorize(request, tenant)
+        if services.turn_publisher is None:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                detail="this API process has no turns topic to produce to "
+                                       "(set COMPASSMEM_KAFKA_BOOTSTRAP, or run compassmem dev)")
+        try:
+            services.turn_publisher.publish_turns(batch)
+        except PublishError as error:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                detail=f"the turns were not acknowledged, retry later: {error}") from error
+        return TurnsAccepted(accepted=len(batch))
+
+    @app.get("/v1/events/{event_id}", response_model=EventOut, tags=["memory"], summary="One event",
+             description="An event of the tenant, with its source turns (observations) and time anchors.",
+             responses={404: {"model": ErrorResponse, "description": "The tenant has no such event."},
+                        **_AUTH_ERRORS, **_INVALID})
+    def get_event(event_id: EventId, tenant: Tenant) -> EventOut:
+        found = services.stores.vectors.get_events(tenant, [event_id])
+        if not found:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r} for tenant {tenant!r}")
+        return EventOut.of(found[0])
+
+    @app.get("/v1/conversations/{conversation_id}/graph", response_model=ConversationGraph, tags=["memory"],
+             summary="A conversation's event graph, for display",
+             description="Event and cluster (topic) nodes, and every relation edge including superseded ones, "
+                         "which are marked and kept as history.",
+             responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID})
+    def get_graph(conversation_id: ConversationId, tenant: Tenant) -> ConversationGraph:
+        graph = services.stores.graph.conversation_graph(tenant, conversation_id)
+        if graph.number_of_nodes() == 0:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(tenant, conversation_id))
+        nodes = [GraphNode.of(node_id, data) for node_id, data in graph.nodes(data=True)]
+        edges = [
+            GraphEdge(id=key, source=source, target=target, type=str(data["type"]), subtype=data.get("subtype"),
+                      confidence=data["confidence"], evidence=data.get("evidence", ""),
+                      created_at=data["created_at"], superseded=bool(data.get("superseded_by")),
+                      superseded_by=data.get("superseded_by"))
+            for source, target, key, data in graph.edges(keys=True, data=True)
+        ]
+        counts = GraphCounts(
+            events=sum(1 for n in nodes if n.kind == "event" and not n.stub),
+            stubs=sum(1 for n in nodes if n.stub),
+            clusters=sum(1 for n in nodes if n.kind == "cluster"),
+            relations=len(edges),
+            superseded_relations=sum(1 for e in edges if e.superseded),
+        )
+        return ConversationGraph(tenant=tenant, conversation_id=conversation_id, nodes=nodes, edges=edges,
+                                 counts=counts)
+
+    @app.delete("/v1/conversations/{conversation_id}", response_model=DeleteResult, tags=["memory"],
+                summary="Forget a conversation",
+                description="Records a forget command on the control topic when one is configured (so a replay "
+                            "of the turns topic does not bring the conversation back), then deletes the "
+                            "conversation from both stores. Deleting a conversation that has no memory is not "
+                            "an error.",
+                responses={**_UNAVAILABLE, **_AUTH_ERRORS, **_INVALID})
+    def delete_conversation(conversation_id: ConversationId, tenant: Tenant) -> DeleteResult:
+        published = False
+        if services.control_publisher is not None:
+            try:
+                services.control_publisher.publish_forget(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
+            except PublishError as error:
+                # Deleting without the log entry would let a replay resurrect the conversation.
+                raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                    detail=f"the forget command was not acknowledged, nothing deleted: {error}") \
+                    from error
+            published = True
+        events = services.stores.vectors.count(tenant, conversation_id)
+        services.stores.vectors.delete_conversation(tenant, conversation_id)
+        services.stores.graph.delete_conversation(tenant, conversation_id)
+        services.views.invalidate(tenant, conversation_id)
+        log.info("api.conversation_deleted", tenant=tenant, conversation_id=conversation_id, events=events,
+                 forget_published=published)
+        return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
+                            forget_published=published)
+
+    @app.get("/healthz", response_model=Health, tags=["operations"], summary="Do the stores answer?",
+             responses={503: {"model": Health, "description": "A store did not answer."}})
+    def healthz() -> JSONResponse:
+        checks = {"vectors": _check(lambda: services.stores.vectors.count(DEFAULT_TENANT)),
+                  "graph": _check(lambda: services.stores.graph.relations(DEFAULT_TENANT, "healthz"))}
+        healthy = all(v == "ok" for v in checks.values())
+        body = Health(status="ok" if healthy else "unavailable", checks=checks)
+        return JSONResponse(status_code=200 if healthy else 503, content=body.model_dump())
+
+    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics", response_class=Response,
+             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."}})
+    def metrics() -> Response:
+        return Response(content=generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _no_memory(tenant: str, conversation_id: str) -> str:
+    return f"no memory for conversation {conversation_id!r} of tenant {tenant!r}"
+
+
+def _check(probe: Callable[[], object]) -> str:
+    try:
+        probe()
+    except Exception as error:  # noqa: BLE001 - any failure is the answer to "does the store answer?"
+        log.warning("api.health_check_failed", error=repr(error))
+        return f"{type(error).__name__}: {error}"
+    return "ok"

@@ -1,0 +1,57 @@
+"""Rule-based question analysis: what kind of answer is wanted, and which subgoals need evidence.
+
+The offline path of decomposition (an LLM may replace it when configured): conjunctions split a question
+into subgoals that each need their own evidence; cue words say whether time or causes are asked for.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from compassmem.processors.text_features import STOP_WORDS, entities, keyword_stems
+
+_TEMPORAL = re.compile(
+    r"^\s*when\b|\bwhat (?:year|month|date|day|time|week)\b|\bhow long\b|\bsince when\b|\bhow many "
+    r"(?:days|weeks|months|years|times)\b|\b(?:before|after|until|during)\b|\bhow old\b",
+    re.IGNORECASE,
+)
+_CAUSAL = re.compile(r"^\s*why\b|\bwhat (?:caused|made|led|motivated|inspired)\b|\breason\b|\bbecause\b", re.I)
+_SPLIT = re.compile(r"\s*(?:,\s*and\s+|\band\s+(?=(?:what|when|where|who|why|how|which|did|does|do|is|was)\b)|;\s*)",
+                    re.IGNORECASE)
+_QUESTION_WORDS = frozenset("what when where who whom whose why how which did does do is was were are has have".split())
+
+
+class Subgoal(BaseModel):
+    text: str
+    keywords: list[str]
+
+
+class QuestionAnalysis(BaseModel):
+    question: str
+    temporal: bool
+    causal: bool
+    entities: list[str] = Field(default_factory=list)
+    subgoals: list[Subgoal]
+
+
+def keyword_query(text: str) -> str:
+    """The content words of a question: what a rewrite searches for when the full question found too little."""
+    words = [w for w in re.findall(r"[A-Za-z][A-Za-z'\-]*|\d+", text) if w.lower() not in STOP_WORDS
+             and w.lower() not in _QUESTION_WORDS]
+    return " ".join(words)
+
+
+def analyse(question: str) -> QuestionAnalysis:
+    """The whole question is always the first subgoal; conjunct clauses add their own."""
+    parts = [p.strip(" ?,.") for p in _SPLIT.split(question) if p and len(keyword_stems(p)) >= 2]
+    texts = [question.strip()]
+    texts.extend(p for p in parts if p and p.lower() != question.strip(" ?").lower())
+    return QuestionAnalysis(
+        question=question,
+        temporal=bool(_TEMPORAL.search(question)),
+        causal=bool(_CAUSAL.search(question)),
+        entities=entities(question),
+        subgoals=[Subgoal(text=t, keywords=keyword_stems(t)) for t in dict.fromkeys(texts)],
+    )

@@ -1,0 +1,211 @@
+"""Answering a question from memory: subgoals, hybrid seeds, graph navigation, ranked evidence turns.
+
+The one code path behind ``POST /v1/query`` and the recall benchmark.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import structlog
+from pydantic import BaseModel, Field
+
+from compassmem.embedding import Embedder
+from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
+from compassmem.query_api.conversation_view import ConversationView, ViewCache
+from compassmem.query_api.decomposition import QuestionAnalysis, analyse, keyword_query
+from compassmem.query_api.navigation import NavigationConfig, Reached, walk
+from compassmem.query_api.schemas import EvidenceItem, QueryRequest, QueryResponse, TurnOut
+from compassmem.sinks.vector_store import VectorStore
+
+log = structlog.get_logger(__name__)
+
+
+class RankingConfig(BaseModel):
+    rrf_constant: int = Field(default=60, ge=1)
+    keyword_candidates: int = Field(default=100, ge=1)
+    seeds_per_subgoal: int = Field(default=5, ge=1)
+    # A turn's score mixes its own hybrid score with its event's score: context is evidence too.
+    turn_weight: float = Field(default=0.4, ge=0.0, le=1.0)
+    walk_weight: float = Field(default=0.3, ge=0.0)
+    # Temporal questions: turns that carry a time expression are where dates are said.
+    time_boost: float = Field(default=0.15, ge=0.0)
+    # A subgoal whose best event is weaker than this is rewritten to its content words and searched again.
+    unmet_threshold: float = Field(default=0.45, ge=0.0, le=1.0)
+
+
+class EngineConfig(BaseModel):
+    ranking: RankingConfig = Field(default_factory=RankingConfig)
+    navigation: NavigationConfig = Field(default_factory=NavigationConfig)
+
+
+def _rank_scores(scores: np.ndarray) -> np.ndarray:
+    """0-based rank of each entry by descending score."""
+    order = np.argsort(-scores, kind="stable")
+    ranks = np.empty(len(scores), dtype=np.int64)
+    ranks[order] = np.arange(len(scores))
+    return ranks
+
+
+def _normalised(values: np.ndarray) -> np.ndarray:
+    top = float(values.max()) if len(values) else 0.0
+    return values / top if top > 0 else values
+
+
+class SubgoalScores(BaseModel, arbitrary_types_allowed=True):
+    text: str
+    turns: np.ndarray
+    events: np.ndarray
+    best_similarity: float
+
+
+class QueryEngine:
+    def __init__(self, embedder: Embedder, vectors: VectorStore, views: ViewCache,
+                 config: EngineConfig | None = None,
+                 answerer: Callable[[str, list[EvidenceItem]], str | None] | None = None) -> None:
+        self.embedder = embedder
+        self.vectors = vectors
+        self.views = views
+        self.config = config or EngineConfig()
+        self.answerer = answerer
+
+    def query(self, request: QueryRequest) -> QueryResponse:
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        view = self.views.get(request.tenant, request.conversation_id)
+        timings["load"] = _elapsed(started)
+        if view.empty:
+            return QueryResponse(turn_ids=[], evidence=[], subgoals=[], timings_ms=timings)
+        analysis = analyse(request.question)
+        mark = time.perf_counter()
+        vectors = self.embedder.embed([s.text for s in analysis.subgoals])
+        timings["embed"] = _elapsed(mark)
+        mark = time.perf_counter()
+        scored = [self._score_subgoal(view, s.text, v) for s, v in zip(analysis.subgoals, vectors, strict=True)]
+        scored = self._retry_unmet(view, analysis, scored)
+        timings["search"] = _elapsed(mark)
+        mark = time.perf_counter()
+        event_scores, reached, best_subgoal = self._navigate(view, analysis, scored, vectors, request.max_hops)
+        timings["navigate"] = _elapsed(mark)
+        turn_ids, evidence = self._rank(view, analysis, scored, event_scores, reached, best_subgoal,
+                                        request.budget_turns)
+        answer = None
+        if self.answerer is not None:
+            mark = time.perf_counter()
+            answer = self.answerer(request.question, evidence)
+            timings["answer"] = _elapsed(mark)
+        timings["total"] = _elapsed(started)
+        return QueryResponse(turn_ids=turn_ids, evidence=evidence, subgoals=[s.text for s in analysis.subgoals],
+                             answer=answer, timings_ms=timings)
+
+    def _score_subgoal(self, view: ConversationView, text: str, vector: np.ndarray) -> SubgoalScores:
+        """Hybrid (dense + keyword, reciprocal-rank fused) scores of every turn and event for one subgoal."""
+        ranking = self.config.ranking
+        k = ranking.rrf_constant
+        dense_turns = view.turn_matrix @ vector
+        turn_rrf = 1.0 / (k + 1 + _rank_scores(dense_turns))
+        sparse = sparse_keyword_vector(keyword_stems(text))
+        for rank, hit in enumerate(self.vectors.keyword_search_turns(
+                view.tenant, view.conversation_id, sparse, ranking.keyword_candidates)):
+            row = view.turn_row.get(hit.turn.turn_id)
+            if row is not None:
+                turn_rrf[row] += 1.0 / (k + 1 + rank)
+        dense_events = view.event_matrix @ vector
+        event_rrf = 1.0 / (k + 1 + _rank_scores(dense_events))
+        for rank, event_hit in enumerate(self.vectors.keyword_search(
+                view.tenant, view.conversation_id, sparse, ranking.keyword_candidates)):
+            row = view.event_row.get(event_hit.event.event_id)
+            if row is not None:
+                event_rrf[row] += 1.0 / (k + 1 + rank)
+        turns = _normalised(turn_rrf)
+        best_turn_of_event = np.zeros(len(view.event_ids), dtype=np.float64)
+        valid = view.turn_event >= 0
+        np.maximum.at(best_turn_of_event, view.turn_event[valid], turns[valid])
+        events = 0.5 * _normalised(event_rrf) + 0.5 * best_turn_of_event
+        return SubgoalScores(text=text, turns=turns, events=events,
+                             best_similarity=float(dense_events.max()) if len(dense_events) else 0.0)
+
+    def _retry_unmet(self, view: ConversationView, analysis: QuestionAnalysis,
+                     scored: list[SubgoalScores]) -> list[SubgoalScores]:
+        """Rewrite a subgoal that found nothing strong to its content words, and search again."""
+        retried = list(scored)
+        for index, result in enumerate(scored):
+            if result.best_similarity >= self.config.ranking.unmet_threshold:
+                continue
+            rewrite = keyword_query(result.text)
+            if not rewrite or rewrite == result.text:
+                continue
+            vector = self.embedder.embed([rewrite])[0]
+            again = self._score_subgoal(view, rewrite, vector)
+            if again.best_similarity > result.best_similarity:
+                retried[index] = SubgoalScores(text=result.text, turns=np.maximum(result.turns, again.turns),
+                                               events=np.maximum(result.events, again.events),
+                                               best_similarity=again.best_similarity)
+        return retried
+
+    def _navigate(self, view: ConversationView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
+                  vectors: np.ndarray, max_hops: int) -> tuple[np.ndarray, dict[str, Reached], dict[str, str]]:
+        """Per subgoal: seed from the best events, walk the graph; event score = hybrid + walk bonus."""
+        ranking = self.config.ranking
+        event_scores = np.zeros(len(view.event_ids), dtype=np.float64)
+        reached_all: dict[str, Reached] = {}
+        best_subgoal: dict[str, str] = {}
+        for result, vector in zip(scored, vectors, strict=True):
+            seeds_rows = np.argsort(-result.events)[: ranking.seeds_per_subgoal]
+            seeds = {view.event_ids[row]: float(result.events[row]) for row in seeds_rows}
+            reached = walk(view, vector, seeds, max_hops, self.config.navigation, temporal=analysis.temporal)
+            walk_scores = np.zeros(len(view.event_ids), dtype=np.float64)
+            for event_id, hit in reached.items():
+                walk_scores[view.event_row[event_id]] = hit.score
+            combined = result.events + ranking.walk_weight * _normalised(walk_scores)
+            for event_id, hit in reached.items():
+                row = view.event_row[event_id]
+                if combined[row] > event_scores[row]:
+                    reached_all[event_id] = hit
+                    best_subgoal[event_id] = result.text
+            improved = combined > event_scores
+            for row in np.nonzero(improved)[0]:
+                best_subgoal.setdefault(view.event_ids[row], result.text)
+            event_scores = np.maximum(event_scores, combined)
+        return event_scores, reached_all, best_subgoal
+
+    def _rank(self, view: ConversationView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
+              event_scores: np.ndarray, reached: dict[str, Reached], best_subgoal: dict[str, str],
+              budget: int) -> tuple[list[str], list[EvidenceItem]]:
+        ranking = self.config.ranking
+        turn_scores = np.max(np.vstack([s.turns for s in scored]), axis=0)
+        event_part = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
+        final = ranking.turn_weight * turn_scores + (1 - ranking.turn_weight) * event_part
+        if analysis.temporal:
+            final = final + ranking.time_boost * view.has_time
+        order = np.argsort(-final, kind="stable")[:budget]
+        turn_ids = [view.turns[row].turn_id for row in order]
+        return turn_ids, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
+
+    def _evidence(self, view: ConversationView, order: np.ndarray, final: np.ndarray, event_scores: np.ndarray,
+                  reached: dict[str, Reached], best_subgoal: dict[str, str],
+                  analysis: QuestionAnalysis) -> list[EvidenceItem]:
+        grouped: dict[str, list[int]] = {}
+        for row in order:
+            grouped.setdefault(view.turns[row].event_id, []).append(int(row))
+        evidence = []
+        for event_id, rows in grouped.items():
+            event = view.events.get(event_id)
+            hit = reached.get(event_id)
+            evidence.append(EvidenceItem(
+                event_id=event_id,
+                score=round(float(event_scores[view.event_row[event_id]]) if event_id in view.event_row else 0.0, 4),
+                subgoal=best_subgoal.get(event_id, analysis.question),
+                turns=[TurnOut(turn_id=view.turns[r].turn_id, speaker=view.turns[r].speaker,
+                               text=view.turns[r].text, timestamp=view.turns[r].timestamp) for r in rows],
+                path=hit.path if hit is not None else [],
+                time_anchors=event.time_anchors if event is not None else [],
+                cluster_id=event.cluster_id if event is not None else None,
+            ))
+        return evidence
+
+
+def _elapsed(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)

@@ -1,0 +1,97 @@
+"""Subgoal-guided navigation of the event graph: a priority-queue walk from the seed events.
+
+A neighbour's priority mixes its semantic similarity to the subgoal (0.6) with the logical strength of the
+edge that reaches it (edge-type weight x confidence, 0.4), discounted per hop. The walk stops at the hop
+limit, at the node budget, or early once the subgoal has strong evidence and nothing better is queued.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from compassmem.models import RelationType
+from compassmem.query_api.conversation_view import ConversationView
+from compassmem.query_api.schemas import PathStep
+
+CLUSTER_HOP = "cluster"
+
+DEFAULT_TYPE_WEIGHTS: dict[str, float] = {
+    RelationType.CAUSAL.value: 1.0,
+    RelationType.MOTIVATIONAL.value: 0.9,
+    RelationType.CONDITIONAL.value: 0.9,
+    RelationType.PART_OF.value: 0.8,
+    RelationType.SAME_ENTITY.value: 0.7,
+    RelationType.TEMPORAL.value: 0.6,
+    RelationType.FOLLOW_UP.value: 0.5,
+    RelationType.SAME_PARTICIPANT.value: 0.3,
+    CLUSTER_HOP: 0.4,
+}
+
+
+class NavigationConfig(BaseModel):
+    semantic_weight: float = Field(default=0.6, ge=0.0, le=1.0)
+    hop_decay: float = Field(default=0.85, gt=0.0, le=1.0)
+    node_budget: int = Field(default=48, ge=1)
+    strong_evidence: float = Field(default=0.62, ge=0.0, le=1.0)
+    type_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TYPE_WEIGHTS))
+    # When the question asks about time, temporal edges are the logical ones to follow.
+    temporal_weight_when_asked: float = 0.9
+
+
+class Reached(BaseModel):
+    score: float
+    hops: int
+    path: list[PathStep]
+
+
+def walk(view: ConversationView, query: np.ndarray, seeds: dict[str, float], max_hops: int,
+         config: NavigationConfig, temporal: bool = False) -> dict[str, Reached]:
+    """Events reached from ``seeds`` (event id -> seed score in [0, 1]) with their best score and path."""
+    weights = dict(config.type_weights)
+    if temporal:
+        weights[RelationType.TEMPORAL.value] = config.temporal_weight_when_asked
+    similarity = view.event_matrix @ query if len(view.event_ids) else np.zeros(0)
+    reached: dict[str, Reached] = {}
+    heap: list[tuple[float, int, str, int, list[PathStep]]] = []
+    counter = 0
+    for event_id, score in seeds.items():
+        heapq.heappush(heap, (-score, counter, event_id, 0, []))
+        counter += 1
+    popped = 0
+    while heap and popped < config.node_budget:
+        negative, _, event_id, hops, path = heapq.heappop(heap)
+        if event_id in reached:
+            continue
+        score = -negative
+        reached[event_id] = Reached(score=score, hops=hops, path=path)
+        popped += 1
+        if hops >= max_hops:
+            continue
+        if score >= config.strong_evidence and hops > 0 and (not heap or -heap[0][0] < score):
+            break
+        for neighbour, step in _steps(view, event_id):
+            if neighbour in reached or neighbour not in view.event_row:
+                continue
+            semantic = float(similarity[view.event_row[neighbour]])
+            logical = weights.get(step.type, 0.3) * step.confidence
+            priority = (config.semantic_weight * semantic + (1 - config.semantic_weight) * logical)
+            priority *= config.hop_decay ** (hops + 1)
+            heapq.heappush(heap, (-priority, counter, neighbour, hops + 1, [*path, step]))
+            counter += 1
+    return reached
+
+
+def _steps(view: ConversationView, event_id: str) -> list[tuple[str, PathStep]]:
+    steps = []
+    for neighbour, data in view.neighbours(event_id):
+        steps.append((neighbour, PathStep(type=str(data.get("type")), subtype=data.get("subtype"),
+                                          source=str(data.get("source", event_id)),
+                                          target=str(data.get("target", neighbour)),
+                                          confidence=float(data.get("confidence", 0.5)))))
+    cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
+    for member in view.cluster_members(event_id):
+        steps.append((member, PathStep(type=CLUSTER_HOP, source=event_id, target=str(cluster_id), confidence=1.0)))
+    return steps
