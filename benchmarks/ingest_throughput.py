@@ -28,7 +28,7 @@ from compassmem.sinks.factory import open_stores
 def embedding_only(embedder: SentenceTransformerEmbedder, turns: list[Turn], batch: int) -> float:
     started = time.perf_counter()
     for index in range(0, len(turns), batch):
-        embedder.embed([t.indexed_text() for t in turns[index : index + batch]])
+        embedder.embed([t.search_text() for t in turns[index : index + batch]])
     return len(turns) / (time.perf_counter() - started)
 
 
@@ -58,7 +58,7 @@ def main() -> None:
     if args.limit:
         turns = turns[: args.limit]
     embedder = SentenceTransformerEmbedder()
-    embedder.embed([t.indexed_text() for t in turns[:64]])  # warm-up: first call pays for lazy initialisation
+    embedder.embed([t.search_text() for t in turns[:64]])  # warm-up: first call pays for lazy initialisation
     rates: dict[str, list[float]] = {"embedding only": [], "pipeline, no stores": [], "pipeline + both stores": []}
     for round_number in range(args.rounds):
         rates["embedding only"].append(embedding_only(embedder, turns, args.batch))

@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
+from pydantic import ValidationError
 
 from compassmem.config import Settings
 from compassmem.importers import ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import IngestSummary
+from compassmem.streams.commands import add_streaming_commands
 
 log = structlog.get_logger(__name__)
 
@@ -86,13 +88,22 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
     ingest.add_argument("--tenant", default="default")
     ingest.set_defaults(handler=cmd_ingest)
+    add_streaming_commands(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     overrides = {"data_dir": args.data_dir} if args.data_dir else {}
-    settings = Settings(**overrides)
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as error:
+        # Name the environment variable, not just the field: that is what the user has to change.
+        for item in error.errors():
+            field = ".".join(str(p) for p in item["loc"])
+            name = f"COMPASSMEM_{field.upper()}" if field else "settings"
+            print(f"error: {name}: {item['msg']}", file=sys.stderr)
+        return 2
     configure_logging(settings.log_level)
     return int(args.handler(args, settings))
 

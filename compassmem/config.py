@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEV_BROKER_HOST = "127.0.0.1"
+# Kafka's own rule for topic names.
+_TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 
 
 class Settings(BaseSettings):
@@ -44,10 +48,51 @@ class Settings(BaseSettings):
     api_view_max_age_s: float = Field(
         default=5.0, gt=0, description="A separate API process reloads a conversation's view after this long."
     )
-    # Kafka, for POST /v1/turns and the forget commands of DELETE.
-    kafka_bootstrap: str | None = Field(default=None, description="host:port[,host:port]; unset = no producing.")
-    turns_topic: str = "turns"
-    control_topic: str = "control"
+    api_torch_threads: int = Field(
+        default=1, ge=1, le=256,
+        description="torch intra-op threads in an API process. A query embeds one short question: more threads "
+        "gain nothing, and on a busy machine they spin against each other (measured: 10 ms with one thread, "
+        "500 ms with two on two loaded cores); concurrent requests use the other cores instead.",
+    )
+    # Kafka: the streaming worker, `compassmem produce`, POST /v1/turns and the forget commands of DELETE.
+    kafka_bootstrap: str | None = Field(
+        default=None,
+        description="host:port[,host:port] of a Kafka cluster. Unset: the worker and `compassmem produce` use the "
+        "dev broker of `compassmem broker` (127.0.0.1:dev_broker_port) and the API produces nothing.",
+    )
+    # Full topic names (not a prefix), so the API, the worker and any other producer agree on one setting each.
+    turns_topic: str = Field(default="compassmem.turns", pattern=_TOPIC_PATTERN)
+    control_topic: str = Field(default="compassmem.control", pattern=_TOPIC_PATTERN)
+    events_topic: str = Field(default="compassmem.events", pattern=_TOPIC_PATTERN,
+                              description="Change feed: every event upsert/delete the worker writes to the stores.")
+    relations_topic: str = Field(default="compassmem.relations", pattern=_TOPIC_PATTERN)
+    clusters_topic: str = Field(default="compassmem.clusters", pattern=_TOPIC_PATTERN)
+    dlq_topic: str = Field(default="compassmem.dlq", pattern=_TOPIC_PATTERN,
+                           description="Dead letters: original bytes (base64), stage, reason, topic/partition/offset.")
+    kafka_partitions: int = Field(
+        default=4, ge=1, le=10_000,
+        description="Partitions of the turns topic and of everything keyed like it (change feeds, DLQ, table "
+        "changelogs); the most worker processes that can share the work. Fixed once the topics exist.",
+    )
+    kafka_app_id: str = Field(
+        default="compassmem-worker", pattern=_TOPIC_PATTERN,
+        description="Faust application id: the consumer group and the prefix of the table changelog topics.",
+    )
+    kafka_session_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    kafka_heartbeat_interval_s: float = Field(default=2.0, gt=0, le=600)
+    kafka_rebalance_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    kafka_commit_interval_s: float = Field(default=2.8, gt=0, le=3600)
+    # Batching: embedding is the bottleneck, so the worker takes turns in batches (Faust stream.take).
+    stream_batch_size: int = Field(default=128, ge=1, le=4096, description="Most turns per worker batch.")
+    stream_batch_within_s: float = Field(
+        default=0.2, gt=0, le=60, description="Longest wait for a batch to fill: bounds the added latency."
+    )
+    idle_close_s: float = Field(
+        default=120.0, gt=0,
+        description="An open segment of a conversation with no new turn for this long is closed into an event.",
+    )
+    dev_broker_port: int = Field(default=9092, ge=0, le=65535,
+                                 description="Loopback port of the memory-only dev broker (0 = any free port).")
     # Optional LLM: any OpenAI-compatible chat endpoint. Unset = every step runs its offline path.
     llm_url: str | None = Field(
         default=None, description="Base URL (http://host:port or .../v1) or the full /v1/chat/completions URL."
@@ -55,3 +100,33 @@ class Settings(BaseSettings):
     llm_model: str = Field(default="default", description="Model name sent with each request.")
     llm_api_key: SecretStr | None = None
     llm_timeout_s: float = Field(default=10.0, gt=0, description="Wall-clock limit of one request.")
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"expected host:port[,host:port], got {server.strip()!r}")
+        return ",".join(s.strip() for s in value.split(","))
+
+    @model_validator(mode="after")
+    def _kafka_timing(self) -> Settings:
+        # Kafka rejects a heartbeat interval that is not well inside the session timeout.
+        if self.kafka_heartbeat_interval_s * 3 > self.kafka_session_timeout_s:
+            raise ValueError(
+                f"kafka_heartbeat_interval_s ({self.kafka_heartbeat_interval_s}) must be at most a third of "
+                f"kafka_session_timeout_s ({self.kafka_session_timeout_s})"
+            )
+        topics = [self.turns_topic, self.control_topic, self.events_topic, self.relations_topic,
+                  self.clusters_topic, self.dlq_topic]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"the topic settings must name six different topics, got {topics}")
+        return self
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The Kafka cluster to use: ``kafka_bootstrap``, or the dev broker of ``compassmem broker``."""
+        return self.kafka_bootstrap or f"{DEV_BROKER_HOST}:{self.dev_broker_port or 9092}"

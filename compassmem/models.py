@@ -105,9 +105,21 @@ class Turn(BaseModel):
         return partition_key(self.tenant, self.conversation_id)
 
     def indexed_text(self) -> str:
-        """The text that is embedded and keyword-indexed: the utterance plus what it shares."""
+        """The utterance plus what it shares: what a turn shows as evidence."""
         shared = " ".join(f"[shares {a.caption}]" for a in self.attachments if a.caption)
         return f"{self.text} {shared}".strip()
+
+    def search_text(self) -> str:
+        return search_text(self.speaker, self.indexed_text(), self.timestamp)
+
+
+def search_text(speaker: str, text: str, timestamp: datetime) -> str:
+    """What is embedded and keyword-indexed for a turn: when, who, what.
+
+    Questions name people and dates ("When did Caroline ...?"), so the speaker and the day the turn was said
+    belong in its search text; the stored evidence text stays the utterance itself.
+    """
+    return f"({timestamp.day} {timestamp:%B %Y}) {speaker}: {text}"
 
 
 class Observation(BaseModel):

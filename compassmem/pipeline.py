@@ -84,7 +84,7 @@ class MemoryPipeline:
                close_at_end: bool = True) -> IngestSummary:
         started = time.perf_counter()
         for batch in _batches(turns, self.config.batch_turns):
-            vectors = self.embedder.embed([t.indexed_text() for t in batch])
+            vectors = self.embedder.embed([t.search_text() for t in batch])
             update = MemoryUpdate()
             for turn, vector in zip(batch, vectors, strict=True):
                 update.extend(self.memory_for(turn.tenant, turn.conversation_id).add_turn(turn, vector))
@@ -101,6 +101,10 @@ class MemoryPipeline:
         update = MemoryUpdate()
         for memory in self.memories.values():
             update.extend(memory.close_open_segment())
+        self._write(update)
+
+    def write(self, update: MemoryUpdate) -> None:
+        """Upsert an update's records into every sink and flush them (the streaming worker's idle closes use it)."""
         self._write(update)
 
     def _write(self, update: MemoryUpdate) -> None:

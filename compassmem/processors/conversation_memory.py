@@ -53,6 +53,22 @@ class ConversationStats(BaseModel):
     recluster_runs: int = 0
 
 
+class ConversationMemoryState(BaseModel):
+    """Everything a ConversationMemory holds, as one pydantic record: what a stream processor keeps in a table
+    so that a restarted worker resumes a conversation exactly where it stopped.
+
+    ``events`` is a list because creation order is chronology (relation extraction relies on it). The record
+    shares objects with the live memory it came from: serialise it before the memory takes its next turn.
+    """
+
+    segmenter: SegmenterState
+    events: list[Event]
+    ledger: RelationLedger
+    keyword_stats: KeywordStats
+    clusters: ClusterState
+    stats: ConversationStats
+
+
 class ConversationMemory:
     def __init__(
         self,
@@ -72,6 +88,38 @@ class ConversationMemory:
         self.keyword_stats = KeywordStats()
         self.clusters = ClusterState()
         self.stats = ConversationStats()
+
+    @classmethod
+    def from_state(
+        cls,
+        state: ConversationMemoryState,
+        detector: BoundaryDetector,
+        merger: EventMerger,
+        extractor: RelationExtractor,
+        reclusterer: Reclusterer,
+    ) -> ConversationMemory:
+        memory = cls(detector, merger, extractor, reclusterer)
+        memory.restore(state)
+        return memory
+
+    def to_state(self) -> ConversationMemoryState:
+        return ConversationMemoryState(
+            segmenter=self.segmenter,
+            events=list(self.events.values()),
+            ledger=self.ledger,
+            keyword_stats=self.keyword_stats,
+            clusters=self.clusters,
+            stats=self.stats,
+        )
+
+    def restore(self, state: ConversationMemoryState) -> None:
+        """Replace this memory's state (the configured processors stay)."""
+        self.segmenter = state.segmenter
+        self.events = {event.event_id: event for event in state.events}
+        self.ledger = state.ledger
+        self.keyword_stats = state.keyword_stats
+        self.clusters = state.clusters
+        self.stats = state.stats
 
     def add_turn(self, turn: Turn, embedding: np.ndarray) -> MemoryUpdate:
         segment = self._detector.step(self.segmenter, turn, embedding)

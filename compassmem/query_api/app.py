@@ -4,9 +4,9 @@ The same app serves both topologies: inside ``compassmem dev`` it shares the wor
 ``compassmem api`` it runs alone against a Qdrant server and an external FalkorDB (see ``server.py``).
 Everything it reads is scoped by tenant and conversation, so no answer can carry another tenant's events.
 Endpoints are plain ``def``: FastAPI runs them on its thread pool, which the CPU-bound engine needs anyway.
+No ``from __future__ import annotations`` here: FastAPI reads parameter annotations at runtime, and the
+dependencies made inside ``create_app`` would not resolve from strings.
 """
-
-from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Sequence
@@ -39,8 +39,9 @@ from compassmem.query_api.api_models import (
 from compassmem.query_api.conversation_view import ViewCache
 from compassmem.query_api.engine import QueryEngine
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
-from compassmem.query_api.turn_publisher import ControlPublisher, ForgetCommand, PublishError, TurnPublisher
+from compassmem.query_api.turn_publisher import ControlPublisher, PublishError, TurnPublisher
 from compassmem.sinks.factory import Stores
+from compassmem.streams.messages import ForgetCommand
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +52,7 @@ _ONE_TURN, _TURN_LIST = "one turn", "list of turns"
 
 @dataclass
 class ApiServices:
-    """What the app needs; built by ``server.build_services`` or by ``compassmem dev`` with its own objects."""
+    """What the app needs; ``server.build_services`` makes it for both ``compassmem api`` and ``compassmem dev``."""
 
     engine: QueryEngine
     stores: Stores
@@ -97,6 +98,8 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
         if loc and loc[0] in {_ONE_TURN, _TURN_LIST}:
             loc = loc[1:]
         field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "body"
+        if error.get("type") == "json_invalid":
+            field = "body"  # its location is a character offset, not a field
         found.append(FieldError(field=field, message=_rule(error)))
     return found
 
@@ -124,11 +127,12 @@ def create_app(services: ApiServices) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         body = ValidationErrorResponse(detail=field_errors(exc.errors()))
-        return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_ENTITY, content=body.model_dump())
+        return JSONResponse(status_code=422, content=body.model_dump())
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("api.unhandled_error", path=request.url.path)
+        # Starlette re-raises after this handler, so uvicorn still logs the traceback; this adds the path.
+        log.error("api.unhandled_error", path=request.url.path, error=repr(exc))
         return JSONResponse(status_code=500, content={"detail": f"internal error ({type(exc).__name__}); "
                                                                "see the server log"})
 

@@ -38,8 +38,13 @@ class ConversationView:
         self.turn_row = {t.turn_id: row for row, t in enumerate(self.turns)}
         self.turn_event = np.asarray([self.event_row.get(t.event_id, -1) for t in self.turns], dtype=np.int64)
         self.has_time = np.asarray([t.has_time_expression for t in self.turns], dtype=bool)
-        self.turn_speakers = [t.speaker for t in self.turns]
+        self.turn_speakers = np.asarray([t.speaker for t in self.turns])
+        self.speakers = set(self.turn_speakers.tolist())
         self.session_of = [t.session_id for t in self.turns]
+        # Row i-1 and row i are neighbours in the same session (turns are in time order).
+        self.same_session_as_previous = np.asarray(
+            [i > 0 and self.session_of[i] == self.session_of[i - 1] for i in range(1, len(self.turns))], dtype=bool
+        )
 
     @property
     def empty(self) -> bool:

@@ -5,6 +5,7 @@ The one code path behind ``POST /v1/query`` and the recall benchmark.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 
@@ -29,9 +30,16 @@ class RankingConfig(BaseModel):
     seeds_per_subgoal: int = Field(default=5, ge=1)
     # A turn's score mixes its own hybrid score with its event's score: context is evidence too.
     turn_weight: float = Field(default=0.4, ge=0.0, le=1.0)
+    # Neighbouring turns of the same session: an answer often sits next to the turn that matches the question.
+    context_weight: float = Field(default=0.0, ge=0.0, le=1.0)
     walk_weight: float = Field(default=0.3, ge=0.0)
+    # Each turn already taken from the same session lowers the next one's score by this much (multi-hop
+    # questions gather facts spread over many sessions).
+    session_diversity: float = Field(default=0.0, ge=0.0)
     # Temporal questions: turns that carry a time expression are where dates are said.
     time_boost: float = Field(default=0.15, ge=0.0)
+    # A question about a participant ("What pets does Nate have?") is answered by that participant's own turns.
+    speaker_boost: float = Field(default=0.0, ge=0.0)
     # A subgoal whose best event is weaker than this is rewritten to its content words and searched again.
     unmet_threshold: float = Field(default=0.45, ge=0.0, le=1.0)
 
@@ -177,12 +185,34 @@ class QueryEngine:
         ranking = self.config.ranking
         turn_scores = np.max(np.vstack([s.turns for s in scored]), axis=0)
         event_part = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
-        final = ranking.turn_weight * turn_scores + (1 - ranking.turn_weight) * event_part
+        context = np.zeros_like(turn_scores)
+        context[1:] = np.where(view.same_session_as_previous, turn_scores[:-1], 0.0)
+        context[:-1] = np.maximum(context[:-1], np.where(view.same_session_as_previous, turn_scores[1:], 0.0))
+        event_weight = max(0.0, 1 - ranking.turn_weight - ranking.context_weight)
+        final = ranking.turn_weight * turn_scores + ranking.context_weight * context + event_weight * event_part
         if analysis.temporal:
             final = final + ranking.time_boost * view.has_time
-        order = np.argsort(-final, kind="stable")[:budget]
+        asked = asked_speakers(analysis.question, view.speakers)
+        if asked and len(asked) < len(view.speakers):
+            final = final + ranking.speaker_boost * np.isin(view.turn_speakers, sorted(asked))
+        order = self._diversified(view, final, budget)
         turn_ids = [view.turns[row].turn_id for row in order]
         return turn_ids, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
+
+    def _diversified(self, view: ConversationView, final: np.ndarray, budget: int) -> np.ndarray:
+        penalty = self.config.ranking.session_diversity
+        ranked = np.argsort(-final, kind="stable")
+        if penalty == 0:
+            return ranked[:budget]
+        candidates = list(ranked[: budget * 5])
+        taken: list[int] = []
+        per_session: dict[str | None, int] = {}
+        while candidates and len(taken) < budget:
+            best = max(candidates, key=lambda r: final[r] - penalty * per_session.get(view.session_of[r], 0))
+            candidates.remove(best)
+            taken.append(int(best))
+            per_session[view.session_of[best]] = per_session.get(view.session_of[best], 0) + 1
+        return np.asarray(taken, dtype=np.int64)
 
     def _evidence(self, view: ConversationView, order: np.ndarray, final: np.ndarray, event_scores: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],
@@ -205,6 +235,17 @@ class QueryEngine:
                 cluster_id=event.cluster_id if event is not None else None,
             ))
         return evidence
+
+
+def asked_speakers(question: str, speakers: set[str]) -> set[str]:
+    """Participants a question names, by full name or a short form of it ("Mel" for Melanie)."""
+    words = {w.lower() for w in re.findall(r"[A-Za-z][A-Za-z'\-]+", question.replace("'s", ""))}
+    found = set()
+    for speaker in speakers:
+        name = speaker.lower().split()[0]
+        if name in words or any(len(w) >= 3 and name.startswith(w) for w in words if w[0] == name[0]):
+            found.add(speaker)
+    return found
 
 
 def _elapsed(since: float) -> float:

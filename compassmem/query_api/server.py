@@ -3,8 +3,8 @@
 ``compassmem api`` is the production split (DESIGN.md section 5): any number of API processes next to the
 workers, all against a Qdrant server and an external FalkorDB. An embedded qdrant-edge shard belongs to the
 one process that opened it, and an embedded FalkorDB would be a private graph no worker writes to, so this
-entry point refuses both; ``compassmem dev`` runs the API inside the worker process on the embedded stores
-(it calls ``build_services`` + ``create_app`` + ``BackgroundServer`` with its own objects).
+entry point refuses both; ``compassmem dev`` runs the API inside the worker process on the embedded stores,
+as the sidecar ``dev_api_sidecar`` builds it.
 """
 
 from __future__ import annotations
@@ -14,25 +14,23 @@ import sys
 import threading
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import structlog
 import uvicorn
 from fastapi import FastAPI
-from kafka.errors import KafkaError
 
 from compassmem.config import Settings
-from compassmem.embedding import Embedder
+from compassmem.embedding import Embedder, SentenceTransformerEmbedder
 from compassmem.llm import ChatClient, LlmAnswerer
 from compassmem.query_api.app import ApiServices, create_app
 from compassmem.query_api.conversation_view import ViewCache
 from compassmem.query_api.engine import QueryEngine
-from compassmem.query_api.turn_publisher import (
-    ControlPublisher,
-    KafkaControlPublisher,
-    KafkaTurnPublisher,
-    TurnPublisher,
-)
+from compassmem.query_api.turn_publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
 from compassmem.sinks.factory import Stores, open_stores
+
+if TYPE_CHECKING:
+    from compassmem.streams.runner import DevContext
 
 log = structlog.get_logger(__name__)
 
@@ -63,11 +61,19 @@ def build_services(settings: Settings, stores: Stores, embedder: Embedder, *, vi
                    control_publisher: ControlPublisher | None = None) -> ApiServices:
     """The engine and its view cache over open stores; ``compassmem dev`` passes the view cache its pipeline
     invalidates, a separate API process lets views expire after ``api_view_max_age_s``."""
-    views = views or ViewCache(stores.vectors, stores.graph, max_age_s=settings.api_view_max_age_s)
+    if views is None:
+        views = ViewCache(stores.vectors, stores.graph, max_age_s=settings.api_view_max_age_s)
     client = ChatClient.from_settings(settings)
     engine = QueryEngine(embedder, stores.vectors, views, answerer=LlmAnswerer(client) if client else None)
     return ApiServices(engine=engine, stores=stores, views=views, settings=settings,
                        turn_publisher=turn_publisher, control_publisher=control_publisher)
+
+
+def use_serving_threads(settings: Settings) -> None:
+    """Set torch's (process-wide) intra-op thread count for serving queries; see ``api_torch_threads``."""
+    import torch
+
+    torch.set_num_threads(settings.api_torch_threads)
 
 
 def run_api(settings: Settings) -> int:
@@ -77,32 +83,61 @@ def run_api(settings: Settings) -> int:
     except ApiStartupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    from compassmem.embedding import SentenceTransformerEmbedder
-
-    turns: KafkaTurnPublisher | None = None
-    control: KafkaControlPublisher | None = None
+    publisher: KafkaTurnPublisher | None = None
     if settings.kafka_bootstrap:
         try:
-            turns = KafkaTurnPublisher(settings.kafka_bootstrap, settings.turns_topic)
-            control = KafkaControlPublisher(settings.kafka_bootstrap, settings.control_topic)
-        except KafkaError as error:
-            print(f"error: cannot reach Kafka at {settings.kafka_bootstrap}: {error}", file=sys.stderr)
+            publisher = KafkaTurnPublisher(settings.kafka_bootstrap, settings.turns_topic, settings.control_topic)
+        except PublishError as error:
+            print(f"error: {error}", file=sys.stderr)
             return 2
     else:
         log.warning("api.no_kafka", effect="POST /v1/turns answers 503 and DELETE records no forget command",
                     fix="set COMPASSMEM_KAFKA_BOOTSTRAP")
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
     try:
+        embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+        use_serving_threads(settings)
         with open_stores(settings, dim=embedder.dim) as stores:
-            app = create_app(build_services(settings, stores, embedder, turn_publisher=turns,
-                                            control_publisher=control))
+            app = create_app(build_services(settings, stores, embedder, turn_publisher=publisher,
+                                            control_publisher=publisher))
             log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
             uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=settings.log_level.lower())
     finally:
-        for publisher in (turns, control):
-            if publisher is not None:
-                publisher.close()
+        if publisher is not None:
+            publisher.close()
     return 0
+
+
+class ApiSidecar:
+    """The query API inside ``compassmem dev``: the worker's stores and embedder, its broker for POST /v1/turns
+    and DELETE. torch keeps its default threads here, since the worker's batch embedding shares the process."""
+
+    def __init__(self, settings: Settings, stores: Stores, embedder: Embedder, bootstrap: str) -> None:
+        self.publisher = KafkaTurnPublisher(bootstrap, settings.turns_topic, settings.control_topic)
+        try:
+            self.services = build_services(settings, stores, embedder, turn_publisher=self.publisher,
+                                           control_publisher=self.publisher)
+            self.server = BackgroundServer(create_app(self.services), settings.api_host, settings.api_port,
+                                           log_level=settings.log_level.lower())
+        except BaseException:
+            self.publisher.close()
+            raise
+        self.url = self.server.url
+
+    def start(self) -> ApiSidecar:
+        self.server.start()
+        log.info("api.listening", url=self.url)
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.server.stop()
+        finally:
+            self.publisher.close()
+
+
+def dev_api_sidecar(context: DevContext) -> ApiSidecar:
+    """The sidecar factory for ``streams.runner.run_dev(settings, sidecars=[dev_api_sidecar])``."""
+    return ApiSidecar(context.settings, context.stores, context.embedder, context.bootstrap)
 
 
 class BackgroundServer:
@@ -114,7 +149,9 @@ class BackgroundServer:
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without
+        # it every response on a keep-alive connection waits ~40 ms for the client's delayed ACK.
+        self._socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.port = int(self._socket.getsockname()[1])

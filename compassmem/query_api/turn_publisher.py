@@ -1,48 +1,25 @@
 """Where the API sends what it accepts: turns to the turns topic, forget commands to the control topic.
 
-The API depends only on the two protocols, so ``compassmem dev`` can hand in its own producers and
-``compassmem api`` the Kafka ones below. Both key their records by ``tenant/conversation_id`` (DESIGN.md
-section 2: one conversation stays in one partition, in order) and return only once the broker has
-acknowledged, so a 202 means the turns are in the log.
+The app depends only on the two protocols, so ``compassmem dev`` and ``compassmem api`` hand in the Kafka
+publisher below and tests may hand in anything that keeps the contract. Records are keyed by
+``tenant/conversation_id`` (DESIGN.md section 2: one conversation stays in one partition, in order) and a call
+returns only once the broker has acknowledged, so a 202 means the turns are in the log.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-import structlog
-from kafka import KafkaProducer
-from kafka.errors import KafkaError
-from pydantic import BaseModel, Field
-
-from compassmem.models import TENANT_PATTERN, Turn, partition_key
-
-log = structlog.get_logger(__name__)
-
-_SEND_TIMEOUT_S = 10.0
+from compassmem.models import Turn
+# One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
+from compassmem.streams.messages import ForgetCommand
+from compassmem.streams.producer import ProduceError, TurnProducer
 
 
 class PublishError(RuntimeError):
-    """The broker did not acknowledge; nothing can be assumed about the records of that call."""
-
-
-class ForgetCommand(BaseModel):
-    """A control-topic record: forget one conversation, or a whole tenant when conversation_id is None.
-
-    Kept in the log (not only applied to the stores) so that replaying the turns topic does not bring a
-    forgotten conversation back.
-    """
-
-    command: Literal["forget"] = "forget"
-    tenant: str = Field(pattern=TENANT_PATTERN)
-    conversation_id: str | None = None
-    requested_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
-
-    @property
-    def key(self) -> str:
-        return partition_key(self.tenant, self.conversation_id) if self.conversation_id else self.tenant
+    """The broker did not acknowledge; some records of that call may have been written (retrying is safe:
+    every write downstream is an idempotent upsert)."""
 
 
 @runtime_checkable
@@ -59,50 +36,30 @@ class ControlPublisher(Protocol):
         ...
 
 
-class _KafkaTopicWriter:
-    """kafka-python producer for one topic: string keys, JSON values, acks from all in-sync replicas."""
+class KafkaTurnPublisher:
+    """Both protocols over one kafka-python producer (the worker's ``TurnProducer``); forget commands need
+    ``control_topic``. Raises PublishError at construction when the brokers cannot be reached."""
 
-    def __init__(self, bootstrap: str, topic: str, client_id: str) -> None:
-        self.topic = topic
-        # One request in flight, so a retried batch cannot overtake the next one and reorder a conversation;
-        # a retry may duplicate a record, which the idempotent upserts downstream absorb.
-        self._producer = KafkaProducer(
-            bootstrap_servers=bootstrap.split(","),
-            client_id=client_id,
-            acks="all",
-            max_in_flight_requests_per_connection=1,
-            retries=3,
-            key_serializer=str.encode,
-            value_serializer=str.encode,
-        )
-
-    def _send(self, records: Sequence[tuple[str, str]]) -> None:
+    def __init__(self, bootstrap: str, topic: str, control_topic: str | None = None) -> None:
+        self.control_topic = control_topic
         try:
-            futures = [self._producer.send(self.topic, key=key, value=value) for key, value in records]
-            self._producer.flush(timeout=_SEND_TIMEOUT_S)
-            for future in futures:
-                future.get(timeout=_SEND_TIMEOUT_S)
-        except KafkaError as error:
-            log.warning("publisher.failed", topic=self.topic, records=len(records), error=repr(error))
-            raise PublishError(f"topic {self.topic!r}: {error}") from error
-
-    def close(self) -> None:
-        self._producer.close(timeout=_SEND_TIMEOUT_S)
-
-
-class KafkaTurnPublisher(_KafkaTopicWriter):
-    """Turns as their message-schema JSON (the one the worker, the importer and ``POST /v1/turns`` share)."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(bootstrap, topic, client_id="compassmem-api-turns")
+            self._producer = TurnProducer(bootstrap, topic, control_topic, client_id="compassmem-api")
+        except ProduceError as error:
+            raise PublishError(str(error)) from error
 
     def publish_turns(self, turns: Sequence[Turn]) -> None:
-        self._send([(turn.key, turn.model_dump_json()) for turn in turns])
-
-
-class KafkaControlPublisher(_KafkaTopicWriter):
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(bootstrap, topic, client_id="compassmem-api-control")
+        try:
+            self._producer.produce(turns)
+        except ProduceError as error:
+            raise PublishError(str(error)) from error
 
     def publish_forget(self, command: ForgetCommand) -> None:
-        self._send([(command.key, command.model_dump_json())])
+        if self.control_topic is None:
+            raise PublishError("this publisher has no control topic")
+        try:
+            self._producer.forget(command)
+        except ProduceError as error:
+            raise PublishError(str(error)) from error
+
+    def close(self) -> None:
+        self._producer.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from compassmem.models import Cluster, Event, IndexedTurn, Relation, turn_point_id
+from compassmem.models import Cluster, Event, IndexedTurn, Relation, search_text, turn_point_id
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import SparseVector, VectorStore
@@ -28,6 +28,10 @@ class Sink(ABC):
 
 def event_keyword_vector(event: Event) -> SparseVector:
     return sparse_keyword_vector(stem for o in event.observations for stem in keyword_stems(o.text))
+
+
+def turn_keyword_vector(turn: IndexedTurn) -> SparseVector:
+    return sparse_keyword_vector(keyword_stems(search_text(turn.speaker, turn.text, turn.timestamp)))
 
 
 class VectorSink(Sink):
@@ -52,7 +56,7 @@ class VectorSink(Sink):
             self._store.upsert_events(events, [event_keyword_vector(e) for e in events])
         if self._turns:
             turns = list(self._turns.values())
-            self._store.upsert_turns(turns, [sparse_keyword_vector(keyword_stems(t.text)) for t in turns])
+            self._store.upsert_turns(turns, [turn_keyword_vector(t) for t in turns])
         self._store.flush()
         self._events.clear()
         self._turns.clear()

@@ -1,0 +1,122 @@
+"""Query latency through HTTP (offline path), next to the in-process engine latency of the same questions.
+
+    python -m benchmarks.query_latency [--data PATH] [--conversation ID] [--out results/query_latency.json]
+
+Builds memory for one development conversation (turns and session dates only) in embedded stores, serves
+the query API with uvicorn on loopback, and asks that conversation's LoCoMo questions one after another
+over one keep-alive connection (as an agent would), then asks them again through ``QueryEngine.query`` in
+the same process: the difference is what HTTP, validation and serialisation cost. Goal (issue 4, offline):
+p50 <= 25 ms and p99 <= 150 ms through HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
+from compassmem.config import Settings
+from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.evaluation.locomo_questions import load_locomo_questions
+from compassmem.importers import read_locomo_turns
+from compassmem.logging_setup import configure_logging
+from compassmem.pipeline import MemoryPipeline
+from compassmem.query_api.app import create_app
+from compassmem.query_api.schemas import QueryRequest
+from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
+from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.factory import open_stores
+
+GOAL_P50_MS = 25.0
+GOAL_P99_MS = 150.0
+WARMUP_QUESTIONS = 5
+
+
+def latency_stats(samples_ms: Sequence[float]) -> dict[str, float]:
+    values = np.asarray(samples_ms, dtype=np.float64)
+    return {"p50": float(np.percentile(values, 50)), "p90": float(np.percentile(values, 90)),
+            "p99": float(np.percentile(values, 99)), "mean": float(values.mean()), "max": float(values.max())}
+
+
+def timed(ask: Callable[[str], Any], questions: Sequence[str]) -> list[float]:
+    samples = []
+    for question in questions:
+        started = time.perf_counter()
+        ask(question)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--conversation", help="LoCoMo sample_id (default: the file's first conversation)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "query_latency.json")
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    data = require_data(args.data)
+    configure_logging(args.log_level.upper())
+
+    all_turns = list(read_locomo_turns(data))
+    conversation = args.conversation or all_turns[0].conversation_id
+    turns = [t for t in all_turns if t.conversation_id == conversation]
+    if not turns:
+        parser.error(f"no conversation {conversation!r} in {data}")
+    questions = [q.question for q in load_locomo_questions(data)[0] if q.conversation_id == conversation]
+    embedder = SentenceTransformerEmbedder()
+    with tempfile.TemporaryDirectory() as scratch:
+        settings = Settings(data_dir=Path(scratch))
+        with open_stores(settings, dim=embedder.dim) as stores:
+            summary = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns)
+            print(f"memory for {conversation}: {summary.events} events from {summary.turns} turns "
+                  f"in {summary.seconds:.1f} s; {len(questions)} questions")
+            services = build_services(settings, stores, embedder)
+            use_serving_threads(settings)  # as `compassmem api` does; ingestion above kept torch's default
+
+            def in_process(question: str) -> None:
+                services.engine.query(QueryRequest(conversation_id=conversation, question=question))
+
+            stages: dict[str, list[float]] = {}
+            with BackgroundServer(create_app(services)) as server, httpx.Client(base_url=server.url) as client:
+                def over_http(question: str) -> None:
+                    response = client.post("/v1/query", json={"conversation_id": conversation, "question": question})
+                    response.raise_for_status()
+                    for stage, ms in response.json()["timings_ms"].items():
+                        stages.setdefault(stage, []).append(ms)
+
+                # Warm both paths (first embedding call, view load, connection) before measuring either.
+                timed(over_http, questions[:WARMUP_QUESTIONS])
+                timed(in_process, questions[:WARMUP_QUESTIONS])
+                stages.clear()
+                http_ms = timed(over_http, questions)
+                engine_ms = timed(in_process, questions)
+
+    http, engine = latency_stats(http_ms), latency_stats(engine_ms)
+    print_table(["path", "p50 ms", "p90 ms", "p99 ms", "mean ms", "max ms"],
+                [[name, s["p50"], s["p90"], s["p99"], s["mean"], s["max"]]
+                 for name, s in (("HTTP (POST /v1/query)", http), ("in-process engine", engine))])
+    print("engine stages over HTTP (ms, p50/p99): "
+          + ", ".join(f"{stage} {np.percentile(v, 50):.1f}/{np.percentile(v, 99):.1f}" for stage, v in stages.items()))
+    meets = http["p50"] <= GOAL_P50_MS and http["p99"] <= GOAL_P99_MS
+    print(f"goal through HTTP: p50 <= {GOAL_P50_MS:g} ms, p99 <= {GOAL_P99_MS:g} ms: {'met' if meets else 'NOT met'}; "
+          f"HTTP adds {http['p50'] - engine['p50']:.1f} ms at the median")
+    write_results(args.out, {
+        "data": str(data), "conversation": conversation, "turns": len(turns), "events": summary.events,
+        "questions": len(questions), "warmup_questions": WARMUP_QUESTIONS, "cpus": os.cpu_count(),
+        "latency_ms": {"http": http, "in_process": engine},
+        "engine_stages_ms": {stage: latency_stats(v) for stage, v in stages.items()},
+        "goal_ms": {"p50": GOAL_P50_MS, "p99": GOAL_P99_MS}, "goal_met": meets,
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

