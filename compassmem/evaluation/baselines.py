@@ -34,12 +34,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import bm25s
 import numpy as np
-import Stemmer
 import structlog
 from pydantic import BaseModel
 
+from compassmem.query_api.bm25_index import Bm25Index
 from compassmem.embedding import Embedder
 from compassmem.evaluation.harness import BatchPreparable, Retriever
 from compassmem.evaluation.locomo_questions import Question
@@ -49,8 +48,6 @@ from compassmem.models import Turn
 log = structlog.get_logger(__name__)
 
 RRF_CONSTANT = 60
-BM25_K1 = 1.5
-BM25_B = 0.75
 _SESSION_DATE_KEY = re.compile(r"^session_(\d+)_date_time$")
 
 
@@ -126,29 +123,6 @@ def load_turn_corpus(path: Path) -> TurnCorpus:
 def ranked_order(scores: np.ndarray) -> np.ndarray:
     """Indices by descending score; ties keep their original order."""
     return np.argsort(-scores, kind="stable")
-
-
-class Bm25Index:
-    """bm25s over a list of texts; ``scores`` gives one BM25 score per text."""
-
-    def __init__(self, texts: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> None:
-        self._stemmer = Stemmer.Stemmer("english")
-        self._size = len(texts)
-        self._model = bm25s.BM25(k1=k1, b=b)
-        tokens = self._tokenize(list(texts))
-        self._model.index(tokens, show_progress=False)
-
-    def _tokenize(self, texts: list[str]) -> list[list[str]]:
-        tokenized = bm25s.tokenize(
-            texts, stopwords="en", stemmer=self._stemmer.stemWords, return_ids=False, show_progress=False
-        )
-        return [list(t) for t in tokenized]
-
-    def scores(self, query: str) -> np.ndarray:
-        query_tokens = self._tokenize([query])[0]
-        if not query_tokens:
-            return np.zeros(self._size, dtype=np.float32)
-        return np.asarray(self._model.get_scores(query_tokens), dtype=np.float32)
 
 
 class Bm25TurnRetriever:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 import numpy as np
 
-from compassmem.models import Event, IndexedTurn, partition_key
+from compassmem.models import Event, IndexedTurn, partition_key, search_text
+from compassmem.query_api.bm25_index import Bm25Index
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import VectorStore
 
@@ -43,8 +44,32 @@ class ConversationView:
         self.session_of = [t.session_id for t in self.turns]
         # Row i-1 and row i are neighbours in the same session (turns are in time order).
         self.same_session_as_previous = np.asarray(
-            [i > 0 and self.session_of[i] == self.session_of[i - 1] for i in range(1, len(self.turns))], dtype=bool
+            [self.session_of[i] == self.session_of[i - 1] for i in range(1, len(self.turns))], dtype=bool
         )
+        self._build_windows()
+
+    def _build_windows(self, size: int = 3) -> None:
+        """Keyword index of every run of ``size`` turns of a session: words of a question are often spread
+        over a question turn and its answer."""
+        rows = range(len(self.turns))
+        self.windows = [
+            [r for r in range(start, start + size) if r < len(self.turns) and self.session_of[r] == self.session_of[start]]
+            for start in rows
+        ]
+        turn_texts = [search_text(t.speaker, t.text, t.timestamp) for t in self.turns]
+        texts = [" ".join(turn_texts[r] for r in window) for window in self.windows]
+        self.window_index = Bm25Index(texts) if texts else None
+        self.window_rows = np.concatenate([np.asarray(w, dtype=np.int64) for w in self.windows]) if texts else None
+        self.window_of_row = np.repeat(np.arange(len(self.windows)), [len(w) for w in self.windows]) if texts else None
+
+    def window_scores(self, text: str) -> np.ndarray:
+        """Per turn: the best BM25 score of a window that contains it."""
+        scores = np.zeros(len(self.turns), dtype=np.float64)
+        if self.window_index is None:
+            return scores
+        per_window = self.window_index.scores(text)
+        np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
+        return scores
 
     @property
     def empty(self) -> bool:

@@ -20,6 +20,13 @@ _TEMPORAL = re.compile(
 _CAUSAL = re.compile(r"^\s*why\b|\bwhat (?:caused|made|led|motivated|inspired)\b|\breason\b|\bbecause\b", re.I)
 _SPLIT = re.compile(r"\s*(?:,\s*and\s+|\band\s+(?=(?:what|when|where|who|why|how|which|did|does|do|is|was)\b)|;\s*)",
                     re.IGNORECASE)
+# Questions that gather several facts ("What books has ...", "How many tournaments ...", "What are ...")
+# rather than one: their evidence is spread over sessions.
+_AGGREGATE = re.compile(
+    r"^\s*(?:what|which)\s+(?:[a-z]+\s+)?[a-z]+(?<!ss)(?<!ou)s\b(?<!\bis)(?<!\bwas)(?<!\bdoes)(?<!\bhas)|^\s*how many\b"
+    r"|^\s*what\s+(?:are|were)\b|\bboth\b|\b(?:kinds?|types?|ways?)\s+of\b|\bshare\b|\bin common\b",
+    re.IGNORECASE,
+)
 _QUESTION_WORDS = frozenset("what when where who whom whose why how which did does do is was were are has have".split())
 
 
@@ -32,6 +39,7 @@ class QuestionAnalysis(BaseModel):
     question: str
     temporal: bool
     causal: bool
+    aggregate: bool = False
     entities: list[str] = Field(default_factory=list)
     subgoals: list[Subgoal]
 
@@ -52,6 +60,7 @@ def analyse(question: str) -> QuestionAnalysis:
         question=question,
         temporal=bool(_TEMPORAL.search(question)),
         causal=bool(_CAUSAL.search(question)),
+        aggregate=bool(_AGGREGATE.search(question)),
         entities=entities(question),
         subgoals=[Subgoal(text=t, keywords=keyword_stems(t)) for t in dict.fromkeys(texts)],
     )

@@ -29,17 +29,24 @@ class RankingConfig(BaseModel):
     keyword_candidates: int = Field(default=100, ge=1)
     seeds_per_subgoal: int = Field(default=5, ge=1)
     # A turn's score mixes its own hybrid score with its event's score: context is evidence too.
-    turn_weight: float = Field(default=0.4, ge=0.0, le=1.0)
+    turn_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     # Neighbouring turns of the same session: an answer often sits next to the turn that matches the question.
-    context_weight: float = Field(default=0.0, ge=0.0, le=1.0)
-    walk_weight: float = Field(default=0.3, ge=0.0)
+    context_weight: float = Field(default=0.15, ge=0.0, le=1.0)
+    # BM25 over 3-turn windows of a session (best window containing the turn), fused into the turn score.
+    window_weight: float = Field(default=2.0, ge=0.0)
+    walk_weight: float = Field(default=0.1, ge=0.0)
     # Each turn already taken from the same session lowers the next one's score by this much (multi-hop
     # questions gather facts spread over many sessions).
     session_diversity: float = Field(default=0.0, ge=0.0)
+    aggregate_session_diversity: float = Field(default=0.03, ge=0.0)
+    # Aggregating questions: expand the query with its best turns (pseudo-relevance feedback) to find the
+    # same kind of fact told in other sessions.
+    feedback_turns: int = Field(default=3, ge=0)
+    feedback_weight: float = Field(default=1.0, ge=0.0)
     # Temporal questions: turns that carry a time expression are where dates are said.
     time_boost: float = Field(default=0.15, ge=0.0)
     # A question about a participant ("What pets does Nate have?") is answered by that participant's own turns.
-    speaker_boost: float = Field(default=0.0, ge=0.0)
+    speaker_boost: float = Field(default=0.2, ge=0.0)
     # A subgoal whose best event is weaker than this is rewritten to its content words and searched again.
     unmet_threshold: float = Field(default=0.45, ge=0.0, le=1.0)
 
@@ -92,6 +99,8 @@ class QueryEngine:
         timings["embed"] = _elapsed(mark)
         mark = time.perf_counter()
         scored = [self._score_subgoal(view, s.text, v) for s, v in zip(analysis.subgoals, vectors, strict=True)]
+        if analysis.aggregate and self.config.ranking.feedback_turns:
+            scored = [self._with_feedback(view, result, vector) for result, vector in zip(scored, vectors, strict=True)]
         scored = self._retry_unmet(view, analysis, scored)
         timings["search"] = _elapsed(mark)
         mark = time.perf_counter()
@@ -127,6 +136,9 @@ class QueryEngine:
             row = view.event_row.get(event_hit.event.event_id)
             if row is not None:
                 event_rrf[row] += 1.0 / (k + 1 + rank)
+        if ranking.window_weight > 0:
+            window = view.window_scores(text)
+            turn_rrf += ranking.window_weight / (k + 1 + _rank_scores(window))
         turns = _normalised(turn_rrf)
         best_turn_of_event = np.zeros(len(view.event_ids), dtype=np.float64)
         valid = view.turn_event >= 0
@@ -134,6 +146,15 @@ class QueryEngine:
         events = 0.5 * _normalised(event_rrf) + 0.5 * best_turn_of_event
         return SubgoalScores(text=text, turns=turns, events=events,
                              best_similarity=float(dense_events.max()) if len(dense_events) else 0.0)
+
+    def _with_feedback(self, view: ConversationView, result: SubgoalScores, vector: np.ndarray) -> SubgoalScores:
+        ranking = self.config.ranking
+        best = np.argsort(-result.turns)[: ranking.feedback_turns]
+        expanded = vector + ranking.feedback_weight * view.turn_matrix[best].mean(axis=0)
+        expanded = expanded / max(float(np.linalg.norm(expanded)), 1e-9)
+        again = self._score_subgoal(view, result.text, expanded)
+        return SubgoalScores(text=result.text, turns=0.5 * (result.turns + again.turns),
+                             events=0.5 * (result.events + again.events), best_similarity=result.best_similarity)
 
     def _retry_unmet(self, view: ConversationView, analysis: QuestionAnalysis,
                      scored: list[SubgoalScores]) -> list[SubgoalScores]:
@@ -164,10 +185,12 @@ class QueryEngine:
             seeds_rows = np.argsort(-result.events)[: ranking.seeds_per_subgoal]
             seeds = {view.event_ids[row]: float(result.events[row]) for row in seeds_rows}
             reached = walk(view, vector, seeds, max_hops, self.config.navigation, temporal=analysis.temporal)
+            # Seeds already carry their search score; the walk adds what search alone missed.
             walk_scores = np.zeros(len(view.event_ids), dtype=np.float64)
             for event_id, hit in reached.items():
-                walk_scores[view.event_row[event_id]] = hit.score
-            combined = result.events + ranking.walk_weight * _normalised(walk_scores)
+                if hit.hops > 0:
+                    walk_scores[view.event_row[event_id]] = hit.score
+            combined = result.events + ranking.walk_weight * walk_scores
             for event_id, hit in reached.items():
                 row = view.event_row[event_id]
                 if combined[row] > event_scores[row]:
@@ -195,12 +218,12 @@ class QueryEngine:
         asked = asked_speakers(analysis.question, view.speakers)
         if asked and len(asked) < len(view.speakers):
             final = final + ranking.speaker_boost * np.isin(view.turn_speakers, sorted(asked))
-        order = self._diversified(view, final, budget)
+        diversity = ranking.aggregate_session_diversity if analysis.aggregate else ranking.session_diversity
+        order = self._diversified(view, final, budget, diversity)
         turn_ids = [view.turns[row].turn_id for row in order]
         return turn_ids, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
 
-    def _diversified(self, view: ConversationView, final: np.ndarray, budget: int) -> np.ndarray:
-        penalty = self.config.ranking.session_diversity
+    def _diversified(self, view: ConversationView, final: np.ndarray, budget: int, penalty: float) -> np.ndarray:
         ranked = np.argsort(-final, kind="stable")
         if penalty == 0:
             return ranked[:budget]

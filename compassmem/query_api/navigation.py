@@ -13,10 +13,13 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from compassmem.models import RelationType
+from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.query_api.conversation_view import ConversationView
 from compassmem.query_api.schemas import PathStep
 
 CLUSTER_HOP = "cluster"
+# Edges that only say two events were told one after the other; neighbouring turns already score context.
+ADJACENT_HOP = "adjacent"
 
 DEFAULT_TYPE_WEIGHTS: dict[str, float] = {
     RelationType.CAUSAL.value: 1.0,
@@ -28,6 +31,7 @@ DEFAULT_TYPE_WEIGHTS: dict[str, float] = {
     RelationType.FOLLOW_UP.value: 0.5,
     RelationType.SAME_PARTICIPANT.value: 0.3,
     CLUSTER_HOP: 0.4,
+    ADJACENT_HOP: 0.2,
 }
 
 
@@ -76,7 +80,7 @@ def walk(view: ConversationView, query: np.ndarray, seeds: dict[str, float], max
             if neighbour in reached or neighbour not in view.event_row:
                 continue
             semantic = float(similarity[view.event_row[neighbour]])
-            logical = weights.get(step.type, 0.3) * step.confidence
+            logical = weights.get(ADJACENT_HOP if step.adjacency else step.type, 0.3) * step.confidence
             priority = (config.semantic_weight * semantic + (1 - config.semantic_weight) * logical)
             priority *= config.hop_decay ** (hops + 1)
             heapq.heappush(heap, (-priority, counter, neighbour, hops + 1, [*path, step]))
@@ -88,6 +92,7 @@ def _steps(view: ConversationView, event_id: str) -> list[tuple[str, PathStep]]:
     steps = []
     for neighbour, data in view.neighbours(event_id):
         steps.append((neighbour, PathStep(type=str(data.get("type")), subtype=data.get("subtype"),
+                                          adjacency=data.get("evidence") in ADJACENCY_EVIDENCE,
                                           source=str(data.get("source", event_id)),
                                           target=str(data.get("target", neighbour)),
                                           confidence=float(data.get("confidence", 0.5)))))

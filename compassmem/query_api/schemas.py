@@ -44,6 +44,7 @@ class PathStep(BaseModel):
     source: str
     target: str
     confidence: float
+    adjacency: bool = Field(default=False, description="True for edges that only link consecutive events.")
 
 
 class EvidenceItem(BaseModel):
