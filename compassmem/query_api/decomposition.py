@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from compassmem.processors.text_features import STOP_WORDS, entities, keyword_stems
 
 _TEMPORAL = re.compile(
-    r"^\s*when\b|\bwhat (?:year|month|date|day|time|week)\b|\bhow long\b|\bsince when\b|\bhow many "
+    r"(?:^\s*|\band\s+|,\s*)when\b|\bwhat (?:year|month|date|day|time|week)\b|\bhow long\b|\bsince when\b|\bhow many "
     r"(?:days|weeks|months|years|times)\b|\b(?:before|after|until|during)\b|\bhow old\b",
     re.IGNORECASE,
 )

@@ -1,0 +1,82 @@
+"""The query engine on real embedded stores, built from the sample conversation by the in-process pipeline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compassmem.config import Settings
+from compassmem.importers import read_turns
+from compassmem.pipeline import MemoryPipeline
+from compassmem.query_api.conversation_view import ViewCache
+from compassmem.query_api.decomposition import analyse
+from compassmem.query_api.engine import QueryEngine, asked_speakers
+from compassmem.query_api.schemas import QueryRequest
+from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.factory import open_stores
+
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
+
+
+@pytest.fixture(scope="module")
+def engine(embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueryEngine]:  # noqa: ANN001
+    settings = Settings(data_dir=tmp_path_factory.mktemp("engine"))
+    with open_stores(settings, dim=embedder.dim) as stores:
+        turns = list(read_turns(SAMPLE))
+        other_tenant = [t.model_copy(update={"tenant": "other", "text": "Unrelated chat about gardening."})
+                        for t in turns]
+        MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns + other_tenant)
+        yield QueryEngine(embedder, stores.vectors, ViewCache(stores.vectors, stores.graph))
+
+
+def ask(engine: QueryEngine, question: str, **fields) -> list[str]:  # noqa: ANN003
+    return engine.query(QueryRequest(conversation_id="priya-tom", question=question, **fields)).turn_ids
+
+
+def test_evidence_spanning_two_sessions_is_returned(engine: QueryEngine) -> None:
+    turn_ids = ask(engine, "Why was the Atlas launch moved, and when did it finally launch?", budget_turns=8)
+    assert "S2:2" in turn_ids  # "Because the client changed the requirements, we moved the launch to April 15."
+    assert "S3:1" in turn_ids  # "Atlas launched last Monday, right on the new date."
+
+
+def test_temporal_question_finds_the_turn_that_says_when(engine: QueryEngine) -> None:
+    response = engine.query(QueryRequest(conversation_id="priya-tom", question="When did Priya adopt Biscuit?",
+                                         budget_turns=5))
+    assert "S1:7" in response.turn_ids  # "We adopted him from the shelter last Saturday"
+    anchors = [a for item in response.evidence for a in item.time_anchors if a.turn_id == "S1:7"]
+    assert anchors and str(anchors[0].start) == "2024-03-02"  # the Saturday before Monday 2024-03-04
+
+
+def test_response_carries_subgoals_scores_and_turn_text(engine: QueryEngine) -> None:
+    response = engine.query(QueryRequest(conversation_id="priya-tom", question="Where is Priya going hiking?"))
+    assert response.subgoals[0] == "Where is Priya going hiking?"
+    assert len(response.turn_ids) == len(set(response.turn_ids)) <= 20
+    flattened = [t.turn_id for item in response.evidence for t in item.turns]
+    assert sorted(flattened) == sorted(response.turn_ids)
+    assert all(item.subgoal and item.score >= 0 for item in response.evidence)
+    assert {"embed", "search", "navigate", "total"} <= set(response.timings_ms)
+
+
+def test_queries_never_cross_tenants(engine: QueryEngine) -> None:
+    theirs = engine.query(QueryRequest(conversation_id="priya-tom", question="gardening", tenant="other"))
+    texts = {t.text for item in theirs.evidence for t in item.turns}
+    assert texts == {"Unrelated chat about gardening."}
+    ours = engine.query(QueryRequest(conversation_id="priya-tom", question="gardening"))
+    assert "Unrelated chat about gardening." not in {t.text for item in ours.evidence for t in item.turns}
+
+
+def test_unknown_conversation_gives_an_empty_answer(engine: QueryEngine) -> None:
+    response = engine.query(QueryRequest(conversation_id="nobody", question="Anything?"))
+    assert response.turn_ids == [] and response.evidence == []
+
+
+def test_question_analysis_rules() -> None:
+    both = analyse("Why did the launch slip and when did Atlas ship?")
+    assert both.causal and both.temporal
+    assert [s.text for s in both.subgoals][1:] == ["Why did the launch slip", "when did Atlas ship"]
+    assert analyse("What pets does Nate have?").aggregate
+    assert not analyse("What is Nate's favourite game?").aggregate
+    assert asked_speakers("What did Mel paint?", {"Melanie", "Caroline"}) == {"Melanie"}
+    assert asked_speakers("What do they both like?", {"Melanie", "Caroline"}) == set()
