@@ -212,7 +212,9 @@ def test_answer_comes_back_in_the_query_response(query_api: httpx.Client, llm: t
     body = _ask(query_api)
     assert body["answer"] == ANSWER
     assert body["timings_ms"]["answer"] > 0
-    [sent] = fake.requests
+    # Decomposition asks first, then the answer; both through the same configured endpoint.
+    decompose, sent = fake.requests
+    assert decompose["messages"][-1]["content"] == "Why did the Atlas launch slip?"
     prompt = sent["messages"][-1]["content"]
     assert "Question: Why did the Atlas launch slip?" in prompt
     assert "the client changed the requirements" in prompt and "2024-03-04 09:01" in prompt

@@ -80,3 +80,15 @@ def test_question_analysis_rules() -> None:
     assert not analyse("What is Nate's favourite game?").aggregate
     assert asked_speakers("What did Mel paint?", {"Melanie", "Caroline"}) == {"Melanie"}
     assert asked_speakers("What do they both like?", {"Melanie", "Caroline"}) == set()
+
+
+def test_a_configured_decomposer_adds_subgoals(engine: QueryEngine) -> None:
+    def llm_like(question: str) -> list[str]:
+        return ["Biscuit puppy class graduation", question]  # a repeat of the question is not added twice
+
+    with_llm = QueryEngine(engine.embedder, engine.vectors, engine.views, decomposer=llm_like)
+    response = with_llm.query(QueryRequest(conversation_id="priya-tom", question="How is the dog doing?",
+                                           budget_turns=6))
+    assert response.subgoals == ["How is the dog doing?", "Biscuit puppy class graduation"]
+    assert "decompose" in response.timings_ms
+    assert "S3:7" in response.turn_ids  # "he graduated from puppy class the week before"

@@ -64,3 +64,10 @@ def analyse(question: str) -> QuestionAnalysis:
         entities=entities(question),
         subgoals=[Subgoal(text=t, keywords=keyword_stems(t)) for t in dict.fromkeys(texts)],
     )
+
+
+def with_subgoals(analysis: QuestionAnalysis, extra: list[str]) -> QuestionAnalysis:
+    """Add subgoals from another decomposer (an LLM) after the rule-based ones, without repeats."""
+    known = {s.text.lower() for s in analysis.subgoals}
+    added = [Subgoal(text=t, keywords=keyword_stems(t)) for t in extra if t.strip() and t.lower() not in known]
+    return analysis.model_copy(update={"subgoals": analysis.subgoals + added})

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from compassmem.embedding import Embedder
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.query_api.conversation_view import ConversationView, ViewCache
-from compassmem.query_api.decomposition import QuestionAnalysis, analyse, keyword_query
+from compassmem.query_api.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
 from compassmem.query_api.navigation import NavigationConfig, Reached, walk
 from compassmem.query_api.schemas import EvidenceItem, QueryRequest, QueryResponse, TurnOut
 from compassmem.sinks.vector_store import VectorStore
@@ -79,8 +79,10 @@ class SubgoalScores(BaseModel, arbitrary_types_allowed=True):
 class QueryEngine:
     def __init__(self, embedder: Embedder, vectors: VectorStore, views: ViewCache,
                  config: EngineConfig | None = None,
-                 answerer: Callable[[str, list[EvidenceItem]], str | None] | None = None) -> None:
+                 answerer: Callable[[str, list[EvidenceItem]], str | None] | None = None,
+                 decomposer: Callable[[str], list[str] | None] | None = None) -> None:
         self.embedder = embedder
+        self.decomposer = decomposer
         self.vectors = vectors
         self.views = views
         self.config = config or EngineConfig()
@@ -94,6 +96,10 @@ class QueryEngine:
         if view.empty:
             return QueryResponse(turn_ids=[], evidence=[], subgoals=[], timings_ms=timings)
         analysis = analyse(request.question)
+        if self.decomposer is not None:
+            mark = time.perf_counter()
+            analysis = with_subgoals(analysis, self.decomposer(request.question) or [])
+            timings["decompose"] = _elapsed(mark)
         mark = time.perf_counter()
         vectors = self.embedder.embed([s.text for s in analysis.subgoals])
         timings["embed"] = _elapsed(mark)

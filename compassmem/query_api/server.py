@@ -22,7 +22,7 @@ from fastapi import FastAPI
 
 from compassmem.config import Settings
 from compassmem.embedding import Embedder, SentenceTransformerEmbedder
-from compassmem.llm import ChatClient, LlmAnswerer
+from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.query_api.app import ApiServices, create_app
 from compassmem.query_api.conversation_view import ViewCache
 from compassmem.query_api.engine import QueryEngine
@@ -64,7 +64,8 @@ def build_services(settings: Settings, stores: Stores, embedder: Embedder, *, vi
     if views is None:
         views = ViewCache(stores.vectors, stores.graph, max_age_s=settings.api_view_max_age_s)
     client = ChatClient.from_settings(settings)
-    engine = QueryEngine(embedder, stores.vectors, views, answerer=LlmAnswerer(client) if client else None)
+    engine = QueryEngine(embedder, stores.vectors, views, answerer=LlmAnswerer(client) if client else None,
+                         decomposer=LlmDecomposer(client).decompose if client else None)
     return ApiServices(engine=engine, stores=stores, views=views, settings=settings,
                        turn_publisher=turn_publisher, control_publisher=control_publisher)
 
