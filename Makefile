@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine with Python 3.11 and pip:
-#   make demo   installs, builds memory from the sample conversation and shows it
+#   make demo   installs, builds memory from the sample conversation, answers questions with evidence
 #   make test   installs and runs the whole test suite
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -23,6 +23,10 @@ install: $(VENV)/.installed
 
 demo: install
 	COMPASSMEM_DATA_DIR=$(DEMO_DIR) $(BIN)/compassmem ingest examples/sample_conversation.jsonl
+	COMPASSMEM_DATA_DIR=$(DEMO_DIR) $(BIN)/compassmem ask priya-tom \
+		"Why was the Atlas launch moved, and when did it finally launch?" \
+		"When did Priya adopt Biscuit?" \
+		"Who climbed Angels Landing?"
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -15,6 +15,7 @@ from compassmem.config import Settings
 from compassmem.importers import ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import IngestSummary
+from compassmem.query_api.schemas import QueryResponse
 from compassmem.streams.commands import add_streaming_commands
 
 log = structlog.get_logger(__name__)
@@ -80,6 +81,53 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def print_answer(question: str, response: QueryResponse, shown: int) -> None:
+    print(f"\nQ: {question}")
+    if response.answer:
+        print(f"A: {response.answer}")
+    print(f"   ranked turns: {', '.join(response.turn_ids[:shown])}  ({response.timings_ms.get('total', 0):.0f} ms)")
+    for item in response.evidence[:3]:
+        path = " -> ".join(f"{step.type}" + (f"/{step.subtype}" if step.subtype else "") for step in item.path)
+        anchors = ", ".join(f"{a.expression} = {a.start}" + (f"..{a.end}" if a.end != a.start else "")
+                            for a in item.time_anchors[:3])
+        print(f"   event {item.event_id[:8]} score {item.score:.2f}" + (f" via {path}" if path else " (seed)")
+              + (f"; time: {anchors}" if anchors else ""))
+        for turn in item.turns:
+            print(f"      {turn.turn_id} {turn.timestamp:%Y-%m-%d} {turn.speaker}: {turn.text}")
+
+
+def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
+    from compassmem.query_api.conversation_view import ViewCache
+    from compassmem.query_api.engine import QueryEngine
+    from compassmem.query_api.schemas import QueryRequest
+    from compassmem.sinks.factory import open_stores
+
+    embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+    client = ChatClient.from_settings(settings)
+    with open_stores(settings, dim=embedder.dim) as stores:
+        engine = QueryEngine(embedder, stores.vectors, ViewCache(stores.vectors, stores.graph),
+                             answerer=LlmAnswerer(client) if client else None,
+                             decomposer=LlmDecomposer(client).decompose if client else None)
+        for question in args.questions:
+            response = engine.query(QueryRequest(conversation_id=args.conversation_id, question=question,
+                                                 tenant=args.tenant, budget_turns=args.budget))
+            if not response.turn_ids:
+                print(f"error: no memory for conversation {args.conversation_id!r} of tenant {args.tenant!r}",
+                      file=sys.stderr)
+                return 1
+            print_answer(question, response, args.budget)
+    return 0
+
+
+def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.query_api.server import run_api
+
+    overrides = {key: value for key, value in (("api_host", args.host), ("api_port", args.port)) if value}
+    return run_api(settings.model_copy(update=overrides))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compassmem", description="Event-graph long-term memory for LLM agents.")
     parser.add_argument("--data-dir", type=Path, help="where the embedded stores live (COMPASSMEM_DATA_DIR)")
@@ -88,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
     ingest.add_argument("--tenant", default="default")
     ingest.set_defaults(handler=cmd_ingest)
+    ask = commands.add_parser("ask", help="answer questions from a conversation's memory, with evidence")
+    ask.add_argument("conversation_id")
+    ask.add_argument("questions", nargs="+", help="one or more questions")
+    ask.add_argument("--tenant", default="default")
+    ask.add_argument("--budget", type=int, default=5, help="ranked turns to return per question")
+    ask.set_defaults(handler=cmd_ask)
+    api = commands.add_parser("api", help="serve the query API against a Qdrant server and an external FalkorDB")
+    api.add_argument("--host", help="bind address (COMPASSMEM_API_HOST, default 127.0.0.1)")
+    api.add_argument("--port", type=int, help="port (COMPASSMEM_API_PORT, default 8080)")
+    api.set_defaults(handler=cmd_api)
     add_streaming_commands(commands)
     return parser
 
