@@ -59,44 +59,52 @@ def walk(view: ConversationView, query: np.ndarray, seeds: dict[str, float], max
         weights[RelationType.TEMPORAL.value] = config.temporal_weight_when_asked
     similarity = view.event_matrix @ query if len(view.event_ids) else np.zeros(0)
     reached: dict[str, Reached] = {}
-    heap: list[tuple[float, int, str, int, list[PathStep]]] = []
+    # Heap entries carry the edge that reached them as plain data; PathStep models are built only for
+    # the events actually reached (most pushed neighbours are never popped).
+    heap: list[tuple[float, int, str, int, str | None, dict | None]] = []
     counter = 0
     for event_id, score in seeds.items():
-        heapq.heappush(heap, (-score, counter, event_id, 0, []))
+        heapq.heappush(heap, (-score, counter, event_id, 0, None, None))
         counter += 1
-    popped = 0
-    while heap and popped < config.node_budget:
-        negative, _, event_id, hops, path = heapq.heappop(heap)
+    while heap and len(reached) < config.node_budget:
+        negative, _, event_id, hops, parent, edge = heapq.heappop(heap)
         if event_id in reached:
             continue
         score = -negative
+        path = [*reached[parent].path, _path_step(edge, parent, event_id)] if parent is not None else []
         reached[event_id] = Reached(score=score, hops=hops, path=path)
-        popped += 1
         if hops >= max_hops:
             continue
         if score >= config.strong_evidence and hops > 0 and (not heap or -heap[0][0] < score):
             break
-        for neighbour, step in _steps(view, event_id):
+        for neighbour, step_type, confidence, step in _steps(view, event_id):
             if neighbour in reached or neighbour not in view.event_row:
                 continue
             semantic = float(similarity[view.event_row[neighbour]])
-            logical = weights.get(ADJACENT_HOP if step.adjacency else step.type, 0.3) * step.confidence
+            logical = weights.get(step_type, 0.3) * confidence
             priority = (config.semantic_weight * semantic + (1 - config.semantic_weight) * logical)
             priority *= config.hop_decay ** (hops + 1)
-            heapq.heappush(heap, (-priority, counter, neighbour, hops + 1, [*path, step]))
+            heapq.heappush(heap, (-priority, counter, neighbour, hops + 1, event_id, step))
             counter += 1
     return reached
 
 
-def _steps(view: ConversationView, event_id: str) -> list[tuple[str, PathStep]]:
-    steps = []
+def _path_step(edge: dict | None, parent: str, event_id: str) -> PathStep:
+    data = edge or {}
+    return PathStep(type=str(data.get("type")), subtype=data.get("subtype"),
+                    adjacency=data.get("evidence") in ADJACENCY_EVIDENCE,
+                    source=str(data.get("source", parent)), target=str(data.get("target", event_id)),
+                    confidence=float(data.get("confidence", 0.5)))
+
+
+def _steps(view: ConversationView, event_id: str) -> list[tuple[str, str, float, dict]]:
+    """(neighbour, weight key, confidence, edge) for every way out of an event."""
+    steps: list[tuple[str, str, float, dict]] = []
     for neighbour, data in view.neighbours(event_id):
-        steps.append((neighbour, PathStep(type=str(data.get("type")), subtype=data.get("subtype"),
-                                          adjacency=data.get("evidence") in ADJACENCY_EVIDENCE,
-                                          source=str(data.get("source", event_id)),
-                                          target=str(data.get("target", neighbour)),
-                                          confidence=float(data.get("confidence", 0.5)))))
+        key = ADJACENT_HOP if data.get("evidence") in ADJACENCY_EVIDENCE else str(data.get("type"))
+        steps.append((neighbour, key, float(data.get("confidence", 0.5)), data))
     cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
     for member in view.cluster_members(event_id):
-        steps.append((member, PathStep(type=CLUSTER_HOP, source=event_id, target=str(cluster_id), confidence=1.0)))
+        steps.append((member, CLUSTER_HOP, 1.0,
+                      {"type": CLUSTER_HOP, "source": event_id, "target": str(cluster_id), "confidence": 1.0}))
     return steps
