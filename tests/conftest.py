@@ -228,3 +228,344 @@ def embedder():  # noqa: ANN201 - SentenceTransformerEmbedder, imported lazily s
     from compassmem.embedding import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
+
+
+# --- streaming worker: tests/test_streaming.py (real Tansu broker, real stores, worker processes) -----------
+# Everything here starts real things: one dev broker per session on a free loopback port, a FalkorDB per run,
+# worker subprocesses (`python -m compassmem.cli worker`) or an in-process worker thread. Every process is
+# stopped by its PID in teardown.
+
+import json as _json  # noqa: E402
+import os as _os  # noqa: E402
+import re as _re  # noqa: E402
+import signal as _signal  # noqa: E402
+import subprocess as _subprocess  # noqa: E402
+import sys as _sys  # noqa: E402
+import time as _time  # noqa: E402
+from dataclasses import dataclass as _dataclass  # noqa: E402
+from dataclasses import field as _field  # noqa: E402
+
+STREAM_TOPICS: list[list[str]] = _json.loads((Path(__file__).parent / "data" / "topics.json").read_text())
+STREAM_T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
+# DESIGN.md section 9: group joins take about half the first member's session timeout.
+STREAM_FAST_GROUP_ENV = {
+    "COMPASSMEM_KAFKA_SESSION_TIMEOUT_S": "6",
+    "COMPASSMEM_KAFKA_HEARTBEAT_INTERVAL_S": "1",
+    "COMPASSMEM_KAFKA_REBALANCE_TIMEOUT_S": "6",
+    "COMPASSMEM_KAFKA_COMMIT_INTERVAL_S": "0.5",
+    "COMPASSMEM_KAFKA_PARTITIONS": "4",
+    "COMPASSMEM_STREAM_BATCH_SIZE": "16",
+    "COMPASSMEM_STREAM_BATCH_WITHIN_S": "0.1",
+    "COMPASSMEM_IDLE_CLOSE_S": "2",
+    "COMPASSMEM_LOG_LEVEL": "INFO",
+}
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.1,
+               detail: Callable[[], str] | None = None) -> object:
+    """Poll ``condition`` until it is truthy; fail with ``what`` (and ``detail()``) after ``timeout_s``."""
+    deadline = _time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if _time.monotonic() > deadline:
+            extra = f"\n{detail()}" if detail is not None else ""
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}{extra}")
+        _time.sleep(interval_s)
+
+
+def stream_conversation(conversation_id: str, index: int, tenant: str = "default", sessions: int = 3):
+    """A deterministic conversation: per session two topics of tests/data/topics.json, four turns each, so the
+    memory has topic boundaries, session boundaries and relations between events."""
+    from compassmem.models import Turn
+
+    turns = []
+    for session in range(sessions):
+        start = STREAM_T0 + timedelta(days=3 * session, minutes=index)
+        texts = [text for k in (0, 1) for text in STREAM_TOPICS[(index * 5 + session * 2 + k) % len(STREAM_TOPICS)]]
+        for offset, text in enumerate(texts, start=1):
+            turns.append(Turn(
+                tenant=tenant, conversation_id=conversation_id, turn_id=f"D{session + 1}:{offset}",
+                speaker=("Ann", "Bob")[offset % 2], text=text,
+                timestamp=start + timedelta(seconds=30 * offset), session_id=str(session + 1),
+            ))
+    return turns
+
+
+def interleave(conversations, seed: int = 7):  # noqa: ANN001, ANN201 - lists of Turn
+    """Mix conversations into one stream at random, keeping each conversation's own order."""
+    import random
+
+    rng = random.Random(seed)
+    queues = [list(turns) for turns in conversations]
+    mixed = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        mixed.append(queue.pop(0))
+    return mixed
+
+
+class _RecordingSink:
+    """Keeps the latest version of every record the in-process pipeline writes (the reference memory)."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, str], object] = {}
+
+    def add(self, record) -> None:  # noqa: ANN001
+        from compassmem.models import Cluster, Event, IndexedTurn, Relation
+
+        if isinstance(record, Event):
+            self.records[("event", record.event_id)] = record
+        elif isinstance(record, Relation):
+            self.records[("relation", record.relation_id)] = record
+        elif isinstance(record, IndexedTurn):
+            self.records[("turn", f"{record.tenant}/{record.conversation_id}/{record.turn_id}")] = record
+        elif isinstance(record, Cluster):
+            self.records[("cluster", record.cluster_id)] = record
+
+    def flush(self) -> None:
+        pass
+
+
+def memory_snapshot(events, relations, turns) -> dict[str, object]:  # noqa: ANN001
+    """What the guarantees compare: event ids with their turn membership, relation ids with their endpoints,
+    type and supersession, and which event each turn points to."""
+    return {
+        "events": {e.event_id: (tuple(e.turn_ids), e.provisional, e.version, e.cluster_id) for e in events},
+        "relations": {r.relation_id: (r.source, r.target, r.type.value, r.subtype, r.superseded_by)
+                      for r in relations},
+        "turns": {t.turn_id: t.event_id for t in turns},
+    }
+
+
+def reference_snapshots(turns, embedder) -> dict[str, dict[str, object]]:  # noqa: ANN001
+    """The in-process pipeline's memory for the same turns (``compassmem ingest``), per tenant/conversation."""
+    from compassmem.models import Event, IndexedTurn, Relation
+    from compassmem.pipeline import MemoryPipeline
+
+    sink = _RecordingSink()
+    MemoryPipeline(embedder, [sink]).ingest(turns, close_at_end=True)
+    keys = sorted({t.key for t in turns})
+    out = {}
+    for key in keys:
+        tenant, conversation_id = key.split("/", 1)
+
+        def mine(record, kind):  # noqa: ANN001, ANN202
+            return isinstance(record, kind) and record.tenant == tenant and record.conversation_id == conversation_id
+
+        values = list(sink.records.values())
+        out[key] = memory_snapshot([r for r in values if mine(r, Event)], [r for r in values if mine(r, Relation)],
+                                   [r for r in values if mine(r, IndexedTurn)])
+    return out
+
+
+def graph_snapshot(graph, key: str) -> dict[str, object]:  # noqa: ANN001
+    """Event ids (without stubs) and relations of a conversation as the graph store holds them."""
+    tenant, conversation_id = key.split("/", 1)
+    view = graph.conversation_graph(tenant, conversation_id)
+    events = sorted(n for n, data in view.nodes(data=True) if data.get("kind") == "event" and not data.get("stub"))
+    relations = {r.relation_id: (r.source, r.target, r.type.value, r.subtype, r.superseded_by)
+                 for r in graph.relations(tenant, conversation_id)}
+    return {"events": events, "relations": relations}
+
+
+def stores_snapshot(vectors, graph, key: str) -> dict[str, object]:  # noqa: ANN001
+    tenant, conversation_id = key.split("/", 1)
+    snapshot = memory_snapshot(vectors.conversation_events(tenant, conversation_id),
+                               graph.relations(tenant, conversation_id),
+                               vectors.conversation_turns(tenant, conversation_id))
+    snapshot["graph_events"] = graph_snapshot(graph, key)["events"]
+    return snapshot
+
+
+def expected_snapshot(reference: dict[str, object]) -> dict[str, object]:
+    return {**reference, "graph_events": sorted(reference["events"])}
+
+
+def describe_difference(expected: dict[str, object], actual: dict[str, object]) -> str:
+    lines = []
+    for part in expected:
+        want, got = expected[part], actual.get(part)
+        if want == got:
+            continue
+        if isinstance(want, dict) and isinstance(got, dict):
+            missing = sorted(set(want) - set(got))[:5]
+            extra = sorted(set(got) - set(want))[:5]
+            changed = sorted(k for k in set(want) & set(got) if want[k] != got[k])[:5]
+            lines.append(f"{part}: missing {missing}, unexpected {extra}, "
+                         f"differing {[(k, want[k], got[k]) for k in changed]}")
+        else:
+            lines.append(f"{part}: expected {want}, got {got}")
+    return "\n".join(lines) or "(equal)"
+
+
+class WorkerProcess:
+    """``python -m compassmem.cli worker`` with its output in a log file that the test reads."""
+
+    def __init__(self, label: str, env: dict[str, str], log_path: Path) -> None:
+        self.label = label
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        from compassmem.streams.broker import die_with_parent
+
+        self.process = _subprocess.Popen(  # noqa: S603
+            [_sys.executable, "-m", "compassmem.cli", "worker"], env=env, stdout=self._log,
+            stderr=_subprocess.STDOUT, stdin=_subprocess.DEVNULL,
+            # If pytest itself is killed (no teardown), the worker goes with it instead of lingering.
+            preexec_fn=die_with_parent,  # noqa: PLW1509
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def tail(self, lines: int = 30) -> str:
+        return f"--- {self.label} (pid {self.pid}) log tail ---\n" + "\n".join(self.log().splitlines()[-lines:])
+
+    def stacks(self) -> str:
+        """Every thread's stack of a worker that seems stuck (SIGQUIT makes it print them), with its log tail."""
+        if self.process.poll() is None:
+            _os.kill(self.pid, _signal.SIGQUIT)
+            _time.sleep(1.0)
+        return self.tail(120)
+
+    def batch_totals(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for line in self.log().splitlines():
+            if "stream.batch " not in line:
+                continue
+            for name, value in _re.findall(r"(\w+)=(\d+)(?=\s|$)", line):
+                totals[name] = totals.get(name, 0) + int(value)
+        return totals
+
+    def assigned_partitions(self) -> list[int] | None:
+        found = _re.findall(r"stream\.partitions_assigned\s+partitions=\[([\d, ]*)\]", self.log())
+        if not found:
+            return None
+        return [int(p) for p in found[-1].replace(" ", "").split(",") if p]
+
+    def wait_assigned(self, timeout_s: float = 90.0) -> list[int]:
+        def assigned() -> list[int] | None:
+            if self.process.poll() is not None:
+                pytest.fail(f"worker {self.label} exited with {self.process.returncode}\n{self.tail()}")
+            partitions = self.assigned_partitions()
+            return partitions or None
+
+        return wait_until(assigned, timeout_s, f"worker {self.label} to get partitions", 0.2, self.tail)
+
+    def kill9(self) -> None:
+        if self.process.poll() is None:
+            _os.kill(self.pid, _signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM (graceful: leaves the group, finishes the batch in flight), SIGKILL after ``timeout_s``."""
+        if self.process.poll() is None:
+            _os.kill(self.pid, _signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except _subprocess.TimeoutExpired:
+                self.kill9()
+        self._log.close()
+
+
+@_dataclass
+class StreamRun:
+    """One isolated streaming setup on the session broker: its own topics, consumer group and FalkorDB."""
+
+    name: str
+    bootstrap: str
+    root: Path
+    falkordb: EmbeddedFalkorDB
+    workers: list[WorkerProcess] = _field(default_factory=list)
+
+    def env(self, data_dir: Path, app_id: str | None = None, **overrides: str) -> dict[str, str]:
+        env = {key: value for key, value in _os.environ.items() if not key.startswith("COMPASSMEM_")}
+        env.update(STREAM_FAST_GROUP_ENV)
+        env.update({
+            "COMPASSMEM_KAFKA_BOOTSTRAP": self.bootstrap,
+            "COMPASSMEM_DATA_DIR": str(data_dir),
+            "COMPASSMEM_FALKORDB_URL": self.falkordb.url,
+            "COMPASSMEM_KAFKA_APP_ID": app_id or f"{self.name}-app",
+            **{f"COMPASSMEM_{topic.upper()}_TOPIC": f"{self.name}.{topic}"
+               for topic in ("turns", "control", "events", "relations", "clusters", "dlq")},
+        })
+        env.update(overrides)
+        return env
+
+    def settings(self, data_dir: Path | None = None, **overrides: object):  # noqa: ANN201 - Settings
+        from compassmem.config import Settings
+
+        env = self.env(data_dir or self.root / "inproc")
+        fields = {key[len("COMPASSMEM_"):].lower(): value for key, value in env.items()
+                  if key.startswith("COMPASSMEM_")}
+        fields.update(overrides)
+        return Settings(_env_file=None, **fields)
+
+    def start_worker(self, label: str, data_dir: Path, app_id: str | None = None, **overrides: str) -> WorkerProcess:
+        worker = WorkerProcess(label, self.env(data_dir, app_id, **overrides), self.root / f"{label}.log")
+        self.workers.append(worker)
+        return worker
+
+    def producer(self):  # noqa: ANN201 - TurnProducer
+        from compassmem.streams.producer import TurnProducer
+
+        settings = self.settings()
+        return TurnProducer(self.bootstrap, settings.turns_topic, settings.control_topic)
+
+    def ensure_topics(self) -> None:
+        from compassmem.streams.topics import ensure_topics, topic_specs
+
+        ensure_topics(self.bootstrap, topic_specs(self.settings()))
+
+    def read_topic(self, topic: str, idle_s: float = 1.5) -> list:
+        """Every record of a topic, read from the start without a consumer group."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=int(idle_s * 1000))
+        try:
+            partitions = consumer.partitions_for_topic(topic) or set()
+            consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+            consumer.seek_to_beginning()
+            return list(consumer)
+        finally:
+            consumer.close()
+
+    def open_stores(self, data_dir: Path):  # noqa: ANN201 - Stores, for reading after the worker stopped
+        from compassmem.sinks.factory import open_stores
+
+        return open_stores(self.settings(data_dir))
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            try:
+                worker.stop(timeout_s=15)
+            except Exception:  # noqa: BLE001 - teardown must reach every process
+                worker.kill9()
+
+
+@pytest.fixture(scope="session")
+def stream_broker(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201 - DevBroker
+    """The memory-only Tansu dev broker on a free loopback port, for the whole session."""
+    from compassmem.streams.broker import DevBroker
+
+    with DevBroker(port=0, log_path=tmp_path_factory.mktemp("tansu") / "tansu.log") as broker:
+        yield broker
+
+
+@pytest.fixture
+def stream_run(stream_broker, tmp_path: Path) -> Iterator[StreamRun]:  # noqa: ANN001
+    """A fresh run: unique topics and group on the session broker, its own FalkorDB; all stopped afterwards."""
+    name = f"run-{uuid.uuid4().hex[:8]}"
+    with EmbeddedFalkorDB(tmp_path / "falkordb") as falkordb:
+        run = StreamRun(name=name, bootstrap=stream_broker.bootstrap, root=tmp_path, falkordb=falkordb)
+        run.ensure_topics()
+        try:
+            yield run
+        finally:
+            run.stop_all()

@@ -27,15 +27,12 @@ import asyncio
 import base64
 import os
 import time
-import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any
 
 import faust
 import structlog
-from faust.streams import _current_event
 from faust.types import EventT
 from pydantic import ValidationError
 
@@ -56,6 +53,7 @@ from compassmem.streams.messages import (
 from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor, tombstone_key
 from compassmem.streams.state import RecordHeader, decode_header
 from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE
+from compassmem.streams.transport import broker_urls
 
 log = structlog.get_logger(__name__)
 
@@ -63,21 +61,6 @@ FATAL_EXIT_CODE = 70  # EX_SOFTWARE: the supervisor should restart us
 _RAW = {"key_serializer": "raw", "value_serializer": "raw"}
 # Table changelog records hold a whole conversation's state: allow far more than Kafka's 1 MB default.
 _MAX_RECORD_BYTES = 64 * 1024 * 1024
-
-
-@contextmanager
-def _in_partition_of(event: EventT) -> Any:
-    """Make ``event`` Faust's current event while a table is written.
-
-    A Faust table writes a key's changelog record to the partition of the current event. A batch mixes
-    partitions, and after ``take`` no event is current, so each write is made in the context of an event of the
-    partition the conversation lives on: its state then recovers on whichever worker gets that partition.
-    """
-    token = _current_event.set(weakref.ref(event))
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
 
 
 def raw_record(event: EventT) -> RawRecord:
@@ -109,7 +92,7 @@ class StreamingWorker:
         datadir = settings.data_dir.resolve() / "faust"
         self.app = faust.App(
             settings.kafka_app_id,
-            broker=[f"kafka://{server}" for server in bootstrap.split(",")],
+            broker=broker_urls(bootstrap),
             store="memory://",
             datadir=str(datadir),
             topic_replication_factor=1,
@@ -135,14 +118,21 @@ class StreamingWorker:
         self.events_feed = self.app.topic(settings.events_topic, partitions=n, **_RAW)
         self.relations_feed = self.app.topic(settings.relations_topic, partitions=n, **_RAW)
         self.clusters_feed = self.app.topic(settings.clusters_topic, partitions=n, **_RAW)
-        schema = faust.Schema(key_type=bytes, value_type=bytes, **_RAW)
-        self.memory_table = self.app.Table(MEMORY_TABLE, partitions=n, schema=schema,
+        # bytes key and value types make Faust use the raw codec for the changelogs too (else it falls back to JSON).
+        self.memory_table = self.app.Table(MEMORY_TABLE, partitions=n, key_type=bytes, value_type=bytes,
                                            help="tenant/conversation_id -> ConversationRecord (state.py)")
-        self.tombstones = self.app.Table(TOMBSTONE_TABLE, partitions=n, schema=schema,
+        self.tombstones = self.app.Table(TOMBSTONE_TABLE, partitions=n, key_type=bytes, value_type=bytes,
                                          help="partition|tenant[/conversation_id] -> offset of the forget marker")
+        self.assigned_partitions: list[int] = []
+        self.app.on_partitions_assigned.connect(self._on_partitions_assigned)
         self.app.agent(self.turns, name="compassmem.memory")(self._memory_agent)
         self.app.agent(self.control, name="compassmem.control")(self._control_agent)
         self.app.timer(max(0.25, min(5.0, settings.idle_close_s / 4)), name="compassmem.idle_close")(self._idle_tick)
+
+    async def _on_partitions_assigned(self, sender: Any, assigned: set, **_: Any) -> None:  # noqa: ANN401
+        self.assigned_partitions = sorted(tp.partition for tp in assigned if tp.topic == self.settings.turns_topic)
+        # Operators (and the tests) see which turns partitions this process owns after each rebalance.
+        log.info("stream.partitions_assigned", partitions=self.assigned_partitions)
 
     # -- the memory agent ----------------------------------------------------------------------------------------
 
@@ -165,25 +155,42 @@ class StreamingWorker:
         # Dead letters and change feeds are acknowledged before the state moves past their records: after a
         # crash, records at or below a conversation's offset are skipped, so these could not be sent again.
         await self._publish(out)
-        last_of_partition = {event.message.partition: event for event in events}
         for key, (value, partition) in out.states.items():
-            raw_key = key.encode("utf-8")
-            with _in_partition_of(last_of_partition[partition]):
-                if value is not None:
-                    self.memory_table[raw_key] = value
-                elif raw_key in self.memory_table:
-                    del self.memory_table[raw_key]
+            await self._write_table(self.memory_table, key.encode("utf-8"), value, partition)
         for key, (offset, partition) in out.tombstones.items():
-            with _in_partition_of(last_of_partition[partition]):
-                self.tombstones[key.encode("utf-8")] = str(offset).encode("ascii")
+            await self._write_table(self.tombstones, key.encode("utf-8"), str(offset).encode("ascii"), partition)
         stats = out.stats
         for name in ("applied_turns", "dead_letters", "replayed_skipped", "idle_closed", "forgets"):
             self.totals[name] += getattr(stats, name)
         self.totals["batches"] += 1
-        log.info("stream.batch", records=stats.records, applied=stats.applied_turns,
+        spans: dict[int, list[int]] = {}
+        for record in records:
+            span = spans.setdefault(record.partition, [record.offset, record.offset])
+            span[0], span[1] = min(span[0], record.offset), max(span[1], record.offset)
+        log.info("stream.batch", records=stats.records,
+                 offsets=" ".join(f"{p}:{a}-{b}" for p, (a, b) in sorted(spans.items())), applied=stats.applied_turns,
                  replayed_skipped=stats.replayed_skipped, forgotten_dropped=stats.forgotten_dropped,
                  idle_closed=stats.idle_closed, forgets=stats.forgets, dead_letters=stats.dead_letters,
                  careful=stats.careful_mode, ms=round(1000 * (time.perf_counter() - started), 1))
+
+    @staticmethod
+    async def _write_table(table: faust.Table, key: bytes, value: bytes | None, partition: int) -> None:
+        """Set (or delete, for None) a table entry, its changelog record going to ``partition``.
+
+        Not ``table[key] = value``: that writes the changelog partition of Faust's *current event*, and a batch
+        mixes partitions. The state of a conversation must go to the changelog partition of the turns partition it
+        lives on, so that it recovers on whichever worker gets that partition. Each write is awaited on its own:
+        Tansu reports the end offset of a partition as the last *batch*'s base offset + 1, and Faust's table
+        recovery stops at that end offset, so records sharing a batch with a later one could be left unrecovered.
+        """
+        if value is None:
+            if key not in table.data:
+                return
+            del table.data[key]
+            await table.send_changelog(partition, key, None, value_serializer="raw")
+        else:
+            table.data[key] = value
+            await table.send_changelog(partition, key, value)
 
     def _batch_input(self, records: Sequence[RawRecord]) -> BatchInput:
         """The table entries the processor may need: the batch's conversations, and for a forget marker every
@@ -246,11 +253,14 @@ class StreamingWorker:
     # -- the control agent ---------------------------------------------------------------------------------------
 
     async def _control_agent(self, stream: faust.StreamT) -> None:
-        async for event in stream.events():
-            try:
-                await self._handle_control(raw_record(event))
-            except Exception as error:  # noqa: BLE001
-                self._die(error)
+        # Acknowledged by hand, after the markers are in the turns log (as for the memory agent).
+        async for events in stream.noack_take(16, within=self.settings.stream_batch_within_s):
+            for event in events:
+                try:
+                    await self._handle_control(raw_record(event))
+                except Exception as error:  # noqa: BLE001
+                    self._die(error)
+                await stream.ack(event)
 
     async def _handle_control(self, record: RawRecord) -> None:
         try:

@@ -38,7 +38,8 @@ def free_port(host: str = HOST) -> int:
         return int(probe.getsockname()[1])
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """preexec_fn for children that must not outlive us: SIGTERM when the parent dies (Linux; elsewhere a no-op)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
@@ -95,7 +96,7 @@ class DevBroker:
             stdin=subprocess.DEVNULL,
             stdout=self._log_handle or subprocess.DEVNULL,
             stderr=subprocess.STDOUT if self._log_handle else subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no Python state touched
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no Python state touched
         )
         self.port = port
         atexit.register(self.stop)

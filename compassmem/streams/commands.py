@@ -81,6 +81,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.query_api.server import dev_api_sidecar
     from compassmem.streams.broker import BrokerStartupError
     from compassmem.streams.runner import run_dev
     from compassmem.streams.topics import TopicSetupError
@@ -88,7 +89,7 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     if args.port is not None:
         settings = settings.model_copy(update={"dev_broker_port": args.port})
     try:
-        return run_dev(settings)
+        return run_dev(settings, sidecars=[dev_api_sidecar])
     except (BrokerStartupError, TopicSetupError) as error:
         return _fail(error)
 

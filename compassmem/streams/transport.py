@@ -1,0 +1,67 @@
+"""Faust's aiokafka transport with two fixes, registered as the ``compassmem-kafka://`` scheme.
+
+Faust builds its consumer with ``fetch_max_wait_ms=1500`` and offers no setting for it. A broker answers a fetch
+as soon as data arrives, up to that wait; Tansu does so for a fetch of one partition, but for a fetch spanning
+several partitions it holds the request the whole wait (measured: ~480 ms per record with 1500 ms, ~12 ms with
+100 ms). The worker always fetches several partitions (turns, control), so the wait went straight into freshness.
+A short wait costs a few idle fetch requests per second against a real Kafka cluster, where it changes nothing else.
+
+The second fix (``_seek_to_committed_or_start``) keeps a rebalance from losing records; see its docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from faust.types import TP
+
+from faust.transport.drivers import TRANSPORTS
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+SCHEME = "compassmem-kafka"
+FETCH_MAX_WAIT_MS = 100
+
+
+class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: Any) -> Any:  # noqa: ANN401 - aiokafka.AIOKafkaConsumer
+        consumer = super()._create_worker_consumer(transport)
+        # aiokafka hands this to its fetcher in start(), which has not run yet.
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS  # noqa: SLF001
+        return consumer
+
+    async def seek_to_committed(self) -> Mapping[TP, int]:
+        return await self.call_thread(self._seek_to_committed_or_start)
+
+    async def _seek_to_committed_or_start(self) -> Mapping[TP, int]:
+        """Seek every stream partition to its committed offset, and to the start when it has none.
+
+        After a rebalance Faust drops the records its streams had queued but not processed, then seeks each
+        partition back to its committed offset so they are read again; aiokafka only seeks when that offset is
+        above 0. A partition never committed (a new consumer group, or a worker killed before its first commit)
+        therefore kept its fetch position past the dropped records, and they were lost: measured as turns missing
+        from memory after a restart. Seeking those partitions to the start reads them again; the table's
+        per-conversation offsets skip what was already applied.
+        """
+        consumer = self._ensure_consumer()
+        committed = await consumer.seek_to_committed()
+        changelogs = set(self.consumer.app.tables.changelog_topics)
+        uncommitted = [tp for tp, offset in committed.items() if not offset and tp.topic not in changelogs]
+        if uncommitted:
+            await consumer.seek_to_beginning(*uncommitted)
+        return committed
+
+
+class _Consumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> _ConsumerThread:
+        return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class Transport(faust_aiokafka.Transport):
+    Consumer = _Consumer
+
+
+def broker_urls(bootstrap: str) -> list[str]:
+    """Faust broker URLs for a ``host:port[,host:port]`` list, using this transport."""
+    TRANSPORTS.aliases.setdefault(SCHEME, f"{__name__}:Transport")
+    return [f"{SCHEME}://{server}" for server in bootstrap.split(",")]
