@@ -407,7 +407,7 @@ class WorkerProcess:
         self.label = label
         self.log_path = log_path
         self._log = log_path.open("ab")
-        from compassmem.streams.broker import die_with_parent
+        from compassmem.child_process import die_with_parent
 
         self.process = _subprocess.Popen(  # noqa: S603
             [_sys.executable, "-m", "compassmem.cli", "worker"], env=env, stdout=self._log,

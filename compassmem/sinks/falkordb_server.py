@@ -28,6 +28,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
+from compassmem.child_process import terminate
+
 log = structlog.get_logger(__name__)
 
 SOCKET_NAME = "falkordb.sock"
@@ -93,14 +95,8 @@ class EmbeddedFalkorDB:
         if process is None:
             return
         atexit.unregister(self.stop)
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("falkordb.kill_after_timeout", pid=process.pid, timeout_s=self.stop_timeout)
-                process.kill()
-                process.wait()
+        if terminate(process, self.stop_timeout):
+            log.warning("falkordb.killed_after_timeout", pid=process.pid, timeout_s=self.stop_timeout)
         log.info("falkordb.stopped", pid=process.pid, returncode=process.returncode)
 
     def __enter__(self) -> EmbeddedFalkorDB:

@@ -11,21 +11,19 @@ Only the process this object started is ever signalled.
 from __future__ import annotations
 
 import atexit
-import ctypes
-import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from types import TracebackType
 
 import structlog
 
+from compassmem.child_process import die_with_parent, terminate
+
 log = structlog.get_logger(__name__)
 
 HOST = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
 
 
 class BrokerStartupError(RuntimeError):
@@ -36,12 +34,6 @@ def free_port(host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return int(probe.getsockname()[1])
-
-
-def die_with_parent() -> None:
-    """preexec_fn for children that must not outlive us: SIGTERM when the parent dies (Linux; elsewhere a no-op)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def tansu_binary() -> str:
@@ -131,13 +123,7 @@ class DevBroker:
         process, self._process = self._process, None
         if process is not None:
             atexit.unregister(self.stop)
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            terminate(process, self.stop_timeout)
             log.info("dev_broker.stopped", pid=process.pid, returncode=process.returncode)
         if self._log_handle is not None:
             self._log_handle.close()
