@@ -421,6 +421,10 @@ def test_a_turn_is_searchable_at_once_and_an_idle_segment_closes(stream_run: Str
                     query = vectors_by_turn[turn.turn_id].tolist()
 
                     def found(turn_id: str = turn.turn_id, query: list[float] = query):  # noqa: ANN202
+                        # Queryable = a query can return the turn id: its own turn point must exist too.
+                        turn_hits = stores.vectors.search_turns("default", "fresh", query, 10)
+                        if turn_id not in {h.turn.turn_id for h in turn_hits}:
+                            return None
                         hits = stores.vectors.search("default", "fresh", query, 10)
                         return next((h.event for h in hits if turn_id in h.event.turn_ids), None)
 

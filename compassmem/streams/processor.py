@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 import structlog
 
 from compassmem.embedding import Embedder
-from compassmem.models import Cluster, Event, Relation, partition_key
+from compassmem.models import Cluster, Event, IndexedTurn, Relation, partition_key
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemory
-from compassmem.processors.event_frames import build_event
+from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
-from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink, event_keyword_vector
+from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink, event_keyword_vector, turn_keyword_vector
 from compassmem.sinks.factory import Stores
 from compassmem.streams.decoding import ForgetItem, IdleCloseItem, RawRecord, TurnItem, decode_turns_record
 from compassmem.streams.messages import (
@@ -381,6 +381,9 @@ class MemoryStreamProcessor:
         """
         stale: list[tuple[str, str, str]] = []
         fresh: list[Event] = []
+        # The open turns too, under the provisional event: a query returns turn ids, so a turn is queryable
+        # only once its own point exists. Closing rewrites the same points with the final event id.
+        fresh_turns: list[IndexedTurn] = []
         for key, entry in live.items():
             if not entry.touched:
                 continue
@@ -389,8 +392,9 @@ class MemoryStreamProcessor:
             current = provisional_event(memory) if memory is not None else None
             header.open_turns = len(memory.segmenter.open_turns) if memory is not None else 0
             previous = header.provisional_event_id
-            if current is not None:
+            if current is not None and memory is not None:
                 fresh.append(current)
+                fresh_turns.extend(indexed_turns(open_segment(memory), current.event_id))
                 self.feed.upsert_event(current)
             if previous and previous != (current.event_id if current else None) and memory is not None \
                     and previous not in memory.events:
@@ -400,6 +404,7 @@ class MemoryStreamProcessor:
         try:
             if fresh:
                 self.stores.vectors.upsert_events(fresh, [event_keyword_vector(event) for event in fresh])
+                self.stores.vectors.upsert_turns(fresh_turns, [turn_keyword_vector(turn) for turn in fresh_turns])
             for tenant, conversation_id, event_id in stale:
                 self.stores.vectors.delete_events(tenant, [event_id])
                 self.feed.delete_event(tenant, conversation_id, event_id)
@@ -413,10 +418,12 @@ class MemoryStreamProcessor:
         return [h for h in headers if h.open_turns and now - h.updated_at >= idle_s]
 
 
+def open_segment(memory: ConversationMemory) -> Segment:
+    return Segment(turns=list(memory.segmenter.open_turns), boundary_reason=BoundaryReason.END)
+
+
 def provisional_event(memory: ConversationMemory) -> Event | None:
     """The open segment as the event it would become if it closed now (same id), marked provisional."""
-    turns = memory.segmenter.open_turns
-    if not turns:
+    if not memory.segmenter.open_turns:
         return None
-    event = build_event(Segment(turns=list(turns), boundary_reason=BoundaryReason.END))
-    return event.model_copy(update={"provisional": True})
+    return build_event(open_segment(memory)).model_copy(update={"provisional": True})
