@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from compassmem.models import Event
 from compassmem.processors.segmentation import BoundaryReason, Segment
-from compassmem.processors.text_features import entities, jaccard, keyword_stems
+from compassmem.processors.text_features import entities, jaccard, keyword_stems, overlap_coefficient
 
 
 class MergeReason(StrEnum):
@@ -23,6 +23,9 @@ class MergeConfig(BaseModel):
     # Cosine of segment centroid to an event of the same participants; the design's 0.85 merged ordinary
     # small talk of different sessions on the development data, so the default is stricter.
     duplicate_cosine: float = Field(default=0.9, ge=0.0, le=1.0)
+    # Embeddings carry speaker and date, so two chats of one session look alike; a repeat must also say the
+    # same things: this share of the smaller keyword set in common.
+    duplicate_min_overlap: float = Field(default=0.5, ge=0.0, le=1.0)
     consecutive_jaccard: float = Field(default=0.7, ge=0.0, le=1.0)
     continuation_gap: timedelta = timedelta(minutes=2)
 
@@ -42,12 +45,13 @@ class EventMerger:
     ) -> MergeDecision | None:
         """``previous``: the conversation's latest event; ``candidates``: (event, cosine) nearest to the segment."""
         participants = sorted({t.turn.speaker for t in segment.turns})
+        stems = [s for t in segment.turns for s in keyword_stems(t.turn.indexed_text())]
         for event, cosine in candidates:
-            if cosine >= self.config.duplicate_cosine and event.participants == participants:
+            if (cosine >= self.config.duplicate_cosine and event.participants == participants
+                    and overlap_coefficient(stems, event.keywords) >= self.config.duplicate_min_overlap):
                 return MergeDecision(target_event_id=event.event_id, reason=MergeReason.NEAR_DUPLICATE, score=cosine)
         if previous is None:
             return None
-        stems = [s for t in segment.turns for s in keyword_stems(t.turn.indexed_text())]
         overlap = jaccard(stems, previous.keywords)
         if overlap > self.config.consecutive_jaccard:
             return MergeDecision(

@@ -96,6 +96,13 @@ def jaccard(left: Iterable[str], right: Iterable[str]) -> float:
     return len(a & b) / len(a | b)
 
 
+def overlap_coefficient(left: Iterable[str], right: Iterable[str]) -> float:
+    a, b = set(left), set(right)
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
 def _term_index(term: str) -> int:
     # A stable 31-bit hash, so the same term gets the same sparse dimension in every process and store.
     return zlib.crc32(term.encode("utf-8")) & 0x7FFFFFFF
