@@ -25,8 +25,8 @@ from compassmem.models import (
     TemporalInfo,
     TimeAnchor,
     event_id_for,
-    relation_id_for,
 )
+from compassmem.processors.relations import make_relation
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from compassmem.sinks.vector_store import SparseVector
 
@@ -167,18 +167,9 @@ def relation_builder() -> Callable[..., Relation]:
         superseded_by: str | None = None,
         minutes: int = 0,
     ) -> Relation:
-        return Relation(
-            tenant=source.tenant,
-            conversation_id=source.conversation_id,
-            relation_id=relation_id_for(source.event_id, target, type_, subtype),
-            source=source.event_id,
-            target=target,
-            type=type_,
-            subtype=subtype,
-            confidence=confidence,
-            evidence="because",
-            created_at=STORE_TEST_T0 + timedelta(minutes=minutes),
-            superseded_by=superseded_by,
+        relation = make_relation(source, target, type_, confidence, "because", subtype=subtype)
+        return relation.model_copy(
+            update={"created_at": STORE_TEST_T0 + timedelta(minutes=minutes), "superseded_by": superseded_by}
         )
 
     return build
