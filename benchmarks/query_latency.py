@@ -31,6 +31,7 @@ from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import create_app
 from compassmem.query_api.schemas import QueryRequest
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import open_stores
@@ -78,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns)
             print(f"memory for {conversation}: {summary.events} events from {summary.turns} turns "
                   f"in {summary.seconds:.1f} s; {len(questions)} questions")
-            services = build_services(settings, stores, embedder)
+            services = build_services(settings, stores, embedder, MemoryMetrics())
             use_serving_threads(settings)  # as `compassmem api` does; ingestion above kept torch's default
 
             def in_process(question: str) -> None:

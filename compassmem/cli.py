@@ -11,7 +11,7 @@ from pathlib import Path
 import structlog
 from pydantic import ValidationError
 
-from compassmem.config import Settings
+from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
 from compassmem.importers import ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import IngestSummary
@@ -155,11 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {"data_dir": args.data_dir} if args.data_dir else {}
     try:
         settings = Settings(**overrides)
+    except SettingsFileError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except ValidationError as error:
-        # Name the environment variable, not just the field: that is what the user has to change.
+        # Name the environment variable (and the file key), not just the field: that is what the user changes.
         for item in error.errors():
             field = ".".join(str(p) for p in item["loc"])
-            name = f"COMPASSMEM_{field.upper()}" if field else "settings"
+            name = f"{ENV_PREFIX}{field.upper()} ({field})" if field else "settings"
             print(f"error: {name}: {item['msg']}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)

@@ -1,23 +1,35 @@
-"""One settings model for every process, read from COMPASSMEM_* environment variables and an optional file.
+"""One settings model for every process, read from COMPASSMEM_* environment variables and optional files.
 
-A wrong value fails at start-up with pydantic's message, which names the setting.
+Sources, strongest first: command-line overrides, environment variables, a ``.env`` file in the working directory,
+the TOML file named by ``COMPASSMEM_CONFIG_FILE`` (keys are the field names: ``qdrant_url = "http://..."``).
+A wrong value fails at start-up with a message naming the setting; so does an unknown key in the TOML file or an
+unknown ``COMPASSMEM_*`` environment variable (a typo would otherwise silently leave a default in place).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 DEV_BROKER_HOST = "127.0.0.1"
+ENV_PREFIX = "COMPASSMEM_"
+CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
 # Kafka's own rule for topic names.
 _TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="COMPASSMEM_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+        env_prefix=ENV_PREFIX, env_file=".env", env_file_encoding="utf-8", extra="ignore"
     )
 
     data_dir: Path = Field(default=Path(".compassmem"), description="Where the embedded stores keep their files.")
@@ -103,6 +115,32 @@ class Settings(BaseSettings):
     llm_model: str = Field(default="default", description="Model name sent with each request.")
     llm_api_key: SecretStr | None = None
     llm_timeout_s: float = Field(default=10.0, gt=0, description="Wall-clock limit of one request.")
+    # Prometheus. `compassmem worker` serves /metrics here; the API (and `compassmem dev`) serves it on api_port.
+    metrics_host: str = Field(default="127.0.0.1", description="Interface of the worker's /metrics endpoint.")
+    metrics_port: int = Field(default=9464, ge=0, le=65535,
+                              description="Port of `compassmem worker`'s /metrics endpoint (0 = any free port).")
+    metrics_conversation_labels: int = Field(
+        default=20, ge=0, le=1000,
+        description="Most conversations with a per-conversation degree series (the most recently updated ones).",
+    )
+    metrics_lag_interval_s: float = Field(default=5.0, gt=0, le=3600,
+                                          description="How often the worker measures its consumer lag.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        check_environment(os.environ)
+        sources = [init_settings, env_settings, dotenv_settings]
+        config_file = os.environ.get(CONFIG_FILE_VARIABLE)
+        if config_file:
+            sources.append(CheckedTomlSource(settings_cls, Path(config_file)))
+        return (*sources, file_secret_settings)
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -133,3 +171,29 @@ class Settings(BaseSettings):
     def bootstrap_servers(self) -> str:
         """The Kafka cluster to use: ``kafka_bootstrap``, or the dev broker of ``compassmem broker``."""
         return self.kafka_bootstrap or f"{DEV_BROKER_HOST}:{self.dev_broker_port or 9092}"
+
+
+class SettingsFileError(ValueError):
+    """The settings sources themselves are wrong (a missing file, an unknown key); the message says which."""
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    known = {f"{ENV_PREFIX}{name}".upper() for name in Settings.model_fields} | {CONFIG_FILE_VARIABLE}
+    unknown = sorted(name for name in environ if name.upper().startswith(ENV_PREFIX) and name.upper() not in known)
+    if unknown:
+        raise SettingsFileError(f"unknown setting {unknown[0]} in the environment (known: see the README's table)")
+
+
+class CheckedTomlSource(TomlConfigSettingsSource):
+    """The TOML file of ``COMPASSMEM_CONFIG_FILE``: it must exist and hold only known settings."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        if not path.is_file():
+            raise SettingsFileError(f"{CONFIG_FILE_VARIABLE}: no such file {str(path)!r}")
+        try:
+            super().__init__(settings_cls, toml_file=path)
+        except ValueError as error:  # tomllib.TOMLDecodeError
+            raise SettingsFileError(f"{CONFIG_FILE_VARIABLE}: {path} is not valid TOML: {error}") from error
+        unknown = sorted(set(self.toml_data) - set(settings_cls.model_fields))
+        if unknown:
+            raise SettingsFileError(f"{path}: unknown setting {unknown[0]!r}")

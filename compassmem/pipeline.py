@@ -10,15 +10,16 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
 from compassmem.embedding import Embedder
-from compassmem.models import Relation, RelationType, Turn, partition_key
+from compassmem.models import RelationType, Turn, partition_key
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory, MemoryUpdate
 from compassmem.processors.merging import EventMerger, MergeConfig
-from compassmem.processors.relations import ADJACENCY_EVIDENCE, RelationConfig, RelationExtractor
+from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, SegmentationConfig
 from compassmem.sinks.batching import Sink
 
@@ -55,15 +56,23 @@ def _batches(turns: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
         yield batch
 
 
-def is_adjacency(relation: Relation) -> bool:
-    return relation.evidence in ADJACENCY_EVIDENCE
+class PipelineObserver(Protocol):
+    """Told what each batch did, e.g. ``monitoring.MemoryMetrics``; the pipeline itself keeps no metrics."""
+
+    def stage(self, stage: str, seconds: float, turns: int | None = None) -> None:
+        """``seconds`` spent in ``stage`` for one batch, and the turns it handled (None: the stage is not per turn)."""
+
+    def memory_update(self, update: MemoryUpdate) -> None:
+        """What the batch changed: merges, relations written, reclustering runs."""
 
 
 class MemoryPipeline:
-    def __init__(self, embedder: Embedder, sinks: list[Sink], config: PipelineConfig | None = None) -> None:
+    def __init__(self, embedder: Embedder, sinks: list[Sink], config: PipelineConfig | None = None,
+                 observer: PipelineObserver | None = None) -> None:
         self.embedder = embedder
         self.sinks = sinks
         self.config = config or PipelineConfig()
+        self.observer = observer
         self.memories: dict[str, ConversationMemory] = {}
         self._turns = 0
         self._seconds = 0.0
@@ -84,10 +93,15 @@ class MemoryPipeline:
                close_at_end: bool = True) -> IngestSummary:
         started = time.perf_counter()
         for batch in _batches(turns, self.config.batch_turns):
+            mark = time.perf_counter()
             vectors = self.embedder.embed([t.search_text() for t in batch])
+            if self.observer is not None:
+                self.observer.stage("embed", time.perf_counter() - mark, len(batch))
             update = MemoryUpdate()
             for turn, vector in zip(batch, vectors, strict=True):
                 update.extend(self.memory_for(turn.tenant, turn.conversation_id).add_turn(turn, vector))
+            if self.observer is not None:
+                self.observer.stage("segment", update.stage_seconds.pop("segment", 0.0), len(batch))
             self._write(update)
             self._turns += len(batch)
             if progress is not None:
@@ -108,20 +122,27 @@ class MemoryPipeline:
         self._write(update)
 
     def _write(self, update: MemoryUpdate) -> None:
+        mark = time.perf_counter()
         for record in [*update.events, *update.turns, *update.clusters, *update.relations]:
             for sink in self.sinks:
                 sink.add(record)
         for sink in self.sinks:
             sink.flush()
+        if self.observer is not None:
+            self.observer.stage("store", time.perf_counter() - mark, len(update.turns))
+            for stage, seconds in update.stage_seconds.items():
+                self.observer.stage(stage, seconds)
+            self.observer.memory_update(update)
 
     def summary(self) -> IngestSummary:
         memories = list(self.memories.values())
-        events = sum(len(m.events) for m in memories)
-        segments = sum(m.stats.segments for m in memories)
-        merged = sum(m.stats.merged for m in memories)
-        active = [r for m in memories for r in m.ledger.active.values()]
-        by_type = Counter(r.type.value for r in active)
-        adjacency = sum(1 for r in active if is_adjacency(r))
+        health = [m.health() for m in memories]
+        events = sum(h.events for h in health)
+        segments = sum(h.segments for h in health)
+        merged = sum(h.merged_segments for h in health)
+        relations = sum(h.relations for h in health)
+        adjacency = sum(h.adjacency_relations for h in health)
+        by_type = Counter(r.type.value for m in memories for r in m.ledger.active.values())
         return IngestSummary(
             turns=self._turns,
             conversations=len(memories),
@@ -135,8 +156,8 @@ class MemoryPipeline:
             superseded_relations=sum(m.ledger.superseded for m in memories),
             rejected_relations=sum(m.stats.rejected_relations for m in memories),
             clusters=sum(len(set(m.clusters.assignment.values())) for m in memories),
-            average_degree=2 * len(active) / events if events else 0.0,
-            average_degree_without_adjacency=2 * (len(active) - adjacency) / events if events else 0.0,
+            average_degree=2 * relations / events if events else 0.0,
+            average_degree_without_adjacency=2 * (relations - adjacency) / events if events else 0.0,
             seconds=round(self._seconds, 3),
             turns_per_second=self._turns / self._seconds if self._seconds else 0.0,
         )

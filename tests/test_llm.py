@@ -23,6 +23,7 @@ from compassmem.llm import ChatClient, ChatMessage, LlmAnswerer, LlmDecomposer, 
 from compassmem.models import Turn
 from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import create_app
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
@@ -193,7 +194,7 @@ def query_api(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_
     MemoryPipeline(embedder, [VectorSink(vectors), GraphSink(graph)]).ingest(TURNS)
     settings = Settings(llm_url=url, llm_model="test-model", llm_timeout_s=TIMEOUT_S)
     try:
-        with BackgroundServer(create_app(build_services(settings, stores, embedder))) as server, \
+        with BackgroundServer(create_app(build_services(settings, stores, embedder, MemoryMetrics()))) as server, \
                 httpx.Client(base_url=server.url, timeout=30) as client:
             yield client
     finally:

@@ -23,6 +23,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 
 from compassmem.config import Settings
 from compassmem.models import Cluster, Relation, RelationType, Turn, relation_id_for
+from compassmem.monitoring.measured_stores import measure_stores
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import ApiServices, create_app
 from compassmem.query_api.server import ApiSidecar, BackgroundServer, run_api
@@ -30,6 +32,7 @@ from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
+from prometheus_text import parse_samples, total
 
 ACME, GLOBEX = "acme-api", "globex-api"
 T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
@@ -149,7 +152,8 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_fa
         [*ACME_TURNS, *GLOBEX_TURNS, *DELETE_TURNS, *GRAPH_TURNS])
     settings = Settings(api_port=0, turns_topic="turns", control_topic="control")
     try:
-        running = ApiSidecar(settings, stores, embedder, broker).start()
+        metrics = MemoryMetrics()
+        running = ApiSidecar(settings, measure_stores(stores, metrics), embedder, broker, metrics).start()
         try:
             yield running
         finally:
@@ -377,6 +381,28 @@ def test_delete_forgets_the_conversation_everywhere(api: httpx.Client, broker: s
 
 
 # -- operations -----------------------------------------------------------------------------------------------
+
+
+def test_metrics_count_queries_requests_and_store_calls(api: httpx.Client) -> None:
+    before = parse_samples(api.get("/metrics").text)
+    assert _ask(api, ACME, "c1", "Why did the Atlas launch slip?").status_code == 200
+    assert api.post("/v1/query", json={"conversation_id": "c1", "question": ""}).status_code == 422
+    assert api.get("/v1/events/no-such-event", params={"tenant": ACME}).status_code == 404
+    after = parse_samples(api.get("/metrics").text)
+
+    def grew(name: str, **labels: str) -> float:
+        return total(after, name, **labels) - total(before, name, **labels)
+
+    assert grew("compassmem_queries_total", outcome="evidence") == 1
+    assert grew("compassmem_query_duration_seconds_count") == 1
+    assert grew("compassmem_query_hops_count") == 1
+    assert grew("compassmem_query_phase_duration_seconds_count", phase="search") == 1
+    assert grew("compassmem_http_requests_total", method="POST", route="/v1/query", status="200") == 1
+    assert grew("compassmem_http_requests_total", method="POST", route="/v1/query", status="422") == 1
+    # The route template, so event ids do not become label values.
+    assert grew("compassmem_http_requests_total", method="GET", route="/v1/events/{event_id}", status="404") == 1
+    assert grew("compassmem_store_operation_duration_seconds_count", store="vectors", operation="get_events") == 1
+    assert total(after, "compassmem_store_errors_total") == 0
 
 
 def test_health_metrics_and_openapi(api: httpx.Client) -> None:

@@ -6,6 +6,7 @@ feed turns (with their embeddings) through ``add_turn`` and write the returned u
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import numpy as np
@@ -16,7 +17,7 @@ from compassmem.processors.clustering import ClusterState, Reclusterer
 from compassmem.processors.event_frames import build_event, indexed_turns, merge_into, segment_texts
 from compassmem.processors.merging import EventMerger, MergeDecision, nearest_events
 from compassmem.processors.relation_ledger import RelationLedger
-from compassmem.processors.relations import KeywordStats, RelationExtractor
+from compassmem.processors.relations import ADJACENCY_EVIDENCE, KeywordStats, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryReason, Segment, SegmenterState
 
 
@@ -32,6 +33,9 @@ class MemoryUpdate(BaseModel):
     merges: list[MergeDecision] = Field(default_factory=list)
     rejected_relations: int = 0
     reclustered: bool = False
+    # Seconds spent per processing stage (segment, merge, relate, recluster), and each reclustering run's duration.
+    stage_seconds: Counter[str] = Field(default_factory=Counter)
+    recluster_seconds: list[float] = Field(default_factory=list)
 
     def extend(self, other: MemoryUpdate) -> None:
         self.events.extend(other.events)
@@ -42,6 +46,26 @@ class MemoryUpdate(BaseModel):
         self.merges.extend(other.merges)
         self.rejected_relations += other.rejected_relations
         self.reclustered = self.reclustered or other.reclustered
+        self.stage_seconds.update(other.stage_seconds)
+        self.recluster_seconds.extend(other.recluster_seconds)
+
+
+class ConversationHealth(BaseModel):
+    """The counts behind a conversation's health figures (DESIGN.md section 7): degree and duplicate rate."""
+
+    events: int = 0
+    relations: int = Field(default=0, description="active relations")
+    adjacency_relations: int = Field(default=0, description="active relations that only link consecutive events")
+    segments: int = 0
+    merged_segments: int = 0
+
+    @property
+    def average_degree(self) -> float:
+        return 2 * self.relations / self.events if self.events else 0.0
+
+    @property
+    def duplicate_rate(self) -> float:
+        return self.merged_segments / self.segments if self.segments else 0.0
 
 
 class ConversationStats(BaseModel):
@@ -121,9 +145,23 @@ class ConversationMemory:
         self.clusters = state.clusters
         self.stats = state.stats
 
+    def health(self) -> ConversationHealth:
+        active = self.ledger.active.values()
+        return ConversationHealth(
+            events=len(self.events),
+            relations=len(active),
+            adjacency_relations=sum(1 for r in active if r.evidence in ADJACENCY_EVIDENCE),
+            segments=self.stats.segments,
+            merged_segments=self.stats.merged,
+        )
+
     def add_turn(self, turn: Turn, embedding: np.ndarray) -> MemoryUpdate:
+        started = time.perf_counter()
         segment = self._detector.step(self.segmenter, turn, embedding)
-        return self._absorb(segment) if segment is not None else MemoryUpdate()
+        segmented = time.perf_counter() - started
+        update = self._absorb(segment) if segment is not None else MemoryUpdate()
+        update.stage_seconds["segment"] += segmented
+        return update
 
     def close_open_segment(self, reason: BoundaryReason = BoundaryReason.END) -> MemoryUpdate:
         segment = self._detector.close(self.segmenter, reason)
@@ -131,6 +169,7 @@ class ConversationMemory:
 
     def _absorb(self, segment: Segment) -> MemoryUpdate:
         update = MemoryUpdate(segments_closed=1)
+        mark = time.perf_counter()
         self.stats.segments += 1
         self.stats.boundary_reasons[segment.boundary_reason.value] += 1
         history = list(self.events.values())
@@ -144,6 +183,7 @@ class ConversationMemory:
             update.merges.append(decision)
         else:
             event = build_event(segment)
+        mark = _lap(update, "merge", mark)
         relations = self._extractor.extract(event, history, segment_texts(segment), self.keyword_stats,
                                             adjacent=decision is None)
         # Counted after extraction, so a clause's terms are judged rare against the earlier events only.
@@ -158,11 +198,14 @@ class ConversationMemory:
         self.stats.rejected_relations += len(ledger_result.rejected)
         update.events.append(event)
         update.turns.extend(indexed_turns(segment, event.event_id))
+        mark = _lap(update, "relate", mark)
         if self._reclusterer.observe(self.clusters, event.event_id):
             update.extend(self._recluster())
+            _lap(update, "recluster", mark)
         return update
 
     def _recluster(self) -> MemoryUpdate:
+        started = time.perf_counter()
         result = self._reclusterer.recluster(self.clusters, self.events)
         self.stats.recluster_runs += 1
         moved = []
@@ -170,4 +213,11 @@ class ConversationMemory:
             event = self.events[event_id].model_copy(update={"cluster_id": cluster_id})
             self.events[event_id] = event
             moved.append(event)
-        return MemoryUpdate(events=moved, clusters=result.clusters, reclustered=True)
+        return MemoryUpdate(events=moved, clusters=result.clusters, reclustered=True,
+                            recluster_seconds=[time.perf_counter() - started])
+
+
+def _lap(update: MemoryUpdate, stage: str, since: float) -> float:
+    now = time.perf_counter()
+    update.stage_seconds[stage] += now - since
+    return now

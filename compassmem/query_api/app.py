@@ -9,7 +9,8 @@ dependencies made inside ``create_app`` would not resolve from strings.
 """
 
 import hmac
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -17,12 +18,13 @@ import structlog
 from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import AfterValidator, Discriminator, Field, Tag
 
 from compassmem import __version__
 from compassmem.config import Settings
 from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Turn, check_id
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.api_models import (
     ConversationGraph,
     DeleteResult,
@@ -58,6 +60,8 @@ class ApiServices:
     stores: Stores
     views: ViewCache
     settings: Settings
+    # In `compassmem dev` the worker's own: one /metrics shows both.
+    metrics: MemoryMetrics
     turn_publisher: TurnPublisher | None = None
     control_publisher: ControlPublisher | None = None
 
@@ -124,6 +128,20 @@ def create_app(services: ApiServices) -> FastAPI:
                     "the chain of events that answers it, pointing to the exact source turns.",
     )
 
+    @app.middleware("http")
+    async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        status_code = 500
+        try:
+            response = await call_next(request)
+            status_code = response.status_code
+            return response
+        finally:
+            # The route template, not the path: a bounded label even with ids in paths; unmatched paths share one.
+            route = request.scope.get("route")
+            services.metrics.http_request(request.method, getattr(route, "path", "unmatched"), status_code,
+                                          time.perf_counter() - started)
+
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         body = ValidationErrorResponse(detail=field_errors(exc.errors()))
@@ -165,7 +183,13 @@ def create_app(services: ApiServices) -> FastAPI:
         authorize(request, body.tenant)
         if services.views.get(body.tenant, body.conversation_id).empty:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(body.tenant, body.conversation_id))
-        response = services.engine.query(body)
+        started = time.perf_counter()
+        try:
+            response = services.engine.query(body)
+        except Exception:
+            services.metrics.query_failed()
+            raise
+        services.metrics.query_answered(response, time.perf_counter() - started)
         log.debug("api.query", tenant=body.tenant, conversation_id=body.conversation_id,
                   turns=len(response.turn_ids), ms=response.timings_ms.get("total"))
         return response
@@ -269,7 +293,7 @@ def create_app(services: ApiServices) -> FastAPI:
     @app.get("/metrics", tags=["operations"], summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format."}})
     def metrics() -> Response:
-        return Response(content=generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(content=generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
 

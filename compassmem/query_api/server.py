@@ -23,6 +23,8 @@ from fastapi import FastAPI
 from compassmem.config import Settings
 from compassmem.embedding import Embedder, SentenceTransformerEmbedder
 from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
+from compassmem.monitoring.measured_stores import measure_stores
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import ApiServices, create_app
 from compassmem.query_api.conversation_view import ViewCache
 from compassmem.query_api.engine import QueryEngine
@@ -56,8 +58,8 @@ def check_api_topology(settings: Settings) -> None:
         )
 
 
-def build_services(settings: Settings, stores: Stores, embedder: Embedder, *, views: ViewCache | None = None,
-                   turn_publisher: TurnPublisher | None = None,
+def build_services(settings: Settings, stores: Stores, embedder: Embedder, metrics: MemoryMetrics, *,
+                   views: ViewCache | None = None, turn_publisher: TurnPublisher | None = None,
                    control_publisher: ControlPublisher | None = None) -> ApiServices:
     """The engine and its view cache over open stores; ``compassmem dev`` passes the view cache its pipeline
     invalidates, a separate API process lets views expire after ``api_view_max_age_s``."""
@@ -66,7 +68,7 @@ def build_services(settings: Settings, stores: Stores, embedder: Embedder, *, vi
     client = ChatClient.from_settings(settings)
     engine = QueryEngine(embedder, stores.vectors, views, answerer=LlmAnswerer(client) if client else None,
                          decomposer=LlmDecomposer(client).decompose if client else None)
-    return ApiServices(engine=engine, stores=stores, views=views, settings=settings,
+    return ApiServices(engine=engine, stores=stores, views=views, settings=settings, metrics=metrics,
                        turn_publisher=turn_publisher, control_publisher=control_publisher)
 
 
@@ -97,9 +99,10 @@ def run_api(settings: Settings) -> int:
     try:
         embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
         use_serving_threads(settings)
+        metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
         with open_stores(settings, dim=embedder.dim) as stores:
-            app = create_app(build_services(settings, stores, embedder, turn_publisher=publisher,
-                                            control_publisher=publisher))
+            app = create_app(build_services(settings, measure_stores(stores, metrics), embedder, metrics,
+                                            turn_publisher=publisher, control_publisher=publisher))
             log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
             uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=settings.log_level.lower())
     finally:
@@ -112,10 +115,11 @@ class ApiSidecar:
     """The query API inside ``compassmem dev``: the worker's stores and embedder, its broker for POST /v1/turns
     and DELETE. torch keeps its default threads here, since the worker's batch embedding shares the process."""
 
-    def __init__(self, settings: Settings, stores: Stores, embedder: Embedder, bootstrap: str) -> None:
+    def __init__(self, settings: Settings, stores: Stores, embedder: Embedder, bootstrap: str,
+                 metrics: MemoryMetrics) -> None:
         self.publisher = KafkaTurnPublisher(bootstrap, settings.turns_topic, settings.control_topic)
         try:
-            self.services = build_services(settings, stores, embedder, turn_publisher=self.publisher,
+            self.services = build_services(settings, stores, embedder, metrics, turn_publisher=self.publisher,
                                            control_publisher=self.publisher)
             self.server = BackgroundServer(create_app(self.services), settings.api_host, settings.api_port,
                                            log_level=settings.log_level.lower())
@@ -138,7 +142,7 @@ class ApiSidecar:
 
 def dev_api_sidecar(context: DevContext) -> ApiSidecar:
     """The sidecar factory for ``streams.runner.run_dev(settings, sidecars=[dev_api_sidecar])``."""
-    return ApiSidecar(context.settings, context.stores, context.embedder, context.bootstrap)
+    return ApiSidecar(context.settings, context.stores, context.embedder, context.bootstrap, context.metrics)
 
 
 class BackgroundServer:

@@ -39,12 +39,14 @@ from pydantic import ValidationError
 from compassmem.config import Settings
 from compassmem.embedding import Embedder
 from compassmem.importers import describe_validation_error
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import PipelineConfig
 from compassmem.sinks.factory import Stores
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.messages import (
     CONTROL_HEADER,
     ControlKind,
+    DeadLetterReason,
     DeadLetterStage,
     ForgetCommand,
     ForgetMarker,
@@ -80,10 +82,13 @@ class StreamingWorker:
     """Builds the Faust app over open stores; ``compassmem worker`` and ``compassmem dev`` run it."""
 
     def __init__(self, settings: Settings, stores: Stores, embedder: Embedder, bootstrap: str,
-                 pipeline_config: PipelineConfig | None = None) -> None:
+                 pipeline_config: PipelineConfig | None = None, metrics: MemoryMetrics | None = None) -> None:
         self.settings = settings
         self.stores = stores
-        self.processor = MemoryStreamProcessor(embedder, stores, pipeline_config)
+        self.metrics = metrics or MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
+        self.processor = MemoryStreamProcessor(embedder, stores, pipeline_config, observer=self.metrics)
+        # Turns partition -> the next offset this worker will process there (for the lag gauge).
+        self._next_offsets: dict[int, int] = {}
         # One thread: batches and forgets reach the stores strictly one at a time, in arrival order.
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compassmem-batch")
         self.totals: dict[str, int] = {"applied_turns": 0, "dead_letters": 0, "replayed_skipped": 0,
@@ -128,9 +133,15 @@ class StreamingWorker:
         self.app.agent(self.turns, name="compassmem.memory")(self._memory_agent)
         self.app.agent(self.control, name="compassmem.control")(self._control_agent)
         self.app.timer(max(0.25, min(5.0, settings.idle_close_s / 4)), name="compassmem.idle_close")(self._idle_tick)
+        self.app.timer(settings.metrics_lag_interval_s, name="compassmem.lag")(self._lag_tick)
 
     async def _on_partitions_assigned(self, sender: Any, assigned: set, **_: Any) -> None:  # noqa: ANN401
+        previous = set(self.assigned_partitions)
         self.assigned_partitions = sorted(tp.partition for tp in assigned if tp.topic == self.settings.turns_topic)
+        revoked = previous - set(self.assigned_partitions)
+        self.metrics.drop_lag(self.settings.turns_topic, revoked)
+        for partition in revoked:
+            self._next_offsets.pop(partition, None)
         # Operators (and the tests) see which turns partitions this process owns after each rebalance.
         log.info("stream.partitions_assigned", partitions=self.assigned_partitions)
 
@@ -149,16 +160,28 @@ class StreamingWorker:
     async def _handle_batch(self, events: Sequence[EventT]) -> None:
         started = time.perf_counter()
         records = [raw_record(event) for event in events]
+        self.metrics.consumed(len(records))
         batch = self._batch_input(records)
         loop = asyncio.get_running_loop()
         out: BatchOutput = await loop.run_in_executor(self.executor, self.processor.process, batch)
         # Dead letters and change feeds are acknowledged before the state moves past their records: after a
         # crash, records at or below a conversation's offset are skipped, so these could not be sent again.
+        mark = time.perf_counter()
         await self._publish(out)
+        self.metrics.stage("publish", time.perf_counter() - mark)
+        mark = time.perf_counter()
         for key, (value, partition) in out.states.items():
             await self._write_table(self.memory_table, key.encode("utf-8"), value, partition)
         for key, (offset, partition) in out.tombstones.items():
             await self._write_table(self.tombstones, key.encode("utf-8"), str(offset).encode("ascii"), partition)
+        self.metrics.stage("state", time.perf_counter() - mark)
+        self.metrics.dead_lettered(out.dead_letters)
+        self.metrics.conversations_changed(out.health)
+        for record in records:
+            if record.topic == self.settings.turns_topic:
+                self._next_offsets[record.partition] = max(self._next_offsets.get(record.partition, 0),
+                                                           record.offset + 1)
+        self.metrics.stage("batch", time.perf_counter() - started)
         stats = out.stats
         for name in ("applied_turns", "dead_letters", "replayed_skipped", "idle_closed", "forgets"):
             self.totals[name] += getattr(stats, name)
@@ -266,8 +289,10 @@ class StreamingWorker:
         try:
             command = ForgetCommand.model_validate_json(record.value or b"")
         except ValidationError as error:
-            letter = record.dead_letter(DeadLetterStage.CONTROL, describe_validation_error(error))
+            letter = record.dead_letter(DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS,
+                                        describe_validation_error(error))
             await (await self.dlq.send(key=record.key, value=letter.model_dump_json().encode("utf-8")))
+            self.metrics.dead_lettered([letter])
             log.warning("stream.dead_letter", stage=letter.stage.value, reason=letter.reason, topic=record.topic,
                         offset=record.offset)
             return
@@ -319,6 +344,28 @@ class StreamingWorker:
                                   headers={CONTROL_HEADER: ControlKind.IDLE_CLOSE.value.encode()})
             self._idle_requested.add((key, header.last_offset))
             log.info("stream.idle_close_requested", key=key.decode(), after_offset=header.last_offset)
+
+    # -- consumer lag ------------------------------------------------------------------------------------------------
+
+    async def _lag_tick(self) -> None:
+        """Per assigned turns partition: the broker's end offset minus the next offset this worker will process
+        (before its first batch there, the consumer's fetch position). Runs on the event loop, so it keeps
+        reporting while a long batch runs in the executor: that is when lag grows."""
+        tps = [tp for tp in self.app.consumer.assignment() if tp.topic == self.settings.turns_topic]
+        if not tps:
+            return
+        try:
+            ends = await self.app.consumer.highwaters(*tps)
+            lags = {}
+            for tp in tps:
+                position = self._next_offsets.get(tp.partition)
+                if position is None:
+                    position = await self.app.consumer.position(tp) or 0
+                lags[tp.partition] = int(ends.get(tp, position)) - position
+        except Exception as error:  # noqa: BLE001 - a metrics probe must never stop the worker
+            log.warning("stream.lag_probe_failed", error=repr(error))
+            return
+        self.metrics.set_lag(self.settings.turns_topic, lags)
 
     # -- failure -------------------------------------------------------------------------------------------------
 

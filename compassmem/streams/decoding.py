@@ -20,6 +20,7 @@ from compassmem.streams.messages import (
     CONTROL_HEADER,
     ControlKind,
     DeadLetter,
+    DeadLetterReason,
     DeadLetterStage,
     ForgetMarker,
     IdleCloseMarker,
@@ -44,11 +45,12 @@ class RawRecord:
                 return value
         return None
 
-    def dead_letter(self, stage: DeadLetterStage, reason: str) -> DeadLetter:
+    def dead_letter(self, stage: DeadLetterStage, code: DeadLetterReason, reason: str) -> DeadLetter:
         return DeadLetter(
             original_base64=base64.b64encode(self.value or b"").decode("ascii"),
             original_key_base64=base64.b64encode(self.key).decode("ascii") if self.key is not None else None,
             stage=stage,
+            reason_code=code,
             reason=reason,
             topic=self.topic,
             partition=self.partition,
@@ -80,19 +82,19 @@ Item = TurnItem | ForgetItem | IdleCloseItem
 
 def _json_object(record: RawRecord) -> dict | DeadLetter:
     if record.value is None:
-        return record.dead_letter(DeadLetterStage.DECODE, "empty value (a null record is not a turn)")
+        return record.dead_letter(DeadLetterStage.DECODE, DeadLetterReason.EMPTY_VALUE, "empty value (a null record is not a turn)")
     try:
         text = record.value.decode("utf-8")
     except UnicodeDecodeError as error:
-        return record.dead_letter(DeadLetterStage.DECODE, f"value is not UTF-8: {error}")
+        return record.dead_letter(DeadLetterStage.DECODE, DeadLetterReason.NOT_UTF8, f"value is not UTF-8: {error}")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         return record.dead_letter(
-            DeadLetterStage.DECODE, f"value is not JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+            DeadLetterStage.DECODE, DeadLetterReason.NOT_JSON, f"value is not JSON: {error.msg} (line {error.lineno}, column {error.colno})"
         )
     if not isinstance(value, dict):
-        return record.dead_letter(DeadLetterStage.DECODE, f"value is JSON {type(value).__name__}, not an object")
+        return record.dead_letter(DeadLetterStage.DECODE, DeadLetterReason.NOT_OBJECT, f"value is JSON {type(value).__name__}, not an object")
     return value
 
 
@@ -110,11 +112,11 @@ def decode_turns_record(record: RawRecord) -> Item | DeadLetter:
     elif control == ControlKind.IDLE_CLOSE.value.encode():
         model = IdleCloseMarker
     else:
-        return record.dead_letter(DeadLetterStage.DECODE, f"unknown {CONTROL_HEADER} header {control!r}")
+        return record.dead_letter(DeadLetterStage.DECODE, DeadLetterReason.UNKNOWN_CONTROL, f"unknown {CONTROL_HEADER} header {control!r}")
     try:
         parsed = model.model_validate(value)
     except ValidationError as error:
-        return record.dead_letter(DeadLetterStage.VALIDATE, describe_validation_error(error))
+        return record.dead_letter(DeadLetterStage.VALIDATE, DeadLetterReason.INVALID_FIELDS, describe_validation_error(error))
     if isinstance(parsed, ForgetMarker):
         return ForgetItem(record, parsed)
     if isinstance(parsed, IdleCloseMarker):
@@ -124,7 +126,7 @@ def decode_turns_record(record: RawRecord) -> Item | DeadLetter:
         # The key decides the partition; a turn keyed otherwise may sit in another partition than the rest of its
         # conversation, where nothing keeps it in order. Refuse it rather than build memory from a shuffled stream.
         return record.dead_letter(
-            DeadLetterStage.ROUTE,
+            DeadLetterStage.ROUTE, DeadLetterReason.WRONG_KEY,
             f"record key {key!r} is not the turn's tenant/conversation_id {parsed.key!r}; "
             "key every turn by 'tenant/conversation_id' so a conversation stays in one partition, in order",
         )

@@ -99,12 +99,27 @@ class DeadLetterStage(StrEnum):
     CONTROL = "control"  # a malformed control-topic command
 
 
+class DeadLetterReason(StrEnum):
+    """A short code for each way a record fails: a bounded metrics label (the ``reason`` text has the details)."""
+
+    EMPTY_VALUE = "empty_value"
+    NOT_UTF8 = "not_utf8"
+    NOT_JSON = "not_json"
+    NOT_OBJECT = "not_object"
+    UNKNOWN_CONTROL = "unknown_control_header"
+    INVALID_FIELDS = "invalid_fields"
+    WRONG_KEY = "wrong_key"
+    WRONG_PARTITION = "wrong_partition"
+    PROCESSING_ERROR = "processing_error"
+
+
 class DeadLetter(BaseModel):
     """A record the worker could not use, kept byte for byte so it can be inspected, fixed and replayed."""
 
     original_base64: str
     original_key_base64: str | None = None
     stage: DeadLetterStage
+    reason_code: DeadLetterReason
     reason: str
     topic: str
     partition: int

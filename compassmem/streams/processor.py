@@ -29,8 +29,8 @@ import structlog
 
 from compassmem.embedding import Embedder
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, partition_key
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
-from compassmem.processors.conversation_memory import ConversationMemory
+from compassmem.pipeline import MemoryPipeline, PipelineConfig, PipelineObserver
+from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
 from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink, event_keyword_vector, turn_keyword_vector
@@ -40,6 +40,7 @@ from compassmem.streams.messages import (
     ChangeOp,
     ClusterChange,
     DeadLetter,
+    DeadLetterReason,
     DeadLetterStage,
     EventChange,
     ForgetCommand,
@@ -150,6 +151,8 @@ class BatchOutput:
     relation_changes: list[RelationChange] = field(default_factory=list)
     cluster_changes: list[ClusterChange] = field(default_factory=list)
     stats: BatchStats = field(default_factory=BatchStats)
+    # Health counts of the conversations the batch changed (None: forgotten), for the memory-health metrics.
+    health: dict[str, ConversationHealth | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,12 +168,13 @@ class MemoryStreamProcessor:
     """Applies batches of turns-topic records. Not thread-safe: the worker calls it from one thread at a time."""
 
     def __init__(self, embedder: Embedder, stores: Stores, config: PipelineConfig | None = None,
-                 clock: Callable[[], float] = time.time, max_cached_conversations: int = 256) -> None:
+                 clock: Callable[[], float] = time.time, max_cached_conversations: int = 256,
+                 observer: PipelineObserver | None = None) -> None:
         self.stores = stores
         self.feed = ChangeFeed()
         self._vector_sink = _GuardedSink(VectorSink(stores.vectors), "vector store")
         self._graph_sink = _GuardedSink(GraphSink(stores.graph), "graph store")
-        self.pipeline = MemoryPipeline(embedder, [self._vector_sink, self._graph_sink, self.feed], config)
+        self.pipeline = MemoryPipeline(embedder, [self._vector_sink, self._graph_sink, self.feed], config, observer)
         self._clock = clock
         # key -> the table bytes its live ConversationMemory in pipeline.memories was built from. A table value
         # that is another object (recovered after a rebalance, or deleted) makes the memory stale.
@@ -228,6 +232,7 @@ class MemoryStreamProcessor:
                                                          memory=memory.to_state() if memory else None))
                 out.states[key] = (value, entry.header.partition)
                 self._sources[key] = value
+                out.health[key] = memory.health() if memory else None
             if key in self.pipeline.memories:
                 self._recent[key] = None
                 self._recent.move_to_end(key)
@@ -279,7 +284,7 @@ class MemoryStreamProcessor:
         entry = self._live(turn.key, turn.tenant, turn.conversation_id, record.partition, batch, live)
         if entry.header.partition != record.partition:
             out.dead_letters.append(record.dead_letter(
-                DeadLetterStage.ROUTE,
+                DeadLetterStage.ROUTE, DeadLetterReason.WRONG_PARTITION,
                 f"conversation {turn.key!r} lives on partition {entry.header.partition}, this turn came on "
                 f"partition {record.partition}; its order relative to the rest cannot be guaranteed",
             ))
@@ -318,7 +323,7 @@ class MemoryStreamProcessor:
         except Exception as error:
             log.error("stream.turn_failed", key=turn.key, turn_id=turn.turn_id, error=repr(error))
             out.dead_letters.append(item.record.dead_letter(
-                DeadLetterStage.PROCESS, f"processing turn {turn.turn_id!r} raised {error!r}"
+                DeadLetterStage.PROCESS, DeadLetterReason.PROCESSING_ERROR, f"processing turn {turn.turn_id!r} raised {error!r}"
             ))
             if before is None:
                 self.pipeline.memories.pop(turn.key, None)
@@ -367,6 +372,7 @@ class MemoryStreamProcessor:
             live.pop(key, None)
             batch.states.pop(key, None)
             out.states[key] = (None, record.partition)
+            out.health[key] = None
             log.info("stream.conversation_forgotten", tenant=header.tenant, conversation_id=header.conversation_id,
                      partition=record.partition, offset=record.offset)
 

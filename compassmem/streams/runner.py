@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
+from prometheus_client import start_http_server
 
 from compassmem.config import Settings
 from compassmem.embedding import Embedder
+from compassmem.monitoring.measured_stores import measure_stores
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.topics import ensure_topics, topic_specs
@@ -41,6 +44,7 @@ class DevContext:
     bootstrap: str
     stores: Stores
     embedder: Embedder
+    metrics: MemoryMetrics
 
 
 SidecarFactory = Callable[[DevContext], Sidecar]
@@ -53,13 +57,13 @@ def load_embedder(settings: Settings) -> Embedder:
 
 
 def run_streaming_worker(settings: Settings, bootstrap: str, stores: Stores, embedder: Embedder,
-                         sidecars: Sequence[Sidecar] = ()) -> int:
+                         metrics: MemoryMetrics, sidecars: Sequence[Sidecar] = ()) -> int:
     """Run the Faust worker in this thread until SIGINT/SIGTERM; returns the exit status."""
     import faust
 
     from compassmem.streams.app import StreamingWorker
 
-    streaming = StreamingWorker(settings, stores, embedder, bootstrap)
+    streaming = StreamingWorker(settings, stores, embedder, bootstrap, metrics=metrics)
     worker = faust.Worker(streaming.app, loglevel=_faust_level(settings.log_level), redirect_stdouts=False,
                           quiet=True)
     worker.spinner = None  # a terminal spinner would write escape codes into every log file
@@ -91,8 +95,14 @@ def run_worker(settings: Settings) -> int:
     bootstrap = settings.bootstrap_servers
     ensure_topics(bootstrap, topic_specs(settings))
     embedder = load_embedder(settings)
-    with open_stores(settings, dim=embedder.dim) as stores:
-        return run_streaming_worker(settings, bootstrap, stores, embedder)
+    metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
+    server, _ = start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+    log.info("worker.metrics", url=f"http://{settings.metrics_host}:{server.server_port}/metrics")
+    try:
+        with open_stores(settings, dim=embedder.dim) as stores:
+            return run_streaming_worker(settings, bootstrap, measure_stores(stores, metrics), embedder, metrics)
+    finally:
+        server.shutdown()
 
 
 def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
@@ -104,9 +114,13 @@ def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
               "stops; the stores keep the memory built)", file=sys.stderr)
         ensure_topics(broker.bootstrap, topic_specs(settings))
         embedder = load_embedder(settings)
-        with open_stores(settings, dim=embedder.dim) as stores:
-            context = DevContext(settings=settings, bootstrap=broker.bootstrap, stores=stores, embedder=embedder)
-            return run_streaming_worker(settings, broker.bootstrap, stores, embedder,
+        # One registry for the worker and its sidecars: the API's /metrics shows both (DESIGN.md section 5).
+        metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
+        with open_stores(settings, dim=embedder.dim) as opened:
+            stores = measure_stores(opened, metrics)
+            context = DevContext(settings=settings, bootstrap=broker.bootstrap, stores=stores, embedder=embedder,
+                                 metrics=metrics)
+            return run_streaming_worker(settings, broker.bootstrap, stores, embedder, metrics,
                                         [factory(context) for factory in sidecars])
 
 
@@ -125,8 +139,10 @@ class InProcessWorker:
     thread); ``stop()`` stops it the way SIGTERM would.
     """
 
-    def __init__(self, settings: Settings, bootstrap: str, stores: Stores, embedder: Embedder) -> None:
+    def __init__(self, settings: Settings, bootstrap: str, stores: Stores, embedder: Embedder,
+                 metrics: MemoryMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.bootstrap = bootstrap
         self.stores = stores
         self.embedder = embedder
@@ -145,7 +161,7 @@ class InProcessWorker:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
-        streaming = StreamingWorker(self.settings, self.stores, self.embedder, self.bootstrap)
+        streaming = StreamingWorker(self.settings, self.stores, self.embedder, self.bootstrap, metrics=self.metrics)
         self.streaming = streaming
 
         class _ThreadWorker(faust.Worker):

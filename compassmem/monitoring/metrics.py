@@ -1,0 +1,250 @@
+"""Every Prometheus metric of compassmem (DESIGN.md section 7), on one registry per process.
+
+``compassmem dev`` runs the worker and the query API in one process on one ``MemoryMetrics``, so its single
+``/metrics`` shows both; ``compassmem worker`` serves its own on ``metrics_port``, ``compassmem api`` on the API's
+``/metrics``. Names follow Prometheus conventions: base units in the name (``_seconds``, ``_ratio``), counters end
+in ``_total``, and labels take bounded values only (stages, relation types, dead-letter reason codes, store
+operations, and at most ``conversation_labels`` conversations).
+
+Memory-health gauges cover the conversations this process has updated since it started (the worker keeps their
+counts; a restarted worker fills them again as conversations get turns). Across several workers, sum the count
+gauges (``compassmem_memory_*``) and divide: the alert rules do exactly that.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
+
+from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
+from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
+from compassmem.processors.relations import ADJACENCY_EVIDENCE
+from compassmem.query_api.schemas import QueryResponse
+from compassmem.streams.messages import DeadLetter
+
+# Per-batch stage durations run from a millisecond (a small store flush) to tens of seconds (a cold embedding batch).
+_STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Queries: the goal is p50 <= 25 ms, p99 <= 150 ms; buckets resolve both.
+_QUERY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
+_STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+_HOP_BUCKETS = tuple(float(h) for h in range(11))
+_CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+class MemoryMetrics:
+    """The metric objects plus the bookkeeping behind the derived gauges; implements ``PipelineObserver``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, conversation_labels: int = 20,
+                 drift: DriftConfig | None = None, process_collectors: bool = True) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        if process_collectors:
+            for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+                self.registry.register(collector)
+        self._conversation_labels = conversation_labels
+        self._drift = ConfidenceDrift(drift)
+        self._health: dict[str, ConversationHealth] = {}
+        self._labelled: OrderedDict[str, None] = OrderedDict()
+        r = self.registry
+
+        # -- ingestion ---------------------------------------------------------------------------------------------
+        self.stage_turns = Counter(
+            "compassmem_stage_turns_total",
+            "Turns through each ingestion stage: consume (records read by the worker), embed, segment (boundary "
+            "detection, then merging and relations of closed segments), store (turns indexed under their event).",
+            ["stage"], registry=r)
+        self.stage_seconds = Histogram(
+            "compassmem_stage_duration_seconds",
+            "Seconds one batch spent in a stage: embed, segment, merge, relate, recluster, store, publish (change "
+            "feeds and dead letters), state (table writes), batch (all of it).",
+            ["stage"], buckets=_STAGE_BUCKETS, registry=r)
+        self.dead_letters = Counter(
+            "compassmem_dead_letters_total", "Records sent to the dead-letter topic, by stage and reason code.",
+            ["stage", "reason"], registry=r)
+        self.consumer_lag = Gauge(
+            "compassmem_consumer_lag_records",
+            "Records of an assigned turns partition not yet processed by this worker (end offset - next offset).",
+            ["topic", "partition"], registry=r)
+        self.segments_closed = Counter("compassmem_segments_closed_total", "Segments closed into events.",
+                                       registry=r)
+        self.segments_merged = Counter("compassmem_segments_merged_total",
+                                       "Closed segments merged into an existing event (near-duplicates).", registry=r)
+        self.relations_written = Counter("compassmem_relations_written_total",
+                                         "Relations written (new or changed), by type.", ["type"], registry=r)
+        self.relation_confidence = Histogram(
+            "compassmem_relation_confidence", "Confidence of written relations (adjacency edges excluded).",
+            buckets=_CONFIDENCE_BUCKETS, registry=r)
+        self.recluster_runs = Counter("compassmem_recluster_runs_total", "Topic reclustering runs.", registry=r)
+        self.recluster_seconds = Histogram("compassmem_recluster_duration_seconds",
+                                           "Seconds one reclustering run took.", buckets=_STAGE_BUCKETS, registry=r)
+
+        # -- memory health -----------------------------------------------------------------------------------------
+        self.memory_conversations = Gauge("compassmem_memory_conversations",
+                                          "Conversations the health gauges cover.", registry=r)
+        self.memory_events = Gauge("compassmem_memory_events", "Events in the covered conversations.", registry=r)
+        self.memory_relations = Gauge(
+            "compassmem_memory_relations",
+            "Active relations in the covered conversations; kind=adjacency links consecutive events only.",
+            ["kind"], registry=r)
+        self.memory_segments = Gauge("compassmem_memory_segments", "Segments closed in the covered conversations.",
+                                     registry=r)
+        self.memory_merged_segments = Gauge("compassmem_memory_merged_segments",
+                                            "Of those, segments merged into an earlier event.", registry=r)
+        self.average_degree = Gauge(
+            "compassmem_graph_average_degree",
+            "2 x active relations / events over the covered conversations (edges=all) and without adjacency "
+            "edges (edges=semantic). Below 1.5 means segmentation is off.", ["edges"], registry=r)
+        self.conversation_degree = Gauge(
+            "compassmem_conversation_average_degree",
+            "Average degree of the most recently updated conversations (bounded: older ones are dropped).",
+            ["conversation"], registry=r)
+        self.duplicate_ratio = Gauge(
+            "compassmem_event_duplicate_ratio",
+            "Merged segments / closed segments over the covered conversations. Above 0.15 means merging is too "
+            "loose.", registry=r)
+        self.confidence_mean = Gauge(
+            "compassmem_relation_confidence_mean",
+            "Mean confidence of written relations: window=recent (last relations) and window=reference (slow "
+            "moving mean of the ones before).", ["window"], registry=r)
+        self.confidence_drift = Gauge("compassmem_relation_confidence_drift",
+                                      "Recent minus reference mean relation confidence.", registry=r)
+        self.confidence_trend = Gauge("compassmem_relation_confidence_trend",
+                                      "Slope of the recent mean relation confidence, per 1,000 relations.",
+                                      registry=r)
+
+        # -- queries -----------------------------------------------------------------------------------------------
+        self.queries = Counter("compassmem_queries_total",
+                               "Queries answered, by outcome (evidence, no_memory, error).", ["outcome"], registry=r)
+        self.query_seconds = Histogram("compassmem_query_duration_seconds", "Seconds to answer one query.",
+                                       buckets=_QUERY_BUCKETS, registry=r)
+        self.query_phase_seconds = Histogram(
+            "compassmem_query_phase_duration_seconds",
+            "Seconds per query phase: load, decompose, embed, search, navigate, answer.",
+            ["phase"], buckets=_QUERY_BUCKETS, registry=r)
+        self.query_hops = Histogram("compassmem_query_hops",
+                                    "Longest relation path (hops from a seed) among a query's evidence.",
+                                    buckets=_HOP_BUCKETS, registry=r)
+        self.http_requests = Counter("compassmem_http_requests_total", "HTTP requests, by route and status code.",
+                                     ["method", "route", "status"], registry=r)
+        self.http_seconds = Histogram("compassmem_http_request_duration_seconds", "HTTP request duration.",
+                                      ["method", "route"], buckets=_QUERY_BUCKETS, registry=r)
+
+        # -- stores ------------------------------------------------------------------------------------------------
+        self.store_errors = Counter("compassmem_store_errors_total", "Store calls that raised, by store and operation.",
+                                    ["store", "operation"], registry=r)
+        self.store_seconds = Histogram("compassmem_store_operation_duration_seconds", "Seconds per store call.",
+                                       ["store", "operation"], buckets=_STORE_BUCKETS, registry=r)
+        self._publish_health()
+
+    # -- PipelineObserver --------------------------------------------------------------------------------------------
+
+    def stage(self, stage: str, seconds: float, turns: int | None = None) -> None:
+        self.stage_seconds.labels(stage).observe(seconds)
+        if turns is not None:
+            self.stage_turns.labels(stage).inc(turns)
+
+    def memory_update(self, update: MemoryUpdate) -> None:
+        self.segments_closed.inc(update.segments_closed)
+        self.segments_merged.inc(len(update.merges))
+        confidences = []
+        for relation in update.relations:
+            self.relations_written.labels(relation.type.value).inc()
+            if relation.evidence not in ADJACENCY_EVIDENCE:
+                confidences.append(relation.confidence)
+                self.relation_confidence.observe(relation.confidence)
+        for seconds in update.recluster_seconds:
+            self.recluster_runs.inc()
+            self.recluster_seconds.observe(seconds)
+        if confidences:
+            self._drift.add(confidences)
+            self._publish_drift()
+
+    # -- worker ------------------------------------------------------------------------------------------------------
+
+    def consumed(self, records: int) -> None:
+        self.stage_turns.labels("consume").inc(records)
+
+    def dead_lettered(self, letters: Iterable[DeadLetter]) -> None:
+        for letter in letters:
+            self.dead_letters.labels(letter.stage.value, letter.reason_code).inc()
+
+    def set_lag(self, topic: str, lags: Mapping[int, int]) -> None:
+        for partition, lag in lags.items():
+            self.consumer_lag.labels(topic, str(partition)).set(max(0, lag))
+
+    def drop_lag(self, topic: str, partitions: Iterable[int]) -> None:
+        """Partitions this worker no longer owns: their lag is another worker's to report."""
+        for partition in partitions:
+            self.consumer_lag.remove(topic, str(partition))
+
+    def conversations_changed(self, health: Mapping[str, ConversationHealth | None]) -> None:
+        """New counts for conversations a batch touched (None: forgotten)."""
+        for key, counts in health.items():
+            if counts is None:
+                self._health.pop(key, None)
+                if key in self._labelled:
+                    del self._labelled[key]
+                    self.conversation_degree.remove(key)
+                continue
+            self._health[key] = counts
+            self._labelled[key] = None
+            self._labelled.move_to_end(key)
+            self.conversation_degree.labels(key).set(counts.average_degree)
+        while len(self._labelled) > self._conversation_labels:
+            oldest, _ = self._labelled.popitem(last=False)
+            self.conversation_degree.remove(oldest)
+        self._publish_health()
+
+    # -- query API ---------------------------------------------------------------------------------------------------
+
+    def query_answered(self, response: QueryResponse, seconds: float) -> None:
+        self.queries.labels("evidence" if response.turn_ids else "no_memory").inc()
+        self.query_seconds.observe(seconds)
+        for phase, ms in response.timings_ms.items():
+            if phase != "total":
+                self.query_phase_seconds.labels(phase).observe(ms / 1000.0)
+        self.query_hops.observe(max((len(item.path) for item in response.evidence), default=0))
+
+    def query_failed(self) -> None:
+        self.queries.labels("error").inc()
+
+    def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(method, route, str(status)).inc()
+        self.http_seconds.labels(method, route).observe(seconds)
+
+    # -- derived gauges ----------------------------------------------------------------------------------------------
+
+    def _publish_health(self) -> None:
+        counts = self._health.values()
+        events = sum(c.events for c in counts)
+        relations = sum(c.relations for c in counts)
+        adjacency = sum(c.adjacency_relations for c in counts)
+        segments = sum(c.segments for c in counts)
+        merged = sum(c.merged_segments for c in counts)
+        self.memory_conversations.set(len(self._health))
+        self.memory_events.set(events)
+        self.memory_relations.labels("adjacency").set(adjacency)
+        self.memory_relations.labels("semantic").set(relations - adjacency)
+        self.memory_segments.set(segments)
+        self.memory_merged_segments.set(merged)
+        self.average_degree.labels("all").set(2 * relations / events if events else 0.0)
+        self.average_degree.labels("semantic").set(2 * (relations - adjacency) / events if events else 0.0)
+        self.duplicate_ratio.set(merged / segments if segments else 0.0)
+
+    def _publish_drift(self) -> None:
+        reading = self._drift.reading()
+        if reading.recent_mean is not None:
+            self.confidence_mean.labels("recent").set(reading.recent_mean)
+        if reading.reference_mean is not None:
+            self.confidence_mean.labels("reference").set(reading.reference_mean)
+        self.confidence_drift.set(reading.drift)
+        self.confidence_trend.set(reading.trend_per_1000)
