@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= .compassmem-demo
 
-.PHONY: install demo test bench clean
+.PHONY: install tools demo test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -21,6 +21,17 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
+# promtool (Debian's prometheus package) checks and unit-tests the alert rules: tests/test_monitoring_files.py.
+tools:
+	@command -v promtool >/dev/null || { \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=; \
+		elif command -v sudo >/dev/null; then sudo=sudo; \
+		else echo "promtool is missing; installing it needs root or sudo: apt-get install prometheus" >&2; exit 1; fi; \
+		command -v apt-get >/dev/null || { echo "promtool is missing and there is no apt-get: install Prometheus's promtool" >&2; exit 1; }; \
+		echo "installing promtool (Debian package prometheus)"; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
 demo: install
 	COMPASSMEM_DATA_DIR=$(DEMO_DIR) $(BIN)/compassmem ingest examples/sample_conversation.jsonl
 	COMPASSMEM_DATA_DIR=$(DEMO_DIR) $(BIN)/compassmem ask priya-tom \
@@ -28,7 +39,7 @@ demo: install
 		"When did Priya adopt Biscuit?" \
 		"Who climbed Angels Landing?"
 
-test: install
+test: install tools
 	$(BIN)/python -m pytest -q
 
 bench: install

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,3 +35,11 @@ def print_table(headers: list[str], rows: list[list[Any]]) -> None:
         print("  ".join(cell.rjust(width) if i else cell.ljust(width) for i, (cell, width) in enumerate(zip(row, widths))))
         if index == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
+from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, wait_for, write_results
 from compassmem.config import Settings
 from compassmem.embedding import SentenceTransformerEmbedder
 from compassmem.importers import read_turns
@@ -50,14 +50,6 @@ def in_process_rate(turns: list[Turn], embedder: SentenceTransformerEmbedder, ro
         seconds = time.perf_counter() - started
     return {"turns": len(turns), "seconds": round(seconds, 2), "turns_per_second": round(len(turns) / seconds, 1),
             "events": summary.events}
-
-
-def wait_for(condition: Any, timeout_s: float, what: str) -> None:  # noqa: ANN401
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def streamed_rate(turns: list[Turn], worker: InProcessWorker, settings: Settings, bootstrap: str) -> dict[str, Any]:

@@ -482,6 +482,7 @@ class StreamRun:
             "COMPASSMEM_DATA_DIR": str(data_dir),
             "COMPASSMEM_FALKORDB_URL": self.falkordb.url,
             "COMPASSMEM_KAFKA_APP_ID": app_id or f"{self.name}-app",
+            "COMPASSMEM_METRICS_PORT": "0",  # several workers share this machine
             **{f"COMPASSMEM_{topic.upper()}_TOPIC": f"{self.name}.{topic}"
                for topic in ("turns", "control", "events", "relations", "clusters", "dlq")},
         })

