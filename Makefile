@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= .compassmem-demo
 
-.PHONY: install tools demo test bench clean
+.PHONY: install tools demo test bench dashboard-plot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,7 +16,7 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	# torch first, pinned: the CPU wheel lies on local disk; letting a resolver choose pulls a CUDA build.
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install --quiet -e ".[test,bench]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -45,6 +45,10 @@ test: install tools
 bench: install
 	$(BIN)/python -m benchmarks.ingest_throughput
 	$(BIN)/python -m benchmarks.memory_report
+
+# The figures of the Grafana dashboard over a streamed development conversation, as a PNG (README: Monitoring).
+dashboard-plot: install
+	$(BIN)/python -m benchmarks.dashboard_plot --out docs/dashboard.png
 
 clean:
 	rm -rf $(DEMO_DIR) results

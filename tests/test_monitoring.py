@@ -58,6 +58,14 @@ def test_falling_confidence_shows_negative_drift_and_trend() -> None:
     assert reading.trend_per_1000 < -0.02 * 1000 / 30  # about -0.01 per relation while it falls
 
 
+def test_the_reference_is_the_mean_of_what_left_the_window_not_its_first_value() -> None:
+    drift = ConfidenceDrift(SMALL_DRIFT)
+    drift.add([0.9, 0.5] * 20 + [0.7] * 20)
+    reading = drift.reading()
+    assert reading.reference_mean == pytest.approx(0.7)
+    assert reading.drift == pytest.approx(0.0)
+
+
 def test_rising_confidence_shows_positive_drift() -> None:
     drift = ConfidenceDrift(SMALL_DRIFT)
     drift.add([0.4] * 100 + [0.9] * 20)

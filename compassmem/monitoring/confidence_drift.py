@@ -4,12 +4,14 @@ A falling confidence on new relations means the conversations moved away from wh
 entity rules were written for (domain drift). Two windows are compared:
 
 - **recent**: the mean of the last ``recent_size`` confidences;
-- **reference**: an exponentially weighted mean of the confidences that have *left* the recent window (half-life
-  ``reference_half_life`` relations), so it follows slow change but never contains the window it is compared with.
+- **reference**: the mean of the confidences that have *left* the recent window: a plain running mean at first,
+  exponentially weighted (half-life ``reference_half_life`` relations) once about 1.44 half-lives have left, so
+  it follows slow change but never contains the window it is compared with.
 
 ``drift`` = recent - reference (negative: less confident than before). ``trend`` is the least-squares slope of
-the recent mean, sampled every ``sample_every`` relations over the last ``trend_samples`` samples, expressed as
-change per 1,000 relations: counted in relations rather than seconds, so an idle stream shows no trend.
+the recent mean, sampled every ``sample_every`` relations once the window is full, over the last
+``trend_samples`` samples, as change per 1,000 relations: counted in relations rather than seconds, so an idle
+stream shows no trend.
 """
 
 from __future__ import annotations
@@ -46,19 +48,24 @@ class ConfidenceDrift:
         self._alpha = 1.0 - math.exp(-math.log(2.0) / self.config.reference_half_life)
         self._samples: deque[tuple[int, float]] = deque(maxlen=self.config.trend_samples)
         self._seen = 0
+        self._left = 0
 
     def add(self, confidences: Iterable[float]) -> None:
         for confidence in confidences:
             if len(self._recent) == self._recent.maxlen:
                 leaving = self._recent[0]
                 self._recent_sum -= leaving
-                # The first value to leave seeds the reference; later ones move it slowly.
+                self._left += 1
+                # 1/n: the running mean of everything that left (no bias towards the first values), until the
+                # exponential weight takes over.
+                weight = max(1.0 / self._left, self._alpha)
                 self._reference = leaving if self._reference is None else \
-                    self._reference + self._alpha * (leaving - self._reference)
+                    self._reference + weight * (leaving - self._reference)
             self._recent.append(confidence)
             self._recent_sum += confidence
             self._seen += 1
-            if self._seen % self.config.sample_every == 0:
+            # Only full windows: a filling window's mean is the start-up mix of relations, not a trend.
+            if self._seen % self.config.sample_every == 0 and len(self._recent) == self._recent.maxlen:
                 self._samples.append((self._seen, self._recent_sum / len(self._recent)))
 
     def reading(self) -> DriftReading:

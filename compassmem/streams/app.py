@@ -363,7 +363,8 @@ class StreamingWorker:
                     position = await self.app.consumer.position(tp) or 0
                 lags[tp.partition] = int(ends.get(tp, position)) - position
         except Exception as error:  # noqa: BLE001 - a metrics probe must never stop the worker
-            log.warning("stream.lag_probe_failed", error=repr(error))
+            if not self.app.should_stop:  # failing while the worker shuts down is expected
+                log.warning("stream.lag_probe_failed", error=repr(error))
             return
         self.metrics.set_lag(self.settings.turns_topic, lags)
 
