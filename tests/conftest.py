@@ -248,6 +248,7 @@ STREAM_FAST_GROUP_ENV = {
     "COMPASSMEM_STREAM_BATCH_SIZE": "16",
     "COMPASSMEM_STREAM_BATCH_WITHIN_S": "0.1",
     "COMPASSMEM_IDLE_CLOSE_S": "2",
+    "COMPASSMEM_METRICS_LAG_INTERVAL_S": "0.5",
     "COMPASSMEM_LOG_LEVEL": "INFO",
 }
 
@@ -438,6 +439,11 @@ class WorkerProcess:
         if not found:
             return None
         return [int(p) for p in found[-1].replace(" ", "").split(",") if p]
+
+    def metrics_url(self) -> str:
+        found = _re.findall(r"worker\.metrics\s+url=(\S+)", self.log())
+        assert found, f"worker {self.label} logged no metrics endpoint\n{self.tail()}"
+        return found[-1]
 
     def wait_assigned(self, timeout_s: float = 90.0) -> list[int]:
         def assigned() -> list[int] | None:

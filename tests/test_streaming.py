@@ -12,11 +12,14 @@ import base64
 import json
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.partitioner.default import murmur2
+from prometheus_client import generate_latest
 
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
@@ -27,6 +30,7 @@ from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, changelog_t
 
 from conftest import (
     StreamRun,
+    WorkerProcess,
     describe_difference,
     expected_snapshot,
     graph_snapshot,
@@ -36,6 +40,8 @@ from conftest import (
     stream_conversation,
     wait_until,
 )
+from prometheus_text import parse_samples, total
+from prometheus_text import value as metric_value
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -234,6 +240,11 @@ def test_malformed_messages_go_to_the_dead_letter_topic_and_the_stream_goes_on(
             assert word in letter["reason"], f"{label}: {word!r} not in reason {letter['reason']!r}"
         assert base64.b64decode(letter["original_base64"]) == value, f"{label}: original bytes changed"
         assert letter["dead_lettered_at"], label
+    # The worker's metrics count the same dead letters, by stage and reason code.
+    samples = parse_samples(generate_latest(worker.streaming.metrics.registry).decode())
+    for (stage, reason), count in Counter((v["stage"], v["reason_code"]) for v in found.values()).items():
+        assert metric_value(samples, "compassmem_dead_letters_total", stage=stage, reason=reason) == count, (stage, reason)
+    assert total(samples, "compassmem_dead_letters_total") == len(found)
 
 
 # -- ordering and scale-out --------------------------------------------------------------------------------------
@@ -290,6 +301,19 @@ def test_two_workers_split_the_partitions_and_build_the_same_memory(
                    lambda: graph_difference(graph, reference) + "\n" + "\n".join(w.tail(10) for w in workers))
     finally:
         graph.close()
+    # Each `compassmem worker` serves its own /metrics: the turns it consumed, the lag of its own partitions only.
+    scraped = [parse_samples(httpx.get(w.metrics_url(), timeout=10).text) for w in workers]
+    # consume counts every record, the worker's own idle-close markers too; segment counts applied turns.
+    assert sum(total(s, "compassmem_stage_turns_total", stage="segment") for s in scraped) == len(turns)
+    assert sum(total(s, "compassmem_stage_turns_total", stage="consume") for s in scraped) >= len(turns)
+    for worker in workers:
+        def lag_partitions(worker: WorkerProcess = worker) -> set[int]:
+            samples = parse_samples(httpx.get(worker.metrics_url(), timeout=10).text)
+            return {int(dict(labels)["partition"]) for name, labels in samples
+                    if name == "compassmem_consumer_lag_records"}
+
+        wait_until(lambda: lag_partitions() == set(worker.assigned_partitions() or ()), 20,
+                   f"{worker.label}'s lag series to be its own partitions", 0.3, lambda: str(lag_partitions()))
     for worker in workers:
         worker.stop()
     applied = [w.batch_totals().get("applied", 0) for w in workers]
