@@ -12,10 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 from compose_file import compose_environment
-from conftest import stream_conversation
+from conftest import stream_conversation, wait_until
 from dev_process import FAST_STREAM_ENV, free_port, running_dev
 from kafka import KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_server import firing_alerts, query, running_prometheus
 from prometheus_text import Samples, parse_samples, total, value
 
 # Settings that name another container of the stack: `compassmem dev` runs those parts embedded instead.
@@ -34,8 +35,9 @@ REQUIRED_FAMILIES = {
 
 
 @pytest.fixture
-def dev(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """`compassmem dev` with the compose worker's environment; yields (API URL, dev broker address)."""
+def dev(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """`compassmem dev` with the compose worker's environment, and a real Prometheus scraping it with the shipped
+    config and alert rules; yields (API URL, dev broker address, Prometheus URL)."""
     compose_env = {k: v for k, v in compose_environment("worker").items() if k not in CONTAINER_ADDRESSES}
     broker_port = free_port()
     env = {
@@ -49,8 +51,10 @@ def dev(tmp_path: Path) -> Iterator[tuple[str, str]]:
         "COMPASSMEM_DEV_BROKER_PORT": str(broker_port),
         "COMPASSMEM_METRICS_LAG_INTERVAL_S": "0.25",
     }
-    with running_dev(env, tmp_path / "dev.log") as url:
-        yield url, f"127.0.0.1:{broker_port}"
+    with running_dev(env, tmp_path / "dev.log") as url, \
+            running_prometheus({"compassmem-api": url.removeprefix("http://")}, tmp_path / "prometheus",
+                               free_port()) as prometheus:
+        yield url, f"127.0.0.1:{broker_port}", prometheus
 
 
 def scrape(url: str) -> tuple[set[str], Samples]:
@@ -58,8 +62,8 @@ def scrape(url: str) -> tuple[set[str], Samples]:
     return {family.name for family in text_string_to_metric_families(text)}, parse_samples(text)
 
 
-def test_metrics_exist_and_move_when_turns_flow(dev: tuple[str, str]) -> None:
-    url, bootstrap = dev
+def test_metrics_exist_and_move_when_turns_flow(dev: tuple[str, str, str]) -> None:
+    url, bootstrap, prometheus = dev
     families, before = scrape(url)
     assert REQUIRED_FAMILIES <= families, f"missing: {sorted(REQUIRED_FAMILIES - families)}"
     assert total(before, "compassmem_stage_turns_total") == 0
@@ -123,3 +127,18 @@ def test_metrics_exist_and_move_when_turns_flow(dev: tuple[str, str]) -> None:
     assert value(after, "compassmem_query_duration_seconds_count") == 1
     assert value(after, "compassmem_query_hops_count") == 1
     assert value(after, "compassmem_http_requests_total", method="POST", route="/v1/turns", status="202") == 2
+
+    # Prometheus, with the shipped rules, scraped the same endpoint: the figures agree and the dead-letter alert
+    # fires for exactly the two kinds that were sent.
+    assert query(prometheus, 'up{job="compassmem-api"}')[0]["value"][1] == "1"
+
+    def dead_letter_alerts() -> set[tuple[str, str]]:
+        return {(a["labels"]["stage"], a["labels"]["reason"]) for a in firing_alerts(prometheus)
+                if a["labels"]["alertname"] == "CompassmemDeadLetters"}
+
+    wait_until(lambda: dead_letter_alerts() == {("decode", "not_json"), ("validate", "invalid_fields")}, 30,
+               "the CompassmemDeadLetters alert", 0.5, lambda: str(firing_alerts(prometheus)))
+    assert float(query(prometheus, "sum(compassmem_memory_events)")[0]["value"][1]) == \
+        value(after, "compassmem_memory_events")
+    assert not {a["labels"]["alertname"] for a in firing_alerts(prometheus)} & {
+        "CompassmemLowGraphDegree", "CompassmemStoreErrors", "CompassmemTargetDown"}
