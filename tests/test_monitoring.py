@@ -108,6 +108,21 @@ def test_per_conversation_degree_keeps_only_the_most_recently_updated() -> None:
     assert value(samples_of(metrics), "compassmem_memory_conversations") == 6
 
 
+def test_owned_conversations_replace_what_the_gauges_cover() -> None:
+    metrics = MemoryMetrics(process_collectors=False)
+    metrics.conversations_changed({"t/a": ConversationHealth(events=4, relations=4),
+                                   "t/b": ConversationHealth(events=6, relations=3)})
+    # A rebalance took t/a away and brought t/c, whose state this worker only read from its table.
+    metrics.conversations_owned({"t/b": ConversationHealth(events=6, relations=3),
+                                 "t/c": ConversationHealth(events=10, relations=30)})
+    samples = samples_of(metrics)
+    assert value(samples, "compassmem_memory_conversations") == 2
+    assert value(samples, "compassmem_memory_events") == 16
+    labelled = {dict(labels)["conversation"] for name, labels in samples
+                if name == "compassmem_conversation_average_degree"}
+    assert labelled == {"t/b"}
+
+
 def test_memory_update_counts_relations_and_leaves_adjacency_out_of_the_confidence(
         event_builder: Callable[..., Any], relation_builder: Callable[..., Any]) -> None:
     metrics = MemoryMetrics(process_collectors=False)

@@ -160,6 +160,20 @@ def test_kill9_mid_stream_then_restart_builds_the_same_memory(stream_run: Stream
     with stream_run.open_stores(data_dir) as stores:
         assert_stores_equal(stores.vectors, stores.graph, reference)
 
+    # A worker started on the finished memory reports its health from its table alone, before any new turn.
+    third = stream_run.start_worker("kill-third", data_dir)
+    third.wait_assigned()
+    events = sum(len(snapshot["events"]) for snapshot in reference.values())  # type: ignore[arg-type]
+
+    def covered() -> tuple[float, float]:
+        samples = parse_samples(httpx.get(third.metrics_url(), timeout=10).text)
+        return (metric_value(samples, "compassmem_memory_conversations"),
+                metric_value(samples, "compassmem_memory_events"))
+
+    wait_until(lambda: covered() == (len(reference), events), 30, "the health gauges to cover the table", 0.3,
+               lambda: f"{covered()} != {(len(reference), events)}")
+    third.stop()
+
 
 # -- malformed messages ------------------------------------------------------------------------------------------
 

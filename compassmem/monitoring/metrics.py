@@ -6,9 +6,9 @@
 in ``_total``, and labels take bounded values only (stages, relation types, dead-letter reason codes, store
 operations, and at most ``conversation_labels`` conversations).
 
-Memory-health gauges cover the conversations this process has updated since it started (the worker keeps their
-counts; a restarted worker fills them again as conversations get turns). Across several workers, sum the count
-gauges (``compassmem_memory_*``) and divide: the alert rules do exactly that.
+Memory-health gauges cover the conversations the worker owns: those of its assigned partitions, refreshed from
+its table every few seconds (so after a restart or a rebalance too) and updated after every batch. Across several
+workers, sum the count gauges (``compassmem_memory_*``) and divide: the alert rules do exactly that.
 """
 
 from __future__ import annotations
@@ -225,6 +225,14 @@ class MemoryMetrics:
         while len(self._labelled) > self._conversation_labels:
             oldest, _ = self._labelled.popitem(last=False)
             self.conversation_degree.remove(oldest)
+        self._publish_health()
+
+    def conversations_owned(self, health: Mapping[str, ConversationHealth]) -> None:
+        """Every conversation this worker owns now, read from its table: replaces what the gauges cover."""
+        for key in [k for k in self._labelled if k not in health]:
+            del self._labelled[key]
+            self.conversation_degree.remove(key)
+        self._health = dict(health)
         self._publish_health()
 
     # -- query API ---------------------------------------------------------------------------------------------------

@@ -132,7 +132,7 @@ class StreamingWorker:
         self.app.on_partitions_assigned.connect(self._on_partitions_assigned)
         self.app.agent(self.turns, name="compassmem.memory")(self._memory_agent)
         self.app.agent(self.control, name="compassmem.control")(self._control_agent)
-        self.app.timer(max(0.25, min(5.0, settings.idle_close_s / 4)), name="compassmem.idle_close")(self._idle_tick)
+        self.app.timer(max(0.25, min(5.0, settings.idle_close_s / 4)), name="compassmem.table")(self._table_tick)
         self.app.timer(settings.metrics_lag_interval_s, name="compassmem.lag")(self._lag_tick)
 
     async def _on_partitions_assigned(self, sender: Any, assigned: set, **_: Any) -> None:  # noqa: ANN401
@@ -319,18 +319,22 @@ class StreamingWorker:
 
     # -- idle close ----------------------------------------------------------------------------------------------
 
-    async def _idle_tick(self) -> None:
+    async def _table_tick(self) -> None:
+        """Reads the header of every conversation this worker owns: due idle closes, and the health gauges."""
         actives = self.app.assignor.assigned_actives()
         partitions = {tp.partition for tp in actives if tp.topic == self.settings.turns_topic}
-        if not partitions:
-            return
-        headers: list[tuple[bytes, RecordHeader]] = []
+        owned: list[tuple[bytes, RecordHeader]] = []
         for key, value in list(self.memory_table.items()):
-            if value is None:
-                continue
-            header = decode_header(value)
-            if header.partition in partitions and (key, header.last_offset) not in self._idle_requested:
-                headers.append((key, header))
+            if value is not None:
+                header = decode_header(value)
+                if header.partition in partitions:
+                    owned.append((key, header))
+        # Replaced as a whole: conversations of revoked partitions leave this worker's figures (the new owner
+        # reports them), recovered ones enter them before their next turn.
+        self.metrics.conversations_owned({h.key: h.health for _, h in owned})
+        await self._request_idle_closes([(k, h) for k, h in owned if (k, h.last_offset) not in self._idle_requested])
+
+    async def _request_idle_closes(self, headers: list[tuple[bytes, RecordHeader]]) -> None:
         idle = {id(h) for h in self.processor.idle_conversations([h for _, h in headers], self.settings.idle_close_s)}
         for key, header in headers:
             if id(header) not in idle:

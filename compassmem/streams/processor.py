@@ -228,11 +228,14 @@ class MemoryStreamProcessor:
         for key, entry in live.items():
             if entry.touched:
                 memory = self.pipeline.memories.get(key)
+                # In the header too: the worker's health gauges cover every conversation it owns, read from the
+                # table without decoding whole states (after a restart or a rebalance as well).
+                entry.header.health = memory.health() if memory else ConversationHealth()
                 value = encode_record(ConversationRecord(header=entry.header,
                                                          memory=memory.to_state() if memory else None))
                 out.states[key] = (value, entry.header.partition)
                 self._sources[key] = value
-                out.health[key] = memory.health() if memory else None
+                out.health[key] = entry.header.health if memory else None
             if key in self.pipeline.memories:
                 self._recent[key] = None
                 self._recent.move_to_end(key)

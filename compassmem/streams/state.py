@@ -6,8 +6,8 @@ table may hold state written for turns whose offsets were never committed, and t
 record at or below ``last_offset`` is already in the state and is skipped (see ``processor.py``).
 
 Layout: ``MAGIC`` + 4-byte header length + header JSON + zlib(body JSON). The header is small (ids, offsets,
-the open segment's size, when it last changed), so the idle-close timer reads it for every conversation without
-decoding the body. The body is zlib of the state as JSON with the event embeddings (most of the bytes) in one
+the open segment's size, when it last changed, the health counts), so the worker's timer reads it for every
+conversation without decoding the body. The body is zlib of the state as JSON with the event embeddings (most of the bytes) in one
 binary block: JSON digits would triple the size, and the restored state must be bit-identical for a resumed
 worker to decide exactly as an uninterrupted one would.
 """
@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from compassmem.models import partition_key
-from compassmem.processors.conversation_memory import ConversationMemoryState
+from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemoryState
 
 MAGIC = b"CMS1"
 _HEADER_LENGTH = struct.Struct(">I")
@@ -43,6 +43,8 @@ class RecordHeader(BaseModel):
     open_turns: int = 0
     # Wall-clock seconds of the last turn applied: the idle-close timer compares it with now.
     updated_at: float = 0.0
+    # The counts behind the memory-health metrics (degree, duplicate rate) as of this state.
+    health: ConversationHealth = Field(default_factory=ConversationHealth)
 
     @property
     def key(self) -> str:
