@@ -1,5 +1,5 @@
-"""`compassmem dev` as a child process for end-to-end tests: started with a given environment, ready once its
-query API answers /healthz, stopped with SIGTERM (SIGKILL after 30 s) with its whole process group."""
+"""Servers as child processes for end-to-end tests (`compassmem dev`, Prometheus): started, ready once an HTTP
+endpoint answers, stopped with SIGTERM (SIGKILL after 30 s) with their whole process group."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -34,24 +34,26 @@ FAST_STREAM_ENV = {
 
 
 @contextmanager
-def running_dev(env: Mapping[str, str], log_path: Path, ready_timeout_s: float = 120.0) -> Iterator[str]:
-    """Run `compassmem dev` with ``env`` (which must set COMPASSMEM_API_PORT); yields the API's base URL."""
-    url = f"http://127.0.0.1:{env['COMPASSMEM_API_PORT']}"
+def serving_child(args: Sequence[str], log_path: Path, ready_url: str, ready_timeout_s: float,
+                  env: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Run a server as a child (in its own process group, so its own children go with it), output into
+    ``log_path``; ready once ``ready_url`` answers 200. Stopped with SIGTERM, SIGKILL after 30 s."""
+    name = Path(args[0]).name if args[0] != sys.executable else " ".join(args[1:4])
     with log_path.open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "compassmem.cli", "dev"], env=dict(env), stdout=log,
+        process = subprocess.Popen(list(args), env=dict(env) if env is not None else None, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.monotonic() + ready_timeout_s
             while True:
-                assert process.poll() is None, f"compassmem dev exited: {log_path.read_text()[-3000:]}"
+                assert process.poll() is None, f"{name} exited: {log_path.read_text()[-3000:]}"
                 try:
-                    if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    if httpx.get(ready_url, timeout=2).status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass
-                assert time.monotonic() < deadline, f"compassmem dev did not serve /healthz within {ready_timeout_s} s"
-                time.sleep(0.5)
-            yield url
+                assert time.monotonic() < deadline, f"{name} did not answer {ready_url} within {ready_timeout_s} s"
+                time.sleep(0.2)
+            yield
         finally:
             os.killpg(process.pid, signal.SIGTERM)
             try:
@@ -59,3 +61,12 @@ def running_dev(env: Mapping[str, str], log_path: Path, ready_timeout_s: float =
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+@contextmanager
+def running_dev(env: Mapping[str, str], log_path: Path, ready_timeout_s: float = 120.0) -> Iterator[str]:
+    """Run `compassmem dev` with ``env`` (which must set COMPASSMEM_API_PORT); yields the API's base URL."""
+    url = f"http://127.0.0.1:{env['COMPASSMEM_API_PORT']}"
+    with serving_child([sys.executable, "-m", "compassmem.cli", "dev"], log_path, f"{url}/healthz",
+                       ready_timeout_s, env):
+        yield url

@@ -4,8 +4,6 @@ the shipped scrape config and alert rules, pointed at test targets, scraping and
 from __future__ import annotations
 
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from dev_process import serving_child
 
 PROMETHEUS_DIR = Path(__file__).resolve().parent.parent / "compassmem" / "monitoring" / "prometheus"
 
@@ -42,28 +41,9 @@ def running_prometheus(targets: Mapping[str, str], workdir: Path, port: int) -> 
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config(targets)))
     url = f"http://127.0.0.1:{port}"
-    with (workdir / "prometheus.log").open("w") as log:
-        process = subprocess.Popen([executable, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-                                    f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert process.poll() is None, f"prometheus exited: {(workdir / 'prometheus.log').read_text()[-2000:]}"
-                try:
-                    if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "prometheus was not ready within 60 s"
-                time.sleep(0.2)
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with serving_child([executable, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
+                        f"--web.listen-address=127.0.0.1:{port}"], workdir / "prometheus.log", f"{url}/-/ready", 60):
+        yield url
 
 
 def query(url: str, expression: str) -> list[dict[str, Any]]:

@@ -29,7 +29,10 @@ class MeasuredStore:
         attribute = getattr(self._inner, name)
         if name.startswith("_") or not callable(attribute):
             return attribute
-        return self._measured(name, attribute)
+        measured = self._measured(name, attribute)
+        # Kept on the instance: later calls find it without __getattr__, the wrapper and its label lookups.
+        setattr(self, name, measured)
+        return measured
 
     def _measured(self, operation: str, method: Callable[..., Any]) -> Callable[..., Any]:
         seconds = self._metrics.store_seconds.labels(self._store, operation)

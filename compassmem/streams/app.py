@@ -317,7 +317,7 @@ class StreamingWorker:
             self.stores.vectors.delete_conversation(command.tenant, command.conversation_id)
             self.stores.graph.delete_conversation(command.tenant, command.conversation_id)
 
-    # -- idle close ----------------------------------------------------------------------------------------------
+    # -- table tick: idle closes and the health gauges -----------------------------------------------------------
 
     async def _table_tick(self) -> None:
         """Reads the header of every conversation this worker owns: due idle closes, and the health gauges."""
