@@ -166,7 +166,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {name}: {item['msg']}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level)
-    return int(args.handler(args, settings))
+    try:
+        if args.command in _DATA_DIR_COMMANDS | _STORE_COMMANDS:
+            from compassmem.sinks.factory import check_data_dir, uses_data_dir
+
+            # Before any slow set-up (the embedder; the dev broker, whose log lives there too): fail in a second.
+            if args.command in _DATA_DIR_COMMANDS or uses_data_dir(settings):
+                check_data_dir(settings.data_dir)
+        return int(args.handler(args, settings))
+    except Exception as error:
+        # Bad COMPASSMEM_DATA_DIR, stores held by another process (`compassmem dev`), FalkorDB not starting. Only
+        # the store code raises StoreOpenError, so its module is loaded whenever one arrives here.
+        factory = sys.modules.get("compassmem.sinks.factory")
+        if factory is None or not isinstance(error, factory.StoreOpenError):
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+# Commands that always write under the data directory (dev broker log, Faust's directory), and commands that
+# open the stores, which need it only for an embedded store.
+_DATA_DIR_COMMANDS = frozenset({"dev", "worker", "broker"})
+_STORE_COMMANDS = frozenset({"ingest", "ask"})
 
 
 if __name__ == "__main__":

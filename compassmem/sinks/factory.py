@@ -2,20 +2,66 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 
 import structlog
 
 from compassmem.config import Settings
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
-from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
+from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
 from compassmem.sinks.vector_store import VectorStore
 
 log = structlog.get_logger(__name__)
+
+DATA_DIR_VARIABLE = "COMPASSMEM_DATA_DIR"
+
+
+class StoreOpenError(RuntimeError):
+    """The stores cannot be opened (unusable data directory, stores held by another process, a server that does
+    not start); the message says why, for the command line to print without a traceback."""
+
+
+def check_data_dir(data_dir: Path) -> Path:
+    """Create ``data_dir`` if needed and prove this process can write there (a probe file; permission bits and
+    read-only mounts both show); StoreOpenError names COMPASSMEM_DATA_DIR otherwise."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=data_dir)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        blocking = next((path for path in (data_dir, *data_dir.parents) if _is_non_directory(path)), None)
+        if blocking == data_dir:
+            reason = "it is a file"
+        elif blocking is not None:
+            reason = f"{blocking} is a file"
+        else:
+            reason = error.strerror or str(error)
+            if error.filename and Path(error.filename) != data_dir and not str(error.filename).startswith(
+                str(data_dir / ".write-probe-")
+            ):
+                reason += f": {error.filename}"
+        raise StoreOpenError(f"{DATA_DIR_VARIABLE}={data_dir}: not a writable directory ({reason})") from error
+    return data_dir
+
+
+def _is_non_directory(path: Path) -> bool:
+    try:
+        return path.exists() and not path.is_dir()
+    except OSError:  # e.g. no permission to look: not the reason we are after
+        return False
+
+
+def uses_data_dir(settings: Settings) -> bool:
+    """True when an embedded store keeps its files in ``settings.data_dir``."""
+    return not settings.qdrant_url or not settings.falkordb_url
 
 
 @dataclass
@@ -50,13 +96,22 @@ class Stores:
 
 
 def open_stores(settings: Settings, dim: int = 384) -> Stores:
+    """Open both stores; StoreOpenError when an embedded one cannot be opened (bad data directory, held by another
+    process such as a running ``compassmem dev``, a FalkorDB that does not start)."""
+    if uses_data_dir(settings):
+        check_data_dir(settings.data_dir)
     vectors = open_vector_store(settings, dim)
     server: EmbeddedFalkorDB | None = None
     try:
         if settings.falkordb_url:
             graph: GraphStore = FalkorDBGraphStore.from_url(settings.falkordb_url)
         else:
-            server = EmbeddedFalkorDB(settings.data_dir / "falkordb").start()
+            try:
+                server = EmbeddedFalkorDB(settings.data_dir / "falkordb").start()
+            except FalkorDBStartupError as error:
+                raise StoreOpenError(str(error)) from error
+            except OSError as error:
+                raise StoreOpenError(_embedded_failure(settings, "the embedded FalkorDB", error)) from error
             graph = FalkorDBGraphStore.from_embedded(server)
     except BaseException:
         vectors.close()
@@ -76,4 +131,15 @@ def open_vector_store(settings: Settings, dim: int = 384) -> VectorStore:
         return QdrantServerVectorStore.from_url(
             settings.qdrant_url, settings.qdrant_collection, dim, api_key=settings.qdrant_api_key
         )
-    return EdgeVectorStore(settings.data_dir / "qdrant", dim)
+    try:
+        return EdgeVectorStore(settings.data_dir / "qdrant", dim)
+    except OSError as error:
+        raise StoreOpenError(_embedded_failure(settings, "the qdrant-edge shard", error)) from error
+    except RuntimeError as error:
+        # "cannot open the qdrant-edge shard at ... (is another process or store object using this directory?)"
+        raise StoreOpenError(str(error)) from error
+
+
+def _embedded_failure(settings: Settings, what: str, error: OSError) -> str:
+    where = f": {error.filename}" if error.filename else ""
+    return f"{DATA_DIR_VARIABLE}={settings.data_dir}: cannot open {what} ({error.strerror or error}{where})"

@@ -4,13 +4,22 @@ It listens on a unix socket in its data directory (no port to race for, and file
 out), or on a free loopback port when the socket path would be too long for the OS. The append-only file is on:
 redis writes each command to it before replying, so every acknowledged write survives a crash or SIGKILL of the
 server (fsync once a second, so a power loss may cost the last second). A long AOF replays slowly, so
-``rewrite_aof()`` compacts it. Only the process this object started is ever signalled.
+``rewrite_aof()`` compacts it.
+
+The server dies with the process that started it (PR_SET_PDEATHSIG, see ``child_process.popen_tied_to_us``),
+SIGKILL included. A server left behind anyway (started by an older compassmem, or on a system without
+PDEATHSIG) is recognised at the next start: ``redis.owner`` records who started which redis-server. It is
+stopped only when that pid is a redis-server running in this data directory and the process that started it
+is gone; while its owner lives, the start is refused. Nothing else is ever signalled.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import time
@@ -28,13 +37,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from compassmem.child_process import terminate
+from compassmem.child_process import popen_tied_to_us, terminate
 
 log = structlog.get_logger(__name__)
 
 SOCKET_NAME = "falkordb.sock"
 PID_NAME = "redis.pid"
 LOG_NAME = "redis.log"
+# {"owner_pid": ..., "owner_start": ..., "redis_pid": ...}: which process started the server that runs here.
+OWNER_NAME = "redis.owner"
+# After SIGKILL of a stale server that ignored SIGTERM for stop_timeout.
+_KILL_WAIT_S = 10.0
 # sun_path holds 108 bytes on Linux and 104 on macOS; leave room for the terminating NUL.
 _MAX_SOCKET_PATH = 100
 _PORT_ATTEMPTS = 5
@@ -78,7 +91,7 @@ class EmbeddedFalkorDB:
         if self._process is not None:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._refuse_if_already_running()
+        self._clear_previous_server()
         if self._want_socket:
             self._launch(self._socket_args())
         else:
@@ -97,6 +110,8 @@ class EmbeddedFalkorDB:
         atexit.unregister(self.stop)
         if terminate(process, self.stop_timeout):
             log.warning("falkordb.killed_after_timeout", pid=process.pid, timeout_s=self.stop_timeout)
+        if (record := self._owner_record()) is not None and record.get("redis_pid") == process.pid:
+            (self.data_dir / OWNER_NAME).unlink(missing_ok=True)
         log.info("falkordb.stopped", pid=process.pid, returncode=process.returncode)
 
     def __enter__(self) -> EmbeddedFalkorDB:
@@ -200,10 +215,12 @@ class EmbeddedFalkorDB:
                 log.warning("falkordb.port_retry", port=self.port, attempt=attempt)
 
     def _launch(self, args: list[str]) -> None:
-        self._process = subprocess.Popen(
+        # Tied to this process: a SIGKILLed `compassmem dev` or worker takes its server with it.
+        self._process = popen_tied_to_us(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True
         )
         try:
+            self._write_owner_record(self._process.pid)
             self._wait_until_ready()
         except BaseException:
             self.stop()
@@ -251,18 +268,73 @@ class EmbeddedFalkorDB:
                 )
             time.sleep(0.02)
 
-    def _refuse_if_already_running(self) -> None:
-        """Two servers on one AOF would corrupt it; we never signal a process we did not start, so refuse."""
-        pid_file = self.data_dir / PID_NAME
-        try:
-            pid = int(pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return
-        if _is_redis_server(pid):
-            raise FalkorDBStartupError(
-                f"a redis-server (pid {pid}) already runs on {self.data_dir}; stop it or use another data directory"
-            )
+    def _clear_previous_server(self) -> None:
+        """Two servers on one AOF would corrupt it. A server whose owner lives is refused; one whose owner died
+        (its pid is a redis-server running in this directory) is stopped; stale files are removed."""
+        pid_file, owner_file = self.data_dir / PID_NAME, self.data_dir / OWNER_NAME
+        record = self._owner_record()
+        candidates = [_read_pid(pid_file), record.get("redis_pid") if record else None]
+        for pid in dict.fromkeys(p for p in candidates if isinstance(p, int) and p > 0):
+            handle = _pidfd(pid)  # taken before the checks: a signal through it cannot reach a recycled pid
+            try:
+                identity = _server_identity(pid, self.data_dir)
+                if identity == "gone":
+                    continue
+                if identity == "unknown":
+                    raise FalkorDBStartupError(
+                        f"a process (pid {pid}, from {pid_file}) may be a redis-server still running on "
+                        f"{self.data_dir}, and this system cannot tell; stop it or use another data directory"
+                    )
+                owner = record.get("owner_pid") if record and record.get("redis_pid") == pid else None
+                if not isinstance(owner, int):
+                    # No record of who started it (an older compassmem, or by hand): not ours to stop.
+                    raise FalkorDBStartupError(
+                        f"a redis-server (pid {pid}) already runs on {self.data_dir}, started by an unknown process; "
+                        f"stop it (kill {pid}) or set COMPASSMEM_DATA_DIR to another directory"
+                    )
+                if _parent_pid(pid) == owner and _alive(owner, record.get("owner_start") if record else None):
+                    raise FalkorDBStartupError(
+                        f"the embedded FalkorDB in {self.data_dir} already runs (redis-server pid {pid}, "
+                        f"{_describe_owner(owner)}): another process uses this data directory; stop it, or set "
+                        "COMPASSMEM_DATA_DIR to another directory"
+                    )
+                log.warning("falkordb.stopping_stale_server", pid=pid, dead_owner=owner, data_dir=str(self.data_dir))
+                self._stop_stale(pid, handle)
+            finally:
+                if handle is not None:
+                    os.close(handle)
         pid_file.unlink(missing_ok=True)
+        owner_file.unlink(missing_ok=True)
+
+    def _stop_stale(self, pid: int, handle: int | None) -> None:
+        """SIGTERM (redis fsyncs the AOF and exits), SIGKILL after ``stop_timeout``; it is not our child, so wait
+        by polling (or on the pidfd)."""
+        for signum, wait_s in ((signal.SIGTERM, self.stop_timeout), (signal.SIGKILL, _KILL_WAIT_S)):
+            try:
+                if handle is not None:
+                    signal.pidfd_send_signal(handle, signum)
+                else:
+                    os.kill(pid, signum)
+            except ProcessLookupError:
+                return
+            if _wait_gone(pid, handle, wait_s):
+                log.info("falkordb.stale_server_stopped", pid=pid, signal=signum.name)
+                return
+        raise FalkorDBStartupError(f"the stale redis-server (pid {pid}) on {self.data_dir} did not exit")
+
+    def _owner_record(self) -> dict[str, object] | None:
+        try:
+            record = json.loads((self.data_dir / OWNER_NAME).read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _write_owner_record(self, redis_pid: int) -> None:
+        path = self.data_dir / OWNER_NAME
+        record = {"owner_pid": os.getpid(), "owner_start": _start_time(os.getpid()), "redis_pid": redis_pid}
+        temporary = path.with_name(f"{OWNER_NAME}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(record))
+        temporary.replace(path)
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -277,14 +349,98 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _is_redis_server(pid: int) -> bool:
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _start_time(pid: int) -> int | None:
+    """Start time in clock ticks since boot: with the pid it names one process, whatever pids get recycled."""
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def _parent_pid(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie waiting for a reaper counts as exited)."""
+    fields = _proc_stat(pid)
+    if fields is not None:
+        return fields[0] in ("Z", "X")
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return False
-    except PermissionError:
         return True
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        return b"redis-server" in cmdline.read_bytes()
+    except PermissionError:
+        return False
+    return False
+
+
+def _alive(pid: int, start_time: object) -> bool:
+    if _gone(pid):
+        return False
+    return not isinstance(start_time, int) or _start_time(pid) in (None, start_time)
+
+
+def _server_identity(pid: int, data_dir: Path) -> str:
+    """'ours': a redis-server running in ``data_dir`` (redis chdirs to its --dir; it rewrites its argv, so the
+    command line does not tell); 'gone': exited, or the pid now belongs to something else; 'unknown': cannot
+    tell (no /proc, or another user's process)."""
+    if _gone(pid):
+        return "gone"
+    try:
+        executable = os.readlink(f"/proc/{pid}/exe")
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except FileNotFoundError:
+        return "gone" if Path("/proc/self").exists() else "unknown"
+    except PermissionError:
+        return "unknown"
+    if not Path(executable).name.startswith("redis-server"):
+        return "gone"
+    return "ours" if Path(cwd) == data_dir else "gone"
+
+
+def _describe_owner(owner: int) -> str:
+    if owner == os.getpid():
+        return f"started by this process, pid {owner}"
+    try:
+        # One line, whatever the arguments hold.
+        raw = Path(f"/proc/{owner}/cmdline").read_bytes().decode(errors="replace")
+        command = " ".join(raw.replace("\0", " ").split())
+    except OSError:
+        command = ""
+    return f"started by pid {owner}" + (f": {command[:80]}" if command else "")
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _wait_gone(pid: int, handle: int | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _gone(pid):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        if handle is not None:
+            select.select([handle], [], [], min(remaining, 0.1))  # readable once the process has exited
+        else:
+            time.sleep(min(remaining, 0.02))
     return True
