@@ -69,6 +69,15 @@ class Settings(BaseSettings):
         "gain nothing, and on a busy machine they spin against each other (measured: 10 ms with one thread, "
         "500 ms with two on two loaded cores); concurrent requests use the other cores instead.",
     )
+    api_max_body_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, le=1024**3,
+        description="Largest request body the query API reads (413 above it), checked on Content-Length before "
+        "reading and counted while reading chunked bodies.",
+    )
+    api_query_deadline_s: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="A query still gathering evidence after this long is stopped and answered with 503.",
+    )
     # Kafka: the streaming worker, `compassmem produce`, POST /v1/turns and the forget commands of DELETE.
     kafka_bootstrap: str | None = Field(
         default=None,

@@ -7,6 +7,9 @@ so validation lives here and every boundary reuses it.
 from __future__ import annotations
 
 import hashlib
+import json
+import math
+import re
 import uuid
 from datetime import date, datetime
 from enum import StrEnum
@@ -19,16 +22,121 @@ DEFAULT_TENANT = "default"
 MAX_TEXT_BYTES = 16 * 1024
 MAX_SPEAKER_CHARS = 100
 MAX_ID_CHARS = 128
+# What the stores can hold, and what keeps one turn record far below Kafka's default 1 MB record limit
+# (text 16 KiB + metadata 16 KiB + attachments at most ~100 KiB as UTF-8 JSON).
+MAX_SESSION_ID_CHARS = 128
+MAX_ATTACHMENTS = 16
+MAX_ATTACHMENT_KIND_CHARS = 64
+MAX_CAPTION_CHARS = 2000
+MAX_URL_CHARS = 2048
+MAX_METADATA_DEPTH = 8
+MAX_METADATA_KEYS = 256
+MAX_METADATA_BYTES = 16 * 1024
+_INT64 = 2**63
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+# Free text (turn text, captions, metadata string values) may hold tab, newline and carriage return; names (ids,
+# speaker, session id, attachment kind and url, metadata keys) no control character at all. Lone surrogates
+# (U+D800-U+DFFF) cannot be encoded as UTF-8, and FalkorDB refuses strings containing U+0000.
+_NOT_IN_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+_NOT_IN_NAME = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# The same rules as JSON Schema patterns (ECMA-262 and Python re alike), for schema-driven clients.
+TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*\S[^\x00-\x08\x0b\x0c\x0e-\x1f]*$"
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"
+ID_PATTERN = r"^(?!\.\.?$)(?=.*\S)[^/\x00-\x1f\x7f-\x9f]{1,128}$"
+ID_RULE = ("1-128 printable characters (Python str.isprintable), not blank, without '/' and other than '.' "
+           "and '..'")
+
+
+def check_storable(value: str, *, multiline: bool) -> str:
+    """Refuse what a store cannot hold: U+0000 and other C0 control characters (tab, newline and carriage return
+    are fine where ``multiline``), and lone surrogates, which have no UTF-8 encoding."""
+    found = (_NOT_IN_TEXT if multiline else _NOT_IN_NAME).search(value)
+    if found is None:
+        return value
+    char = found.group()
+    code = f"U+{ord(char):04X}"
+    if 0xD800 <= ord(char) <= 0xDFFF:
+        raise ValueError(f"must not contain a lone surrogate ({code} at position {found.start()}): it has no "
+                         "UTF-8 encoding")
+    allowed = " (tab, newline and carriage return are allowed)" if multiline else ""
+    raise ValueError(f"must not contain control characters such as {code} (found at position {found.start()})"
+                     f"{allowed}")
 
 
 def check_id(value: str) -> str:
-    """Conversation and turn ids: 1-128 printable characters without '/' (the key separator)."""
+    """Conversation and turn ids: 1-128 printable characters without '/' (the key separator); not blank, and
+    neither '.' nor '..' (they read as path segments wherever an id becomes part of a path or URL)."""
     if not 1 <= len(value) <= MAX_ID_CHARS:
         raise ValueError(f"must be 1-{MAX_ID_CHARS} characters, got {len(value)}")
     if "/" in value:
         raise ValueError("must not contain '/' (it separates tenant and conversation in keys)")
     if not value.isprintable():
         raise ValueError("must contain only printable characters")
+    if not value.strip():
+        raise ValueError("must not be blank")
+    if value in {".", ".."}:
+        raise ValueError("must not be '.' or '..'")
+    return value
+
+
+def _json_path(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f"[{json.dumps(p)}]" for p in path)
+
+
+def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    """Metadata is free JSON, bounded: at most 8 levels deep, 256 keys in all, 16 KiB as UTF-8 JSON, strings the
+    stores can hold, finite numbers, integers within 64 bits. Walked without recursion, so any nesting is safe."""
+    keys = 0
+    stack: list[tuple[Any, tuple[str | int, ...], int]] = [(value, (), 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        where = f"{_json_path(path)}: " if path else ""
+        if isinstance(node, dict):
+            if depth > MAX_METADATA_DEPTH:
+                raise ValueError(f"{where}is nested more than {MAX_METADATA_DEPTH} levels deep; the limit is "
+                                 f"{MAX_METADATA_DEPTH}")
+            keys += len(node)
+            if keys > MAX_METADATA_KEYS:
+                raise ValueError(f"has more than {MAX_METADATA_KEYS} keys in all; the limit is {MAX_METADATA_KEYS}")
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"{where}keys must be strings")
+                try:
+                    check_storable(key, multiline=False)
+                except ValueError as error:
+                    raise ValueError(f"{where}key {json.dumps(key)}: {error}") from None
+                stack.append((item, (*path, key), depth + 1))
+        elif isinstance(node, list):
+            if depth > MAX_METADATA_DEPTH:
+                raise ValueError(f"{where}is nested more than {MAX_METADATA_DEPTH} levels deep; the limit is "
+                                 f"{MAX_METADATA_DEPTH}")
+            if len(node) > MAX_METADATA_BYTES:
+                raise ValueError(f"{where}is larger than {MAX_METADATA_BYTES} bytes as JSON; the limit is "
+                                 f"{MAX_METADATA_BYTES} bytes (16 KiB)")
+            stack.extend((item, (*path, index), depth + 1) for index, item in enumerate(node))
+        elif isinstance(node, str):
+            if len(node) > MAX_METADATA_BYTES:
+                raise ValueError(f"{where}is larger than {MAX_METADATA_BYTES} bytes as JSON; the limit is "
+                                 f"{MAX_METADATA_BYTES} bytes (16 KiB)")
+            try:
+                check_storable(node, multiline=True)
+            except ValueError as error:
+                raise ValueError(f"{where}{error}") from None
+        elif isinstance(node, bool) or node is None:
+            pass
+        elif isinstance(node, int):
+            if not -_INT64 <= node < _INT64:
+                raise ValueError(f"{where}integers must fit in 64 bits (-2**63 to 2**63-1)")
+        elif isinstance(node, float):
+            if not math.isfinite(node):
+                raise ValueError(f"{where}numbers must be finite (no NaN or Infinity)")
+        else:
+            raise ValueError(f"{where}must hold only JSON values (objects, arrays, strings, numbers, booleans, "
+                             f"null), got {type(node).__name__}")
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes (16 KiB)")
     return value
 
 
@@ -50,9 +158,28 @@ class Attachment(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: str = "image"
-    caption: str
-    url: str | None = None
+    kind: str = Field(default="image", min_length=1, max_length=MAX_ATTACHMENT_KIND_CHARS,
+                      json_schema_extra={"pattern": NAME_PATTERN},
+                      description=f"What is shared, e.g. 'image': 1-{MAX_ATTACHMENT_KIND_CHARS} characters, no "
+                                  "control characters.")
+    caption: str = Field(max_length=MAX_CAPTION_CHARS,
+                         json_schema_extra={"pattern": r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*$"},
+                         description=f"What the attachment shows; the part that becomes memory. At most "
+                                     f"{MAX_CAPTION_CHARS} characters; no control characters except tab, newline "
+                                     "and carriage return.")
+    url: str | None = Field(default=None, max_length=MAX_URL_CHARS, json_schema_extra={"pattern": NAME_PATTERN},
+                            description=f"Where it lives: at most {MAX_URL_CHARS} characters, no control "
+                                        "characters.")
+
+    @field_validator("kind", "url")
+    @classmethod
+    def _names(cls, value: str | None) -> str | None:
+        return value if value is None else check_storable(value, multiline=False)
+
+    @field_validator("caption")
+    @classmethod
+    def _caption(cls, value: str) -> str:
+        return check_storable(value, multiline=True)
 
 
 class Turn(BaseModel):
@@ -60,15 +187,34 @@ class Turn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN)
-    conversation_id: str
-    turn_id: str
-    speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS)
-    text: str
-    timestamp: datetime
-    session_id: str | None = None
-    attachments: list[Attachment] = Field(default_factory=list)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN, description="The tenant that owns the turn.")
+    conversation_id: str = Field(json_schema_extra={"pattern": ID_PATTERN, "minLength": 1,
+                                                    "maxLength": MAX_ID_CHARS},
+                                 description=f"The conversation: {ID_RULE}.")
+    turn_id: str = Field(json_schema_extra={"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS},
+                         description=f"Unique within the conversation: {ID_RULE}.")
+    speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS,
+                         json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$"},
+                         description=f"Who said it: 1-{MAX_SPEAKER_CHARS} characters, not blank, no control "
+                                     "characters.")
+    text: str = Field(json_schema_extra={"pattern": TEXT_PATTERN, "minLength": 1, "maxLength": MAX_TEXT_BYTES},
+                      description=f"The utterance: not blank, at most {MAX_TEXT_BYTES} bytes as UTF-8 (16 KiB; "
+                                  "longer text is rejected, never truncated), no control characters except tab, "
+                                  "newline and carriage return, no lone surrogates.")
+    timestamp: datetime = Field(description="When it was said: an ISO 8601 string with a UTC offset, e.g. "
+                                            "2023-05-08T13:56:00+00:00 (numbers and naive times are rejected).")
+    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS,
+                                   json_schema_extra={"pattern": NAME_PATTERN},
+                                   description=f"Optional session: at most {MAX_SESSION_ID_CHARS} characters, no "
+                                               "control characters.")
+    attachments: list[Attachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS,
+                                          description=f"At most {MAX_ATTACHMENTS}.")
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, json_schema_extra={"maxProperties": MAX_METADATA_KEYS},
+        description=f"Free JSON kept with the turn: at most {MAX_METADATA_DEPTH} levels deep, {MAX_METADATA_KEYS} "
+                    f"keys in all, {MAX_METADATA_BYTES} bytes as UTF-8 JSON (16 KiB); no control characters in strings "
+                    "(values may hold tab, newline and carriage return) and no lone surrogates; finite numbers, "
+                    "integers within 64 bits.")
 
     @field_validator("conversation_id", "turn_id")
     @classmethod
@@ -80,6 +226,27 @@ class Turn(BaseModel):
     def _speaker(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
+        return check_storable(value, multiline=False)
+
+    @field_validator("session_id")
+    @classmethod
+    def _session(cls, value: str | None) -> str | None:
+        return value if value is None else check_storable(value, multiline=False)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_metadata(value)
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _iso_string(cls, value: Any) -> Any:
+        # A number would be read as Unix seconds, or silently as milliseconds when large: the schema says ISO 8601.
+        if isinstance(value, datetime):
+            return value
+        if not isinstance(value, str) or not _ISO_DATE.match(value):
+            raise ValueError("must be an ISO 8601 date-time string with a UTC offset, e.g. "
+                             "2023-05-08T13:56:00+00:00 (numbers are not accepted)")
         return value
 
     @field_validator("text")
@@ -87,6 +254,7 @@ class Turn(BaseModel):
     def _text(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be empty after stripping whitespace")
+        check_storable(value, multiline=True)
         size = len(value.encode("utf-8"))
         if size > MAX_TEXT_BYTES:
             # Rejected rather than truncated: a silently cut turn would be evidence we cannot trust.

@@ -23,7 +23,7 @@ from pydantic import AfterValidator, Discriminator, Field, Tag
 
 from compassmem import __version__
 from compassmem.config import Settings
-from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Turn, check_id
+from compassmem.models import DEFAULT_TENANT, ID_PATTERN, ID_RULE, MAX_ID_CHARS, TENANT_PATTERN, Turn, check_id
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.api_models import (
     ConversationGraph,
@@ -38,10 +38,11 @@ from compassmem.query_api.api_models import (
     TurnsAccepted,
     ValidationErrorResponse,
 )
+from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.conversation_view import ViewCache
-from compassmem.query_api.engine import QueryEngine
+from compassmem.query_api.engine import QueryDeadlineExceeded, QueryEngine
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
-from compassmem.query_api.turn_publisher import ControlPublisher, PublishError, TurnPublisher
+from compassmem.query_api.turn_publisher import ControlPublisher, PublishError, RecordTooLargeError, TurnPublisher
 from compassmem.sinks.factory import Stores
 from compassmem.streams.messages import ForgetCommand
 
@@ -75,9 +76,11 @@ TurnsBody = Annotated[
     | Annotated[list[Turn], Tag(_TURN_LIST), Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)],
     Discriminator(_shape),
 ]
-ConversationId = Annotated[str, Path(description="The conversation (1-128 printable characters, no '/')."),
+_ID_SCHEMA = {"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS}
+ConversationId = Annotated[str, Path(description=f"The conversation: {ID_RULE}.", json_schema_extra=_ID_SCHEMA),
                            AfterValidator(check_id)]
-EventId = Annotated[str, Path(description="An event id, as returned in evidence."), AfterValidator(check_id)]
+EventId = Annotated[str, Path(description=f"An event id, as returned in evidence: {ID_RULE}.",
+                              json_schema_extra=_ID_SCHEMA), AfterValidator(check_id)]
 TenantParam = Annotated[str, Query(pattern=TENANT_PATTERN, description="The tenant that owns the data.")]
 
 _AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -90,6 +93,11 @@ _INVALID: dict[int | str, dict[str, Any]] = {
 }
 _NOT_FOUND = {404: {"model": ErrorResponse, "description": "No memory for that tenant and conversation."}}
 _UNAVAILABLE = {503: {"model": ErrorResponse, "description": "The topic is not configured or did not acknowledge."}}
+_TOO_LARGE = {413: {"model": ErrorResponse, "description": "The body is over COMPASSMEM_API_MAX_BODY_BYTES (or a "
+                                                           "record over what Kafka accepts); the detail names the "
+                                                           "limit."}}
+_DEADLINE = {503: {"model": ErrorResponse, "description": "The query ran past COMPASSMEM_API_QUERY_DEADLINE_S; "
+                                                          "retry later or ask a simpler question."}}
 
 
 def field_errors(errors: Sequence[Any]) -> list[FieldError]:
@@ -104,8 +112,14 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
         field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "body"
         if error.get("type") == "json_invalid":
             field = "body"  # its location is a character offset, not a field
-        found.append(FieldError(field=field, message=_rule(error)))
+        found.append(FieldError(field=_encodable(field), message=_encodable(_rule(error))))
     return found
+
+
+def _encodable(text: str) -> str:
+    """Field names come from the client's JSON keys, which may hold lone surrogates: escape them, or the error
+    response itself could not be encoded as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _rule(error: Any) -> str:
@@ -127,6 +141,11 @@ def create_app(services: ApiServices) -> FastAPI:
         description="Event-graph long-term memory for LLM agents: ask a question about a conversation and get "
                     "the chain of events that answers it, pointing to the exact source turns.",
     )
+
+    # Inside the measuring middleware below, so refused bodies are counted too.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=services.settings.api_max_body_bytes)
+    # /metrics is unauthenticated: the conversation ids of tenants with an API key never become label values.
+    services.metrics.protect_tenants(services.settings.api_keys)
 
     @app.middleware("http")
     async def _measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -174,18 +193,28 @@ def create_app(services: ApiServices) -> FastAPI:
 
     @app.post("/v1/query", response_model=QueryResponse, tags=["query"],
               summary="Answer a question from a conversation's memory",
-              description="Decomposes the question into subgoals, seeds each from hybrid search, walks the event "
+              description="Decomposes the question into subgoals (at most 8: the whole question, then its "
+                          "clauses, then an LLM's), seeds each from hybrid search, walks the event "
                           "graph and returns ranked evidence events with their source turns, the relation path "
                           "that reached them and their resolved time anchors; plus an answer when an LLM "
-                          "endpoint is configured (null otherwise, or when it fails).",
-              responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID})
+                          "endpoint is configured (null otherwise, when it fails, or when the deadline passed "
+                          "before it). A query still gathering evidence after COMPASSMEM_API_QUERY_DEADLINE_S is "
+                          "answered 503.",
+              responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID, **_TOO_LARGE, **_DEADLINE})
     def query(body: QueryRequest, request: Request) -> QueryResponse:
         authorize(request, body.tenant)
         if services.views.get(body.tenant, body.conversation_id).empty:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(body.tenant, body.conversation_id))
         started = time.perf_counter()
         try:
-            response = services.engine.query(body)
+            response = services.engine.query(body, deadline_s=services.settings.api_query_deadline_s)
+        except QueryDeadlineExceeded as error:
+            services.metrics.query_failed()
+            log.warning("api.query_deadline", tenant=body.tenant, conversation_id=body.conversation_id,
+                        phase=error.phase, deadline_s=error.deadline_s)
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
+                                detail=f"{error} (COMPASSMEM_API_QUERY_DEADLINE_S); retry later or ask a simpler "
+                                       "question") from error
         except Exception:
             services.metrics.query_failed()
             raise
@@ -201,7 +230,7 @@ def create_app(services: ApiServices) -> FastAPI:
                           "means the broker acknowledged them. They become queryable once the worker has "
                           "processed them. A list is all or nothing at validation; a failed produce may have "
                           "written some, and retrying is safe because every write downstream is idempotent.",
-              responses={**_UNAVAILABLE, **_AUTH_ERRORS, **_INVALID})
+              responses={**_UNAVAILABLE, **_AUTH_ERRORS, **_INVALID, **_TOO_LARGE})
     def post_turns(turns: Annotated[TurnsBody, Body()], request: Request) -> TurnsAccepted:
         batch = [turns] if isinstance(turns, Turn) else turns
         for tenant in sorted({t.tenant for t in batch}):
@@ -212,6 +241,9 @@ def create_app(services: ApiServices) -> FastAPI:
                                        "(set COMPASSMEM_KAFKA_BOOTSTRAP, or run compassmem dev)")
         try:
             services.turn_publisher.publish_turns(batch)
+        except RecordTooLargeError as error:
+            raise HTTPException(413, detail=f"a turn record is over the Kafka record size limit (the producer's "
+                                            f"max_request_size, 1048576 bytes by default): {error}") from error
         except PublishError as error:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                                 detail=f"the turns were not acknowledged, retry later: {error}") from error

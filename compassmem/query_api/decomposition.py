@@ -27,6 +27,10 @@ _AGGREGATE = re.compile(
     r"|^\s*what\s+(?:are|were)\b|\bboth\b|\b(?:kinds?|types?|ways?)\s+of\b|\bshare\b|\bin common\b",
     re.IGNORECASE,
 )
+# Each subgoal costs a full hybrid search and a graph walk: a question of many conjunctions must not cost as much as
+# dozens of ordinary ones. The whole question comes first, then its clauses in order, then an LLM's; the rest are
+# dropped.
+MAX_SUBGOALS = 8
 _QUESTION_WORDS = frozenset("what when where who whom whose why how which did does do is was were are has have".split())
 
 
@@ -52,7 +56,7 @@ def keyword_query(text: str) -> str:
 
 
 def analyse(question: str) -> QuestionAnalysis:
-    """The whole question is always the first subgoal; conjunct clauses add their own."""
+    """The whole question is always the first subgoal; conjunct clauses add their own (``MAX_SUBGOALS`` in all)."""
     parts = [p.strip(" ?,.") for p in _SPLIT.split(question) if p and len(keyword_stems(p)) >= 2]
     texts = [question.strip()]
     texts.extend(p for p in parts if p and p.lower() != question.strip(" ?").lower())
@@ -62,12 +66,15 @@ def analyse(question: str) -> QuestionAnalysis:
         causal=bool(_CAUSAL.search(question)),
         aggregate=bool(_AGGREGATE.search(question)),
         entities=entities(question),
-        subgoals=[Subgoal(text=t, keywords=keyword_stems(t)) for t in dict.fromkeys(texts)],
+        subgoals=[Subgoal(text=t, keywords=keyword_stems(t)) for t in list(dict.fromkeys(texts))[:MAX_SUBGOALS]],
     )
 
 
 def with_subgoals(analysis: QuestionAnalysis, extra: list[str]) -> QuestionAnalysis:
-    """Add subgoals from another decomposer (an LLM) after the rule-based ones, without repeats."""
+    """Add subgoals from another decomposer (an LLM) after the rule-based ones, without repeats, up to
+    ``MAX_SUBGOALS`` in all."""
     known = {s.text.lower() for s in analysis.subgoals}
-    added = [Subgoal(text=t, keywords=keyword_stems(t)) for t in extra if t.strip() and t.lower() not in known]
+    room = max(0, MAX_SUBGOALS - len(analysis.subgoals))
+    fresh = [t for t in extra if t.strip() and t.lower() not in known]
+    added = [Subgoal(text=t, keywords=keyword_stems(t)) for t in fresh[:room]]
     return analysis.model_copy(update={"subgoals": analysis.subgoals + added})

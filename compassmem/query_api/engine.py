@@ -72,6 +72,32 @@ def _normalised(values: np.ndarray) -> np.ndarray:
     return values / top if top > 0 else values
 
 
+class QueryDeadlineExceeded(RuntimeError):
+    """A query ran past its deadline (``COMPASSMEM_API_QUERY_DEADLINE_S``) while gathering evidence."""
+
+    def __init__(self, deadline_s: float, phase: str) -> None:
+        super().__init__(f"the query ran past its deadline of {deadline_s:g} s (during {phase})")
+        self.deadline_s = deadline_s
+        self.phase = phase
+
+
+class _Deadline:
+    """Checked between steps: a query stops at the first step boundary after its deadline."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._at = None if seconds is None else time.monotonic() + seconds
+
+    @property
+    def passed(self) -> bool:
+        return self._at is not None and time.monotonic() > self._at
+
+    def check(self, phase: str) -> None:
+        if self.passed:
+            assert self.seconds is not None
+            raise QueryDeadlineExceeded(self.seconds, phase)
+
+
 class SubgoalScores(BaseModel, arbitrary_types_allowed=True):
     text: str
     turns: np.ndarray
@@ -91,34 +117,48 @@ class QueryEngine:
         self.config = config or EngineConfig()
         self.answerer = answerer
 
-    def query(self, request: QueryRequest) -> QueryResponse:
+    def query(self, request: QueryRequest, deadline_s: float | None = None) -> QueryResponse:
+        """Answer one question. With ``deadline_s``, raise QueryDeadlineExceeded at the first step boundary past
+        it while evidence is gathered; once the evidence is ranked, a passed deadline only skips the LLM answer."""
         timings: dict[str, float] = {}
         started = time.perf_counter()
+        deadline = _Deadline(deadline_s)
         view = self.views.get(request.tenant, request.conversation_id)
         timings["load"] = _elapsed(started)
         if view.empty:
             return QueryResponse(turn_ids=[], evidence=[], subgoals=[], timings_ms=timings)
+        deadline.check("load")
         analysis = analyse(request.question)
         if self.decomposer is not None:
             mark = time.perf_counter()
             analysis = with_subgoals(analysis, self.decomposer(request.question) or [])
             timings["decompose"] = _elapsed(mark)
+            deadline.check("decompose")
         mark = time.perf_counter()
         vectors = self.embedder.embed([s.text for s in analysis.subgoals])
         timings["embed"] = _elapsed(mark)
         mark = time.perf_counter()
-        scored = [self._score_subgoal(view, s.text, v) for s, v in zip(analysis.subgoals, vectors, strict=True)]
+        scored = []
+        for subgoal, vector in zip(analysis.subgoals, vectors, strict=True):
+            deadline.check("search")
+            scored.append(self._score_subgoal(view, subgoal.text, vector))
         if analysis.aggregate and self.config.ranking.feedback_turns:
-            scored = [self._with_feedback(view, result, vector) for result, vector in zip(scored, vectors, strict=True)]
-        scored = self._retry_unmet(view, analysis, scored)
+            feedback = []
+            for result, vector in zip(scored, vectors, strict=True):
+                deadline.check("search")
+                feedback.append(self._with_feedback(view, result, vector))
+            scored = feedback
+        scored = self._retry_unmet(view, analysis, scored, deadline)
         timings["search"] = _elapsed(mark)
         mark = time.perf_counter()
-        event_scores, reached, best_subgoal = self._navigate(view, analysis, scored, vectors, request.max_hops)
+        event_scores, reached, best_subgoal = self._navigate(view, analysis, scored, vectors, request.max_hops,
+                                                             deadline)
         timings["navigate"] = _elapsed(mark)
+        deadline.check("navigate")
         turn_ids, evidence = self._rank(view, analysis, scored, event_scores, reached, best_subgoal,
                                         request.budget_turns)
         answer = None
-        if self.answerer is not None:
+        if self.answerer is not None and not deadline.passed:
             mark = time.perf_counter()
             answer = self.answerer(request.question, evidence)
             timings["answer"] = _elapsed(mark)
@@ -165,13 +205,15 @@ class QueryEngine:
         return SubgoalScores(text=result.text, turns=0.5 * (result.turns + again.turns),
                              events=0.5 * (result.events + again.events), best_similarity=result.best_similarity)
 
-    def _retry_unmet(self, view: ConversationView, analysis: QuestionAnalysis,
-                     scored: list[SubgoalScores]) -> list[SubgoalScores]:
+    def _retry_unmet(self, view: ConversationView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
+                     deadline: _Deadline | None = None) -> list[SubgoalScores]:
         """Rewrite a subgoal that found nothing strong to its content words, and search again."""
         retried = list(scored)
         for index, result in enumerate(scored):
             if result.best_similarity >= self.config.ranking.unmet_threshold:
                 continue
+            if deadline is not None:
+                deadline.check("search")
             rewrite = keyword_query(result.text)
             if not rewrite or rewrite == result.text:
                 continue
@@ -184,13 +226,16 @@ class QueryEngine:
         return retried
 
     def _navigate(self, view: ConversationView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
-                  vectors: np.ndarray, max_hops: int) -> tuple[np.ndarray, dict[str, Reached], dict[str, str]]:
+                  vectors: np.ndarray, max_hops: int,
+                  deadline: _Deadline | None = None) -> tuple[np.ndarray, dict[str, Reached], dict[str, str]]:
         """Per subgoal: seed from the best events, walk the graph; event score = hybrid + walk bonus."""
         ranking = self.config.ranking
         event_scores = np.zeros(len(view.event_ids), dtype=np.float64)
         reached_all: dict[str, Reached] = {}
         best_subgoal: dict[str, str] = {}
         for result, vector in zip(scored, vectors, strict=True):
+            if deadline is not None:
+                deadline.check("navigate")
             seeds_rows = np.argsort(-result.events)[: ranking.seeds_per_subgoal]
             seeds = {view.event_ids[row]: float(result.events[row]) for row in seeds_rows}
             reached = walk(view, vector, seeds, max_hops, self.config.navigation, temporal=analysis.temporal)

@@ -6,15 +6,32 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, TimeAnchor, check_id
+from compassmem.models import (
+    DEFAULT_TENANT,
+    ID_PATTERN,
+    ID_RULE,
+    MAX_ID_CHARS,
+    TENANT_PATTERN,
+    TEXT_PATTERN,
+    TimeAnchor,
+    check_id,
+    check_storable,
+)
+
+# A question is one short sentence or a few; longer ones only cost more (every clause can become a subgoal).
+MAX_QUESTION_CHARS = 1000
 
 
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    conversation_id: str = Field(description="The conversation to search; queries never cross conversations.")
-    question: str = Field(min_length=1, max_length=2000)
-    tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN)
+    conversation_id: str = Field(description=f"The conversation to search; queries never cross conversations. "
+                                             f"{ID_RULE[0].upper()}{ID_RULE[1:]}.",
+                                 json_schema_extra={"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS})
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, json_schema_extra={"pattern": TEXT_PATTERN},
+                          description=f"1-{MAX_QUESTION_CHARS} characters, not blank, no control characters except "
+                                      "tab, newline and carriage return.")
+    tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN, description="The tenant that owns the data.")
     budget_turns: int = Field(default=20, ge=1, le=200, description="How many ranked source turns to return.")
     max_hops: int = Field(default=5, ge=0, le=10, description="Graph walk depth from the seed events.")
 
@@ -28,7 +45,7 @@ class QueryRequest(BaseModel):
     def _question(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
-        return value
+        return check_storable(value, multiline=True)
 
 
 class TurnOut(BaseModel):

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from kafka.errors import KafkaError, MessageSizeTooLargeError
+
 from compassmem.models import Turn
 # One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
 from compassmem.streams.messages import ForgetCommand
@@ -20,6 +22,10 @@ from compassmem.streams.producer import ProduceError, TurnProducer
 class PublishError(RuntimeError):
     """The broker did not acknowledge; some records of that call may have been written (retrying is safe:
     every write downstream is an idempotent upsert)."""
+
+
+class RecordTooLargeError(PublishError):
+    """The producer or the broker refused a record as too large: retrying cannot help (the API answers 413)."""
 
 
 @runtime_checkable
@@ -50,8 +56,15 @@ class KafkaTurnPublisher:
     def publish_turns(self, turns: Sequence[Turn]) -> None:
         try:
             self._producer.produce(turns)
+        except MessageSizeTooLargeError as error:
+            # Raised by the client before sending: the record exceeds its max_request_size (1 MB by default).
+            raise RecordTooLargeError(f"a turn record is larger than the Kafka producer accepts: {error}") from error
         except ProduceError as error:
+            if isinstance(error.__cause__, MessageSizeTooLargeError):
+                raise RecordTooLargeError(f"the broker refused a turn record as too large: {error}") from error
             raise PublishError(str(error)) from error
+        except KafkaError as error:
+            raise PublishError(f"the broker did not acknowledge: {error}") from error
 
     def publish_forget(self, command: ForgetCommand) -> None:
         if self.control_topic is None:
