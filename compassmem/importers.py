@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import ValidationError
 
-from compassmem.models import DEFAULT_TENANT, Attachment, Turn
+from compassmem.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn
 
 
 class ImportFormatError(ValueError):
@@ -72,9 +72,13 @@ def parse_locomo_datetime(value: str, zone: ZoneInfo) -> datetime:
 
 
 def _first_url(value: Any) -> str | None:
-    if isinstance(value, list):
-        return str(value[0]) if value else None
-    return str(value) if value else None
+    """The attachment's link, if it is one: an inline ``data:`` URL is the image itself, not where it lives (some
+    LoCoMo turns carry hundreds of KB of base64 there), and only the caption is memory."""
+    url = str(value[0]) if isinstance(value, list) and value else str(value) if value and not isinstance(value, list) \
+        else None
+    if url is None or url.startswith("data:") or len(url) > MAX_URL_CHARS:
+        return None
+    return url
 
 
 def _locomo_sample_turns(sample: dict[str, Any], zone: ZoneInfo, tenant: str, where: str) -> Iterator[Turn]:

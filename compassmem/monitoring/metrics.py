@@ -13,6 +13,8 @@ workers, sum the count gauges (``compassmem_memory_*``) and divide: the alert ru
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
@@ -25,6 +27,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
 )
+from pydantic import SecretStr
 
 from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
 from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
@@ -48,6 +51,7 @@ DEAD_LETTER_KINDS = (
     (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_KEY),
     (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_PARTITION),
     (DeadLetterStage.PROCESS, DeadLetterReason.PROCESSING_ERROR),
+    (DeadLetterStage.STORE, DeadLetterReason.STORE_REJECTED),
     (DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS),
 )
 
@@ -56,7 +60,8 @@ class MemoryMetrics:
     """The metric objects plus the bookkeeping behind the derived gauges; implements ``PipelineObserver``."""
 
     def __init__(self, registry: CollectorRegistry | None = None, conversation_labels: int = 20,
-                 drift: DriftConfig | None = None, process_collectors: bool = True) -> None:
+                 drift: DriftConfig | None = None, process_collectors: bool = True,
+                 api_keys: Mapping[str, SecretStr | str] | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         if process_collectors:
             for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
@@ -64,7 +69,9 @@ class MemoryMetrics:
         self._conversation_labels = conversation_labels
         self._drift = ConfidenceDrift(drift)
         self._health: dict[str, ConversationHealth] = {}
-        self._labelled: OrderedDict[str, None] = OrderedDict()
+        # Conversation key -> its label value (see conversation_label).
+        self._labelled: OrderedDict[str, str] = OrderedDict()
+        self._protected: dict[str, bytes] = {}
         r = self.registry
 
         # -- ingestion ---------------------------------------------------------------------------------------------
@@ -81,6 +88,14 @@ class MemoryMetrics:
         self.dead_letters = Counter(
             "compassmem_dead_letters_total", "Records sent to the dead-letter topic, by stage and reason code.",
             ["stage", "reason"], registry=r)
+        self.offset_gaps = Counter(
+            "compassmem_offset_gaps_total",
+            "Times the worker was handed a turns-partition record past an offset it had not applied (held back, "
+            "then sought back to): should stay 0.", ["partition"], registry=r)
+        self.store_retries = Counter(
+            "compassmem_store_retries_total",
+            "Batches retried because a store was unavailable or refused the writes (the worker waits, it does not "
+            "exit).", registry=r)
         self.last_batch = Gauge("compassmem_last_batch_timestamp_seconds",
                                  "When this worker last finished a batch (Unix time): a stalled worker stops it.",
                                  registry=r)
@@ -163,6 +178,33 @@ class MemoryMetrics:
             self.queries.labels(outcome)
         for stage, reason in DEAD_LETTER_KINDS:
             self.dead_letters.labels(stage.value, reason.value)
+        if api_keys:
+            self.protect_tenants(api_keys)
+
+    # -- label values ------------------------------------------------------------------------------------------------
+
+    def protect_tenants(self, api_keys: Mapping[str, SecretStr | str]) -> None:
+        """Tenants with an API key (``COMPASSMEM_API_KEYS``): /metrics is unauthenticated, so their conversation ids
+        never become label values; series already there are relabelled."""
+        self._protected = {tenant: (key.get_secret_value() if isinstance(key, SecretStr) else key).encode("utf-8")
+                           for tenant, key in api_keys.items()}
+        for key, label in list(self._labelled.items()):
+            fresh = self.conversation_label(key)
+            if fresh != label:
+                self.conversation_degree.remove(label)
+                self._labelled[key] = fresh
+                counts = self._health.get(key)
+                if counts is not None:
+                    self.conversation_degree.labels(fresh).set(counts.average_degree)
+
+    def conversation_label(self, key: str) -> str:
+        """The ``conversation`` label of ``tenant/conversation_id``: the key itself for open tenants; for a tenant
+        with an API key ``hidden-`` and 16 hex digits of HMAC-SHA256(tenant's key, key), stable, and telling which
+        conversation it is only to whoever holds the key."""
+        secret = self._protected.get(key.split("/", 1)[0])
+        if secret is None:
+            return key
+        return "hidden-" + hmac.new(secret, key.encode("utf-8"), hashlib.sha256).hexdigest()[:16]
 
     # -- PipelineObserver --------------------------------------------------------------------------------------------
 
@@ -196,6 +238,12 @@ class MemoryMetrics:
         self.stage("batch", seconds)
         self.last_batch.set_to_current_time()
 
+    def offset_gap(self, partition: int) -> None:
+        self.offset_gaps.labels(str(partition)).inc()
+
+    def store_retry(self) -> None:
+        self.store_retries.inc()
+
     def dead_lettered(self, letters: Iterable[DeadLetter]) -> None:
         for letter in letters:
             self.dead_letters.labels(letter.stage.value, letter.reason_code).inc()
@@ -215,23 +263,21 @@ class MemoryMetrics:
             if counts is None:
                 self._health.pop(key, None)
                 if key in self._labelled:
-                    del self._labelled[key]
-                    self.conversation_degree.remove(key)
+                    self.conversation_degree.remove(self._labelled.pop(key))
                 continue
             self._health[key] = counts
-            self._labelled[key] = None
+            label = self._labelled[key] = self.conversation_label(key)
             self._labelled.move_to_end(key)
-            self.conversation_degree.labels(key).set(counts.average_degree)
+            self.conversation_degree.labels(label).set(counts.average_degree)
         while len(self._labelled) > self._conversation_labels:
-            oldest, _ = self._labelled.popitem(last=False)
+            _, oldest = self._labelled.popitem(last=False)
             self.conversation_degree.remove(oldest)
         self._publish_health()
 
     def conversations_owned(self, health: Mapping[str, ConversationHealth]) -> None:
         """Every conversation this worker owns now, read from its table: replaces what the gauges cover."""
         for key in [k for k in self._labelled if k not in health]:
-            del self._labelled[key]
-            self.conversation_degree.remove(key)
+            self.conversation_degree.remove(self._labelled.pop(key))
         self._health = dict(health)
         self._publish_health()
 

@@ -25,6 +25,9 @@ class Sink(ABC):
     def flush(self) -> None:
         """Write everything added so far; after it returns, the writes are durable."""
 
+    def discard(self) -> None:
+        """Drop what was added and not flushed (after a failed flush, before the batch is redone)."""
+
 
 def event_keyword_vector(event: Event) -> SparseVector:
     return sparse_keyword_vector(stem for o in event.observations for stem in keyword_stems(o.text))
@@ -58,6 +61,9 @@ class VectorSink(Sink):
             turns = list(self._turns.values())
             self._store.upsert_turns(turns, [turn_keyword_vector(t) for t in turns])
         self._store.flush()
+        self.discard()
+
+    def discard(self) -> None:
         self._events.clear()
         self._turns.clear()
 
@@ -86,6 +92,9 @@ class GraphSink(Sink):
             self._store.upsert_clusters(list(self._clusters.values()))
         if self._relations:
             self._store.upsert_relations(list(self._relations.values()))
+        self.discard()
+
+    def discard(self) -> None:
         self._events.clear()
         self._relations.clear()
         self._clusters.clear()

@@ -125,6 +125,7 @@ _CONVERSATION_RELATIONS = """
 MATCH (s:Event {conversation_id: $c})-[r:REL]->(t)
 RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
 """
+_DELETE_EVENTS = "MATCH (e:Event {conversation_id: $c}) WHERE e.event_id IN $ids DETACH DELETE e"
 _DELETE_CONVERSATION = (
     "MATCH (e:Event {conversation_id: $c}) DETACH DELETE e",
     "MATCH (c:Cluster {conversation_id: $c}) DETACH DELETE c",
@@ -230,6 +231,11 @@ class FalkorDBGraphStore(GraphStore):
         return sorted(found, key=lambda r: (r.created_at, r.relation_id))
 
     # -- deletes ---------------------------------------------------------------------------------------------
+
+    def delete_events(self, tenant: str, conversation_id: str, event_ids: Sequence[str]) -> None:
+        name = self.graph_name(tenant)
+        if event_ids and name in self.db.list_graphs():
+            self.db.select_graph(name).query(_DELETE_EVENTS, {"c": conversation_id, "ids": list(event_ids)})
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> None:
         name = self.graph_name(tenant)

@@ -36,6 +36,10 @@ class GraphStore(ABC):
     def relations(self, tenant: str, conversation_id: str) -> list[Relation]: ...
 
     @abstractmethod
+    def delete_events(self, tenant: str, conversation_id: str, event_ids: Sequence[str]) -> None:
+        """Event nodes with their edges (and cluster memberships)."""
+
+    @abstractmethod
     def delete_conversation(self, tenant: str, conversation_id: str) -> None: ...
 
     @abstractmethod

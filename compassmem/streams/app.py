@@ -33,7 +33,7 @@ from typing import Any
 
 import faust
 import structlog
-from faust.types import EventT
+from faust.types import TP, EventT
 from pydantic import ValidationError
 
 from compassmem.config import Settings
@@ -43,18 +43,29 @@ from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import PipelineConfig
 from compassmem.sinks.factory import Stores
 from compassmem.streams.decoding import RawRecord
+from compassmem.streams.forget_log import executed_forgets
 from compassmem.streams.messages import (
     CONTROL_HEADER,
     ControlKind,
     DeadLetterReason,
     DeadLetterStage,
     ForgetCommand,
+    ForgetDone,
     ForgetMarker,
     IdleCloseMarker,
 )
-from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor, tombstone_key
+from compassmem.streams.positions import Admission, GapNotRepairedError, PartitionPositions
+from compassmem.streams.processor import (
+    BatchInput,
+    BatchOutput,
+    MemoryStreamProcessor,
+    StoreUnavailableError,
+    StoreWriteError,
+    forget_source_key,
+    tombstone_key,
+)
 from compassmem.streams.state import RecordHeader, decode_header
-from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE
+from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, first_offset_at_or_after
 from compassmem.streams.transport import broker_urls
 
 log = structlog.get_logger(__name__)
@@ -63,6 +74,28 @@ FATAL_EXIT_CODE = 70  # EX_SOFTWARE: the supervisor should restart us
 _RAW = {"key_serializer": "raw", "value_serializer": "raw"}
 # Table changelog records hold a whole conversation's state: allow far more than Kafka's 1 MB default.
 _MAX_RECORD_BYTES = 64 * 1024 * 1024
+# A batch the stores refuse is tried this often as a whole before its conversations are tried one by one.
+STORE_REFUSED_BATCH_ATTEMPTS = 3
+_STORE_RETRY_FIRST_S = 0.5
+_STORE_RETRY_MAX_S = 30.0
+# A turns partition behind the broker's end offset that has not moved this long (with no batch running) is sought
+# back to its next offset (positions.py).
+_STALL_S = 3.0
+
+
+class _Stopping(Exception):  # noqa: N818 - a signal, not an error
+    """The worker is stopping while it waits for a store: leave the batch unacknowledged."""
+
+
+def _forget_source(record: RawRecord) -> tuple[int, int] | None:
+    """(control partition, offset) a forget marker was copied from, or None for any other record."""
+    if record.header(CONTROL_HEADER) != ControlKind.FORGET.value.encode():
+        return None
+    try:
+        marker = ForgetMarker.model_validate_json(record.value or b"")
+    except ValidationError:
+        return None
+    return marker.source_partition, marker.source_offset
 
 
 def raw_record(event: EventT) -> RawRecord:
@@ -84,8 +117,10 @@ class StreamingWorker:
     def __init__(self, settings: Settings, stores: Stores, embedder: Embedder, bootstrap: str,
                  pipeline_config: PipelineConfig | None = None, metrics: MemoryMetrics | None = None) -> None:
         self.settings = settings
+        self.bootstrap = bootstrap
         self.stores = stores
-        self.metrics = metrics or MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
+        self.metrics = metrics or MemoryMetrics(conversation_labels=settings.metrics_conversation_labels,
+                                                    api_keys=settings.api_keys)
         self.processor = MemoryStreamProcessor(embedder, stores, pipeline_config, observer=self.metrics)
         # Turns partition -> the next offset this worker will process there (for the lag gauge).
         self._next_offsets: dict[int, int] = {}
@@ -94,6 +129,11 @@ class StreamingWorker:
         self.totals: dict[str, int] = {"applied_turns": 0, "dead_letters": 0, "replayed_skipped": 0,
                                        "idle_closed": 0, "forgets": 0, "batches": 0}
         self._idle_requested: set[tuple[bytes, int]] = set()
+        # The gap check (positions.py): next offset to apply per turns partition, set by every seek.
+        self.positions = PartitionPositions(settings.turns_topic)
+        # Control-topic commands whose markers are already in the turns log (read when the control agent starts).
+        self._executed_forgets: set[tuple[int, int]] = set()
+        self._batches_running = 0
         datadir = settings.data_dir.resolve() / "faust"
         self.app = faust.App(
             settings.kafka_app_id,
@@ -115,6 +155,9 @@ class StreamingWorker:
             producer_max_request_size=_MAX_RECORD_BYTES,
             consumer_max_fetch_size=_MAX_RECORD_BYTES,
             producer_acks=-1,
+            # Faust's recovery resumes the stream partitions before it seeks them and clears their queues after:
+            # records fetched in between were lost. recovery.py puts the steps in a safe order.
+            TableManager="compassmem.streams.recovery:SeekFirstTableManager",
         )
         n = settings.kafka_partitions
         self.turns = self.app.topic(settings.turns_topic, partitions=n, **_RAW)
@@ -134,12 +177,17 @@ class StreamingWorker:
         self.app.agent(self.control, name="compassmem.control")(self._control_agent)
         self.app.timer(max(0.25, min(5.0, settings.idle_close_s / 4)), name="compassmem.table")(self._table_tick)
         self.app.timer(settings.metrics_lag_interval_s, name="compassmem.lag")(self._lag_tick)
+        self.app.timer(self.positions.reseek_interval_s, name="compassmem.gaps")(self._gap_tick)
 
     async def _on_partitions_assigned(self, sender: Any, assigned: set, **_: Any) -> None:  # noqa: ANN401
         previous = set(self.assigned_partitions)
         self.assigned_partitions = sorted(tp.partition for tp in assigned if tp.topic == self.settings.turns_topic)
         revoked = previous - set(self.assigned_partitions)
         self.metrics.drop_lag(self.settings.turns_topic, revoked)
+        self.positions.revoked(revoked)
+        listeners = getattr(self.app.consumer, "seek_listeners", None)
+        if listeners is not None and self._on_seek not in listeners:
+            listeners.append(self._on_seek)
         for partition in revoked:
             self._next_offsets.pop(partition, None)
         # Operators (and the tests) see which turns partitions this process owns after each rebalance.
@@ -147,23 +195,111 @@ class StreamingWorker:
 
     # -- the memory agent ----------------------------------------------------------------------------------------
 
+    def _on_seek(self, positions: Any) -> None:  # noqa: ANN401 - Mapping[TP, int], from the consumer's thread
+        self.positions.sought({tp.partition: int(offset) for tp, offset in positions.items()
+                               if tp.topic == self.settings.turns_topic})
+
     async def _memory_agent(self, stream: faust.StreamT) -> None:
         batches = stream.noack_take(self.settings.stream_batch_size, within=self.settings.stream_batch_within_s)
         async for events in batches:
+            records = [raw_record(event) for event in events]
+            admission = self.positions.admit(records)
+            admitted = {id(record) for record in admission.admitted}
+            self._batches_running += 1
             try:
-                await self._handle_batch(events)
+                if admission.gaps:
+                    await self._repair_gaps(admission)
+                if admission.admitted:
+                    await self._handle_batch(admission.admitted)
+            except _Stopping:
+                return
             except Exception as error:  # noqa: BLE001 - any failure here must stop the process unacknowledged
                 self._die(error)
-            for event in events:
-                await stream.ack(event)
+            finally:
+                self._batches_running -= 1
+            # Records held back at a gap are not acknowledged: Faust commits contiguous acknowledgements only,
+            # so the committed offset cannot pass them before they are applied.
+            for event, record in zip(events, records, strict=True):
+                if id(record) in admitted:
+                    await stream.ack(event)
 
-    async def _handle_batch(self, events: Sequence[EventT]) -> None:
+    async def _repair_gaps(self, admission: Admission) -> None:
+        for gap in admission.gaps:
+            log.error("stream.offset_gap", partition=gap.partition, expected=gap.expected, received=gap.received,
+                      held=sum(1 for r in admission.held if r.partition == gap.partition),
+                      effect="held back, not applied; seeking back to the expected offset")
+            self.metrics.offset_gap(gap.partition)
+            await self._seek_back(gap.partition)
+
+    async def _seek_back(self, partition: int) -> None:
+        """Seek a turns partition back to the next offset the worker must apply (throttled per partition)."""
+        try:
+            target = self.positions.should_seek(partition)
+        except GapNotRepairedError as error:
+            self._die(error)
+        if target is None:
+            return
+        loop = asyncio.get_running_loop()
+        topic = self.settings.turns_topic
+        first = await loop.run_in_executor(None, first_offset_at_or_after, self.bootstrap, topic, partition, target)
+        if first is not None and first > target:
+            self.positions.step_over(partition, target, first)
+            target = first
+        await self.app.consumer.seek_wait({TP(topic, partition): target})
+        log.warning("stream.seek_back", partition=partition, offset=target)
+
+    async def _gap_tick(self) -> None:
+        """Seek back where records stopped coming: a gap whose records did not come back (after a seek, records
+        Faust had already fetched can arrive first and make it drop the re-fetched ones), or a partition behind
+        the broker's end offset that has not moved while no batch ran (records dropped before they reached the
+        agent, with no later record to reveal the gap)."""
+        partitions = set(self.positions.pending_repairs())
+        if self._batches_running == 0:
+            tps = [tp for tp in self.app.consumer.assignment() if tp.topic == self.settings.turns_topic]
+            try:
+                ends = await self.app.consumer.highwaters(*tps) if tps else {}
+            except Exception as error:  # noqa: BLE001 - a probe; the next tick tries again
+                if not self.app.should_stop:
+                    log.warning("stream.end_offsets_probe_failed", error=repr(error))
+                ends = {}
+            end_offsets = {tp.partition: int(offset) for tp, offset in ends.items() if offset is not None}
+            stalled = self.positions.stalled(end_offsets, _STALL_S)
+            for partition in stalled:
+                log.error("stream.partition_stalled", partition=partition,
+                          next_offset=self.positions.next_offset(partition), end_offset=end_offsets[partition],
+                          effect="seeking back to the next offset to apply")
+                self.metrics.offset_gap(partition)
+            partitions.update(stalled)
+        for partition in sorted(partitions):
+            if partition in self.assigned_partitions:
+                await self._seek_back(partition)
+
+    async def _process(self, batch: BatchInput) -> BatchOutput:
+        """The processor's output for a batch, waiting out an unavailable store and isolating a refusing one."""
+        loop = asyncio.get_running_loop()
+        refused, delay = 0, _STORE_RETRY_FIRST_S
+        while True:
+            step = self.processor.process_isolating if refused >= STORE_REFUSED_BATCH_ATTEMPTS \
+                else self.processor.process
+            try:
+                return await loop.run_in_executor(self.executor, step, batch)
+            except StoreUnavailableError as error:
+                log.warning("stream.store_unavailable", error=str(error), retry_in_s=delay,
+                            effect="waiting; nothing acknowledged")
+            except StoreWriteError as error:
+                refused += 1
+                log.warning("stream.store_refused_batch", error=str(error), attempt=refused, retry_in_s=delay)
+            self.metrics.store_retry()
+            if self.app.should_stop:
+                raise _Stopping
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, _STORE_RETRY_MAX_S)
+
+    async def _handle_batch(self, records: Sequence[RawRecord]) -> None:
         started = time.perf_counter()
-        records = [raw_record(event) for event in events]
         self.metrics.consumed(len(records))
         batch = self._batch_input(records)
-        loop = asyncio.get_running_loop()
-        out: BatchOutput = await loop.run_in_executor(self.executor, self.processor.process, batch)
+        out = await self._process(batch)
         # Dead letters and change feeds are acknowledged before the state moves past their records: after a
         # crash, records at or below a conversation's offset are skipped, so these could not be sent again.
         mark = time.perf_counter()
@@ -228,6 +364,9 @@ class StreamingWorker:
                 tenants.add(tenant)
             wanted.add(record.key or b"")
             tombstone_keys.add(tombstone_key(record.partition, tenant))
+            source = _forget_source(record)
+            if source is not None:
+                tombstone_keys.add(forget_source_key(record.partition, *source))
             if conversation:
                 tombstone_keys.add(tombstone_key(record.partition, tenant, conversation))
         states: dict[str, bytes] = {}
@@ -276,6 +415,9 @@ class StreamingWorker:
     # -- the control agent ---------------------------------------------------------------------------------------
 
     async def _control_agent(self, stream: faust.StreamT) -> None:
+        loop = asyncio.get_running_loop()
+        self._executed_forgets = await loop.run_in_executor(None, executed_forgets, self.bootstrap,
+                                                            self.settings.control_topic)
         # Acknowledged by hand, after the markers are in the turns log (as for the memory agent).
         async for events in stream.noack_take(16, within=self.settings.stream_batch_within_s):
             for event in events:
@@ -286,6 +428,18 @@ class StreamingWorker:
                 await stream.ack(event)
 
     async def _handle_control(self, record: RawRecord) -> None:
+        if record.header(CONTROL_HEADER) == ControlKind.FORGET_DONE.value.encode():
+            try:
+                done = ForgetDone.model_validate_json(record.value or b"")
+            except ValidationError:
+                return
+            self._executed_forgets.add((done.source_partition, done.source_offset))
+            return
+        if (record.partition, record.offset) in self._executed_forgets:
+            # Read again (another app id, a reset group): its markers already sit in the turns log where it took
+            # effect; running it again would delete memory built from turns produced after it.
+            log.info("stream.forget_already_executed", partition=record.partition, offset=record.offset)
+            return
         try:
             command = ForgetCommand.model_validate_json(record.value or b"")
         except ValidationError as error:
@@ -305,7 +459,13 @@ class StreamingWorker:
         sends = [await self.turns.send(key=command.key.encode("utf-8"), value=value, partition=partition,
                                        headers={CONTROL_HEADER: ControlKind.FORGET.value.encode()})
                  for partition in range(self.settings.kafka_partitions)]
-        await asyncio.gather(*sends)
+        written = await asyncio.gather(*sends)
+        done = ForgetDone(source_partition=record.partition, source_offset=record.offset,
+                          markers={meta.topic_partition.partition: meta.offset for meta in written})
+        await (await self.control.send(key=record.key, value=done.model_dump_json().encode("utf-8"),
+                                       partition=record.partition,
+                                       headers={CONTROL_HEADER: ControlKind.FORGET_DONE.value.encode()}))
+        self._executed_forgets.add((record.partition, record.offset))
         log.info("stream.forget_requested", tenant=command.tenant, conversation_id=command.conversation_id,
                  partitions=self.settings.kafka_partitions)
 

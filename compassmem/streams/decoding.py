@@ -93,6 +93,10 @@ def _json_object(record: RawRecord) -> dict | DeadLetter:
         return record.dead_letter(
             DeadLetterStage.DECODE, DeadLetterReason.NOT_JSON, f"value is not JSON: {error.msg} (line {error.lineno}, column {error.colno})"
         )
+    except RecursionError:
+        # Any producer can send JSON nested deeper than the parser's stack: a dead letter, never a crashed worker.
+        return record.dead_letter(DeadLetterStage.DECODE, DeadLetterReason.NOT_JSON,
+                                  "value is JSON nested too deeply to parse")
     if not isinstance(value, dict):
         return record.dead_letter(DeadLetterStage.DECODE, DeadLetterReason.NOT_OBJECT, f"value is JSON {type(value).__name__}, not an object")
     return value

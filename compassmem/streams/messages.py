@@ -26,6 +26,8 @@ CONTROL_HEADER = "compassmem-control"
 class ControlKind(StrEnum):
     FORGET = "forget"
     IDLE_CLOSE = "idle-close"
+    # On the control topic, after a command's markers are in the turns log (see ``ForgetDone``).
+    FORGET_DONE = "forget-done"
 
 
 def utc_now() -> datetime:
@@ -74,6 +76,23 @@ class ForgetMarker(BaseModel):
     source_offset: int
 
 
+class ForgetDone(BaseModel):
+    """Written to the control topic once a command's markers are in every turns partition.
+
+    A worker reading the control topic again (another app id, a reset consumer group) skips a command that has a
+    ``ForgetDone``: its markers already sit in the turns log at the position where it took effect, and executing it
+    again would delete what was built from turns produced after it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["forget-done"] = "forget-done"
+    source_partition: int
+    source_offset: int
+    # Turns partition -> offset of this command's marker there.
+    markers: dict[int, int] = Field(default_factory=dict)
+
+
 class IdleCloseMarker(BaseModel):
     """Close the conversation's open segment, if nothing of it arrived after ``after_offset`` (its turns-topic
     position when the idle timer fired); otherwise the marker is stale and changes nothing."""
@@ -97,6 +116,7 @@ class DeadLetterStage(StrEnum):
     ROUTE = "route"  # a valid turn on the wrong key or partition: its order could not be guaranteed
     PROCESS = "process"  # the processors raised on this turn; its conversation goes on without it
     CONTROL = "control"  # a malformed control-topic command
+    STORE = "store"  # a store kept refusing this conversation's writes; the rest of the batch went on
 
 
 class DeadLetterReason(StrEnum):
@@ -111,6 +131,7 @@ class DeadLetterReason(StrEnum):
     WRONG_KEY = "wrong_key"
     WRONG_PARTITION = "wrong_partition"
     PROCESSING_ERROR = "processing_error"
+    STORE_REJECTED = "store_rejected"
 
 
 class DeadLetter(BaseModel):

@@ -35,9 +35,12 @@ from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
 from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink, event_keyword_vector, turn_keyword_vector
 from compassmem.sinks.factory import Stores
+from compassmem.sinks.failures import is_store_unavailable
 from compassmem.streams.decoding import ForgetItem, IdleCloseItem, RawRecord, TurnItem, decode_turns_record
 from compassmem.streams.messages import (
+    CONTROL_HEADER,
     ChangeOp,
+    ControlKind,
     ClusterChange,
     DeadLetter,
     DeadLetterReason,
@@ -52,13 +55,29 @@ log = structlog.get_logger(__name__)
 
 
 class StoreWriteError(RuntimeError):
-    """A store rejected a write: not the fault of any turn, so it must not send turns to the dead-letter topic."""
+    """A store rejected a write: not the fault of any one turn's content as far as the processors can tell, so
+    it must not send turns to the dead-letter topic at stage ``process``."""
+
+
+class StoreUnavailableError(StoreWriteError):
+    """A store could not be reached (connection refused, timed out, still loading): wait and retry the batch."""
+
+
+def store_write_error(store: str, error: Exception) -> StoreWriteError:
+    kind = StoreUnavailableError if is_store_unavailable(error) else StoreWriteError
+    return kind(f"{store} write failed: {error!r}")
 
 
 def tombstone_key(partition: int, tenant: str, conversation_id: str | None = None) -> str:
     """Key of the tombstones table: forgets are per turns-topic partition, at the marker's offset there."""
     scope = partition_key(tenant, conversation_id) if conversation_id else tenant
     return f"{partition}|{scope}"
+
+
+def forget_source_key(partition: int, source_partition: int, source_offset: int) -> str:
+    """Key of the tombstones table: the offset where a control-topic command's marker took effect in a partition,
+    so a second broadcast of the same command (after a crash of the control agent) changes nothing."""
+    return f"{partition}|@{source_partition}:{source_offset}"
 
 
 class _GuardedSink(Sink):
@@ -75,7 +94,10 @@ class _GuardedSink(Sink):
         try:
             self._inner.flush()
         except Exception as error:
-            raise StoreWriteError(f"{self._name} write failed: {error!r}") from error
+            raise store_write_error(self._name, error) from error
+
+    def discard(self) -> None:
+        self._inner.discard()
 
 
 class ChangeFeed(Sink):
@@ -188,13 +210,97 @@ class MemoryStreamProcessor:
 
     def process(self, batch: BatchInput) -> BatchOutput:
         try:
-            return self._process(batch, careful=False)
+            try:
+                return self._process(batch, careful=False)
+            except StoreWriteError:
+                raise
+            except Exception as error:
+                log.warning("stream.batch_failed_retrying_turn_by_turn", error=repr(error),
+                            records=len(batch.records))
+                self.feed.take()
+                return self._process(batch, careful=True)
         except StoreWriteError:
+            self._reset_after_store_failure()
             raise
-        except Exception as error:
-            log.warning("stream.batch_failed_retrying_turn_by_turn", error=repr(error), records=len(batch.records))
-            self.feed.take()
-            return self._process(batch, careful=True)
+
+    def _reset_after_store_failure(self) -> None:
+        """The batch comes again from its starting state: drop half-built memories and unwritten records."""
+        for key in list(self.pipeline.memories):
+            self._forget_live(key)
+        for sink in self.pipeline.sinks:
+            sink.discard()
+        self.feed.take()
+
+    def process_isolating(self, batch: BatchInput, attempts: int = 3, backoff_s: float = 0.5,
+                          sleep: Callable[[float], None] = time.sleep) -> BatchOutput:
+        """A batch the stores keep refusing, one conversation at a time: whatever a store still refuses after
+        ``attempts`` tries goes to the dead-letter topic at stage ``store`` (its conversation's memory stays as it
+        was, and both stores are brought to agree on which of its events exist), the rest is applied.
+
+        Forget markers keep their place: the records between two of them form one group, split by key.
+        An unavailable store propagates (``StoreUnavailableError``): the worker waits for it instead.
+        """
+        out = BatchOutput()
+        states, tombstones = dict(batch.states), dict(batch.tombstones)
+        for group in _isolation_groups(batch.records):
+            part = BatchInput(records=group, states=states, tombstones=tombstones)
+            for attempt in range(1, attempts + 1):
+                try:
+                    result = self.process(part)
+                    break
+                except StoreUnavailableError:
+                    raise
+                except StoreWriteError as error:
+                    if attempt < attempts:
+                        sleep(backoff_s * 2 ** (attempt - 1))
+                        continue
+                    result = self._store_refused(part, error)
+            _merge_output(out, result, states, tombstones)
+        return out
+
+    def _store_refused(self, part: BatchInput, error: StoreWriteError) -> BatchOutput:
+        """Dead-letter one conversation's turns the stores refused, and move its position past them."""
+        out = BatchOutput()
+        out.stats.records = len(part.records)
+        turns: list[TurnItem] = []
+        for record in part.records:
+            item = decode_turns_record(record)
+            if isinstance(item, DeadLetter):
+                out.dead_letters.append(item)
+            elif isinstance(item, TurnItem):
+                turns.append(item)
+                out.dead_letters.append(record.dead_letter(
+                    DeadLetterStage.STORE, DeadLetterReason.STORE_REJECTED,
+                    f"the stores refused this conversation's writes ({error}); its memory stays as it was before",
+                ))
+        out.stats.dead_letters = len(out.dead_letters)
+        if not turns:
+            return out
+        turn, partition = turns[0].turn, turns[0].record.partition
+        source = part.states.get(turn.key)
+        record = decode_record(source) if source is not None else ConversationRecord(
+            header=RecordHeader(tenant=turn.tenant, conversation_id=turn.conversation_id, partition=partition))
+        if record.header.partition == partition:
+            record.header.last_offset = max(record.header.last_offset, *(item.record.offset for item in turns))
+            out.states[turn.key] = (encode_record(record), partition)
+            self._forget_live(turn.key)
+        self._reconcile(turn.tenant, turn.conversation_id)
+        log.error("stream.store_refused_conversation", key=turn.key, turns=len(turns), error=repr(error))
+        return out
+
+    def _reconcile(self, tenant: str, conversation_id: str) -> None:
+        """Delete the events that only one store holds: a half-written batch must not leave them disagreeing."""
+        vector_ids = {e.event_id for e in self.stores.vectors.conversation_events(tenant, conversation_id)}
+        graph_ids = {node for node, data in self.stores.graph.conversation_graph(tenant, conversation_id)
+                     .nodes(data=True) if data.get("kind") == "event"}
+        only_one = sorted(vector_ids ^ graph_ids)
+        if only_one:
+            self.stores.vectors.delete_events(tenant, only_one)
+            self.stores.graph.delete_events(tenant, conversation_id, only_one)
+            for event_id in only_one:
+                self.feed.delete_event(tenant, conversation_id, event_id)
+            log.warning("stream.stores_reconciled", tenant=tenant, conversation_id=conversation_id,
+                        deleted_events=len(only_one))
 
     def _process(self, batch: BatchInput, careful: bool) -> BatchOutput:
         # A private copy: a forget removes entries from it (so a later turn of the same conversation in this batch
@@ -355,11 +461,16 @@ class MemoryStreamProcessor:
     def _forget(self, item: ForgetItem, batch: BatchInput, live: dict[str, _Live], tombstones: dict[str, int],
                 out: BatchOutput) -> None:
         command, record = item.marker.forget, item.record
+        source = forget_source_key(record.partition, item.marker.source_partition, item.marker.source_offset)
+        if tombstones.get(source, record.offset) != record.offset:
+            return  # the same command broadcast again: it took effect at its first marker
         scope = tombstone_key(record.partition, command.tenant, command.conversation_id)
         if record.offset <= tombstones.get(scope, -1):
             return  # applied before a crash
         tombstones[scope] = record.offset
         out.tombstones[scope] = (record.offset, record.partition)
+        tombstones[source] = record.offset
+        out.tombstones[source] = (record.offset, record.partition)
         out.stats.forgets += 1
         for key in sorted(set(batch.states) | set(live)):
             entry = live.get(key)
@@ -418,13 +529,51 @@ class MemoryStreamProcessor:
                 self.stores.vectors.delete_events(tenant, [event_id])
                 self.feed.delete_event(tenant, conversation_id, event_id)
         except Exception as error:
-            raise StoreWriteError(f"vector store write failed: {error!r}") from error
+            raise store_write_error("vector store", error) from error
 
     # -- idle detection (called by the worker's timer) -----------------------------------------------------------
 
     def idle_conversations(self, headers: Sequence[RecordHeader], idle_s: float) -> list[RecordHeader]:
         now = self._clock()
         return [h for h in headers if h.open_turns and now - h.updated_at >= idle_s]
+
+
+def _isolation_groups(records: Sequence[RawRecord]) -> list[list[RawRecord]]:
+    """Records split by key, in order; a forget marker is a group of its own and closes the groups before it."""
+    groups: list[list[RawRecord]] = []
+    open_groups: dict[bytes | None, list[RawRecord]] = {}
+    for record in records:
+        if record.header(CONTROL_HEADER) == ControlKind.FORGET.value.encode():
+            groups.extend(open_groups.values())
+            open_groups = {}
+            groups.append([record])
+            continue
+        open_groups.setdefault(record.key, []).append(record)
+    groups.extend(open_groups.values())
+    return groups
+
+
+def _merge_output(into: BatchOutput, part: BatchOutput, states: dict[str, bytes],
+                  tombstones: dict[str, int]) -> None:
+    """Add a group's output to the batch's, and carry its new table values into the next group's input."""
+    into.dead_letters.extend(part.dead_letters)
+    into.event_changes.extend(part.event_changes)
+    into.relation_changes.extend(part.relation_changes)
+    into.cluster_changes.extend(part.cluster_changes)
+    into.health.update(part.health)
+    for key, (value, partition) in part.states.items():
+        into.states[key] = (value, partition)
+        if value is None:
+            states.pop(key, None)
+        else:
+            states[key] = value
+    for key, (offset, partition) in part.tombstones.items():
+        into.tombstones[key] = (offset, partition)
+        tombstones[key] = offset
+    for name in ("records", "applied_turns", "replayed_skipped", "forgotten_dropped", "idle_closed", "forgets",
+                 "dead_letters"):
+        setattr(into.stats, name, getattr(into.stats, name) + getattr(part.stats, name))
+    into.stats.careful_mode = into.stats.careful_mode or part.stats.careful_mode
 
 
 def open_segment(memory: ConversationMemory) -> Segment:

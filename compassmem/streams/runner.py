@@ -95,7 +95,7 @@ def run_worker(settings: Settings) -> int:
     bootstrap = settings.bootstrap_servers
     ensure_topics(bootstrap, topic_specs(settings))
     embedder = load_embedder(settings)
-    metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
+    metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels, api_keys=settings.api_keys)
     try:
         server, _ = start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
     except OSError as error:
@@ -120,7 +120,7 @@ def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
         ensure_topics(broker.bootstrap, topic_specs(settings))
         embedder = load_embedder(settings)
         # One registry for the worker and its sidecars: the API's /metrics shows both (DESIGN.md section 5).
-        metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
+        metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels, api_keys=settings.api_keys)
         with open_stores(settings, dim=embedder.dim) as opened:
             stores = measure_stores(opened, metrics)
             context = DevContext(settings=settings, bootstrap=broker.bootstrap, stores=stores, embedder=embedder,

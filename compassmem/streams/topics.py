@@ -100,3 +100,24 @@ def _check_partitions(admin: KafkaAdminClient, specs: list[TopicSpec]) -> None:
                 "(COMPASSMEM_KAFKA_PARTITIONS, or 1 for the control topic); partitions cannot be changed in place: "
                 "use the existing count, or new topic names"
             )
+
+
+def first_offset_at_or_after(bootstrap: str, topic: str, partition: int, offset: int,
+                             timeout_s: float = 5.0) -> int | None:
+    """The offset of the first record that exists at or after ``offset`` in one partition, read by a consumer of
+    its own (no group); None if none arrived within ``timeout_s``. The worker's gap check asks it whether missing
+    offsets exist on the broker (``streams/positions.py``)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
+                             auto_offset_reset="earliest", group_id=None)
+    try:
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        start = consumer.beginning_offsets([tp]).get(tp, 0) or 0
+        consumer.seek(tp, max(offset, start))
+        polled = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=1)
+        records = polled.get(tp, [])
+        return records[0].offset if records else None
+    finally:
+        consumer.close()

@@ -11,7 +11,7 @@ The second fix (``_seek_to_committed_or_start``) keeps a rebalance from losing r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from faust.types import TP
@@ -47,12 +47,27 @@ class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
         committed = await consumer.seek_to_committed()
         changelogs = set(self.consumer.app.tables.changelog_topics)
         uncommitted = [tp for tp, offset in committed.items() if not offset and tp.topic not in changelogs]
+        positions = {tp: offset for tp, offset in committed.items() if offset and tp.topic not in changelogs}
         if uncommitted:
-            await consumer.seek_to_beginning(*uncommitted)
+            beginnings = await consumer.beginning_offsets(uncommitted)
+            for tp in uncommitted:
+                consumer.seek(tp, beginnings.get(tp) or 0)
+                positions[tp] = beginnings.get(tp) or 0
+        # Where each stream partition will be read from next: the worker's gap check starts there.
+        for listener in list(self.consumer.seek_listeners):
+            listener(positions)
         return committed
 
 
+SeekListener = Callable[[Mapping[TP, int]], None]
+
+
 class _Consumer(faust_aiokafka.Consumer):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: ANN401 - Faust's own signature
+        super().__init__(*args, **kwargs)
+        # Told (on the consumer's thread) where the stream partitions were sought to on each rebalance.
+        self.seek_listeners: list[SeekListener] = []
+
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
 

@@ -1,0 +1,162 @@
+"""The worker's guard against offset gaps: a turns-partition record is applied only in log order, never past a hole.
+
+Every conversation's state remembers the last offset it reflects, and a replay skips records at or below it. That
+is only sound if no record of the partition was ever skipped on the way there: a record applied past a hole moves
+``last_offset`` past turns that were never applied, and every later replay treats them as done. Faust has lost
+records this way (``recovery.py`` explains how); a broker or client quirk could do the same. So the worker checks
+what it is handed against what it expects:
+
+- after every seek (rebalance, start, our own re-seek) the next offset of each turns partition is the one sought to;
+- a record below it is a replay (allowed: the conversation states skip it), the expected one advances it, and a
+  record above it is a *gap*: that record and the rest of its partition in the batch are held back, neither applied
+  nor acknowledged, and the worker finds out whether the missing offsets exist (``first_offset_at_or_after``) and
+  seeks back to them. Offsets that do not exist (retention, compaction, transaction markers) are stepped over.
+
+Pure bookkeeping here; the Faust agent (``app.py``) seeks and probes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from compassmem.streams.decoding import RawRecord
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class Gap:
+    partition: int
+    expected: int  # the next offset the worker must apply
+    received: int  # the first offset it was handed instead
+
+
+@dataclass
+class Admission:
+    admitted: list[RawRecord] = field(default_factory=list)
+    # Past a gap: not applied, not acknowledged; they come again after the seek back.
+    held: list[RawRecord] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+
+
+@dataclass
+class _Repair:
+    """A gap being repaired: where the worker sought, when, and how often for this same offset."""
+
+    offset: int
+    last_seek: float
+    attempts: int = 0
+
+
+class GapNotRepairedError(RuntimeError):
+    """Seeking back did not bring the missing offsets: stop loudly rather than skip them."""
+
+
+class PartitionPositions:
+    """Per turns partition: the next offset to apply, set by seeks and advanced by applied records."""
+
+    def __init__(self, topic: str, reseek_interval_s: float = 1.0, max_attempts: int = 30,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.topic = topic
+        self.reseek_interval_s = reseek_interval_s
+        self.max_attempts = max_attempts
+        self._clock = clock
+        self._next: dict[int, int] = {}
+        # When each partition last advanced or was sought: a partition behind the broker's end offset that has not
+        # moved for a while had records dropped before they reached the worker, with no later record to show it.
+        self._moved_at: dict[int, float] = {}
+        self._repairs: dict[int, _Repair] = {}
+        self.gaps_detected = 0
+        self.offsets_stepped_over = 0
+
+    def sought(self, positions: dict[int, int]) -> None:
+        """The consumer was positioned at these offsets (partition -> next offset it will fetch)."""
+        for partition, offset in positions.items():
+            self._next[partition] = offset
+            self._moved_at[partition] = self._clock()
+            repair = self._repairs.get(partition)
+            if repair is not None and repair.offset != offset:
+                self._repairs.pop(partition)
+
+    def revoked(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            self._next.pop(partition, None)
+            self._moved_at.pop(partition, None)
+            self._repairs.pop(partition, None)
+
+    def next_offset(self, partition: int) -> int | None:
+        return self._next.get(partition)
+
+    def admit(self, records: Sequence[RawRecord]) -> Admission:
+        """Split a batch into what may be applied now and what lies past a gap (see the module docstring)."""
+        out = Admission()
+        blocked: set[int] = set()
+        for record in records:
+            if record.topic != self.topic:
+                out.admitted.append(record)
+                continue
+            partition, offset = record.partition, record.offset
+            if partition in blocked:
+                out.held.append(record)
+                continue
+            expected = self._next.get(partition)
+            if expected is None or offset == expected:
+                self._next[partition] = offset + 1
+                self._moved_at[partition] = self._clock()
+                self._repairs.pop(partition, None)
+                out.admitted.append(record)
+            elif offset < expected:
+                out.admitted.append(record)  # a replay: the conversation states skip what they already hold
+            else:
+                blocked.add(partition)
+                out.held.append(record)
+                out.gaps.append(Gap(partition=partition, expected=expected, received=offset))
+        self.gaps_detected += len(out.gaps)
+        return out
+
+    def step_over(self, partition: int, expected: int, first_existing: int) -> None:
+        """Offsets ``expected .. first_existing - 1`` do not exist on the broker: the next to apply is the first
+        that does."""
+        if self._next.get(partition) == expected and first_existing > expected:
+            self._next[partition] = first_existing
+            self.offsets_stepped_over += first_existing - expected
+            log.warning("stream.offsets_do_not_exist", partition=partition, first=expected, last=first_existing - 1,
+                        effect="stepped over (retention, compaction or transaction markers)")
+
+    def should_seek(self, partition: int) -> int | None:
+        """The offset to seek ``partition`` back to, or None while the last seek there is recent.
+
+        Raises ``GapNotRepairedError`` after ``max_attempts`` seeks to the same offset brought nothing."""
+        expected = self._next.get(partition)
+        if expected is None:
+            return None
+        now = self._clock()
+        repair = self._repairs.get(partition)
+        if repair is None or repair.offset != expected:
+            self._repairs[partition] = _Repair(offset=expected, last_seek=now, attempts=1)
+            return expected
+        if now - repair.last_seek < self.reseek_interval_s:
+            return None
+        if repair.attempts >= self.max_attempts:
+            raise GapNotRepairedError(
+                f"partition {partition} of {self.topic}: {repair.attempts} seeks back to offset {expected} did not "
+                "bring it; stopping rather than applying records past the gap"
+            )
+        repair.attempts += 1
+        repair.last_seek = now
+        return expected
+
+    def stalled(self, end_offsets: dict[int, int], stall_s: float) -> list[int]:
+        """Partitions whose next offset is below the broker's end offset and that have not moved for
+        ``stall_s``: their records were dropped on the way, or a seek back was undone."""
+        now = self._clock()
+        return sorted(p for p, expected in self._next.items()
+                      if end_offsets.get(p, 0) > expected and now - self._moved_at.get(p, now) >= stall_s)
+
+    def pending_repairs(self) -> list[int]:
+        """Partitions waiting for the records of a gap to come again."""
+        return sorted(self._repairs)

@@ -1,0 +1,92 @@
+"""The worker's offset-gap check (compassmem/streams/positions.py), without a broker."""
+
+from __future__ import annotations
+
+import pytest
+
+from compassmem.streams.decoding import RawRecord
+from compassmem.streams.positions import GapNotRepairedError, PartitionPositions
+
+TOPIC = "t.turns"
+
+
+def rec(partition: int, offset: int, topic: str = TOPIC) -> RawRecord:
+    return RawRecord(topic=topic, partition=partition, offset=offset, key=b"k", value=b"{}")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def offsets(records: list[RawRecord]) -> list[tuple[int, int]]:
+    return [(r.partition, r.offset) for r in records]
+
+
+def test_contiguous_records_and_replays_are_admitted() -> None:
+    positions = PartitionPositions(TOPIC)
+    positions.sought({0: 10, 1: 0})
+    admission = positions.admit([rec(0, 8), rec(0, 9), rec(0, 10), rec(1, 0), rec(0, 11), rec(1, 1)])
+    # 8 and 9 are below the sought offset: replays of applied records, which the conversation states skip.
+    assert offsets(admission.admitted) == [(0, 8), (0, 9), (0, 10), (1, 0), (0, 11), (1, 1)]
+    assert not admission.held and not admission.gaps
+    assert positions.next_offset(0) == 12 and positions.next_offset(1) == 2
+
+
+def test_a_gap_holds_back_the_rest_of_its_partition_only() -> None:
+    positions = PartitionPositions(TOPIC)
+    positions.sought({0: 52, 1: 41})
+    admission = positions.admit([rec(0, 52), rec(1, 41), rec(0, 240), rec(1, 42), rec(0, 241), rec(3, 0, "ctl")])
+    assert offsets(admission.admitted) == [(0, 52), (1, 41), (1, 42), (3, 0)]
+    assert offsets(admission.held) == [(0, 240), (0, 241)]
+    assert [(g.partition, g.expected, g.received) for g in admission.gaps] == [(0, 53, 240)]
+    # Nothing past the hole moved the position: the next record to apply is still 53.
+    assert positions.next_offset(0) == 53
+    again = positions.admit([rec(0, 53), rec(0, 54)])
+    assert offsets(again.admitted) == [(0, 53), (0, 54)] and not again.gaps
+
+
+def test_offsets_that_do_not_exist_are_stepped_over() -> None:
+    positions = PartitionPositions(TOPIC)
+    positions.sought({2: 5})
+    gap = positions.admit([rec(2, 9)]).gaps[0]
+    positions.step_over(2, gap.expected, 9)  # the broker says the first record at or after 5 is 9
+    assert positions.next_offset(2) == 9 and positions.offsets_stepped_over == 4
+    assert offsets(positions.admit([rec(2, 9)]).admitted) == [(2, 9)]
+    positions.step_over(2, 5, 20)  # a stale answer about an old position changes nothing
+    assert positions.next_offset(2) == 10
+
+
+def test_seeking_back_is_throttled_and_gives_up_loudly() -> None:
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, reseek_interval_s=1.0, max_attempts=3, clock=clock)
+    positions.sought({0: 7})
+    positions.admit([rec(0, 30)])
+    assert positions.should_seek(0) == 7
+    assert positions.should_seek(0) is None  # a second gap record right after the seek: wait for the seek
+    clock.now += 1.5
+    assert positions.should_seek(0) == 7
+    clock.now += 1.5
+    assert positions.should_seek(0) == 7
+    assert positions.pending_repairs() == [0]
+    clock.now += 1.5
+    with pytest.raises(GapNotRepairedError, match="offset 7"):
+        positions.should_seek(0)
+    # The missing record arriving ends the repair.
+    positions.admit([rec(0, 7)])
+    assert positions.pending_repairs() == []
+
+
+def test_a_partition_behind_the_end_that_does_not_move_is_stalled() -> None:
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, clock=clock)
+    positions.sought({0: 12, 1: 40, 2: 3})
+    assert positions.stalled({0: 80, 1: 40, 2: 90}, stall_s=3.0) == []
+    clock.now += 4
+    positions.admit([rec(2, 3)])  # partition 2 moves
+    assert positions.stalled({0: 80, 1: 40, 2: 90}, stall_s=3.0) == [0]  # partition 1 is at its end
+    positions.revoked([0])
+    assert positions.stalled({0: 80}, stall_s=3.0) == []
