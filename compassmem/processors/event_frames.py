@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,31 +20,76 @@ from compassmem.processors.text_features import (
 from compassmem.processors.time_resolution import has_time_expression, resolve_time_expressions
 
 MAX_KEYWORDS = 24
+MAX_ACTIONS = 12
 SUMMARY_WORDS = 60
 
 
 
 def _summary(observations: list[Observation]) -> str:
-    pieces = [f"{o.speaker}: {first_sentence(o.text)}" for o in observations]
-    words = " / ".join(pieces).split()
+    """The first sentences (20 words at most) of the observations, " / "-separated, cut at SUMMARY_WORDS words.
+
+    Observations past the cut are not read: an event that keeps absorbing merges stays cheap to summarise.
+    """
+    words: list[str] = []
+    for observation in observations:
+        if words:
+            words.append("/")
+        words.extend(f"{observation.speaker}: {first_sentence(observation.text)}".split())
+        if len(words) > SUMMARY_WORDS:
+            break
     return " ".join(words[:SUMMARY_WORDS]) + (" ..." if len(words) > SUMMARY_WORDS else "")
 
 
-def _frame_fields(observations: list[Observation], texts: list[str], anchors: list[TimeAnchor]) -> dict:
-    stems: Counter[str] = Counter()
-    names: list[str] = []
-    actions: list[str] = []
-    for text in texts:
-        stems.update(keyword_stems(text))
-        names.extend(entities(text))
-        actions.extend(action_phrases(text))
+@dataclass
+class _TextFeatures:
+    """Keyword stem counts, entities and actions (first occurrences, in order) over an event's texts."""
+
+    texts: list[str]
+    stems: Counter[str] = field(default_factory=Counter)
+    names: dict[str, None] = field(default_factory=dict)
+    actions: dict[str, None] = field(default_factory=dict)
+
+    def add(self, text: str) -> None:
+        self.texts.append(text)
+        self.stems.update(keyword_stems(text))
+        self.names.update(dict.fromkeys(entities(text)))
+        if len(self.actions) < MAX_ACTIONS:
+            self.actions.update(dict.fromkeys(action_phrases(text)))
+
+
+# The features of recently built or merged events, by event id: a merge then reads only the new segment's
+# texts, not every text the event has absorbed so far (a stream of repeats would be quadratic). An entry is
+# used only while its texts are exactly the event's first texts, so a stale or foreign entry is never used.
+_FEATURES: OrderedDict[str, _TextFeatures] = OrderedDict()
+_FEATURES_SIZE = 256
+_FEATURES_LOCK = threading.Lock()
+
+
+def _text_features(texts: list[str], event_id: str) -> _TextFeatures:
+    with _FEATURES_LOCK:
+        features = _FEATURES.pop(event_id, None)
+    known = len(features.texts) if features is not None else 0
+    if features is None or known > len(texts) or features.texts != texts[:known]:
+        features, known = _TextFeatures(texts=[]), 0
+    for text in texts[known:]:
+        features.add(text)
+    with _FEATURES_LOCK:
+        _FEATURES[event_id] = features
+        while len(_FEATURES) > _FEATURES_SIZE:
+            _FEATURES.popitem(last=False)
+    return features
+
+
+def _frame_fields(observations: list[Observation], texts: list[str], anchors: list[TimeAnchor],
+                  event_id: str) -> dict:
+    features = _text_features(texts, event_id)
     return {
         "observations": observations,
         "summary": _summary(observations),
         "participants": sorted({o.speaker for o in observations}),
-        "actions": list(dict.fromkeys(actions))[:12],
-        "entities": list(dict.fromkeys(names)),
-        "keywords": [term for term, _ in stems.most_common(MAX_KEYWORDS)],
+        "actions": list(features.actions)[:MAX_ACTIONS],
+        "entities": list(features.names),
+        "keywords": [term for term, _ in features.stems.most_common(MAX_KEYWORDS)],
         "temporal_info": TemporalInfo(
             start=min(o.timestamp for o in observations), end=max(o.timestamp for o in observations)
         ),
@@ -87,7 +134,7 @@ def build_event(segment: Segment) -> Event:
         event_id=segment_event_id(segment),
         conversation_id=first.conversation_id,
         embedding=segment.centroid().tolist(),
-        **_frame_fields(observations, segment_texts(segment), segment_anchors(segment)),
+        **_frame_fields(observations, segment_texts(segment), segment_anchors(segment), segment_event_id(segment)),
     )
 
 
@@ -102,7 +149,7 @@ def merge_into(event: Event, segment: Segment) -> Event:
     added = np.asarray([t.embedding for t in segment.turns], dtype=np.float32).sum(axis=0)
     return event.model_copy(
         update={
-            **_frame_fields(observations, texts, event.time_anchors + segment_anchors(segment)),
+            **_frame_fields(observations, texts, event.time_anchors + segment_anchors(segment), event.event_id),
             "embedding": unit(own + added).tolist(),
             "version": event.version + 1,
             "merged_from": event.merged_from + [segment_event_id(segment)],

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from compassmem.models import AllenRelation, Event, Granularity, Relation, RelationType, relation_id_for
-from compassmem.processors.text_features import keyword_stems
+from compassmem.processors.text_features import ascii_lower, keyword_stems, sentences
 
 
 class RelationConfig(BaseModel):
@@ -54,30 +56,110 @@ class KeywordStats(BaseModel):
 
 class Cue(BaseModel):
     type: RelationType
+    # The rule as one regex over a sentence (case-insensitive): group 1 is the text before the cue, group 2 the
+    # text after it. It defines what matches but is not run: a failed search for a leading `(.*)` retries
+    # from every position, quadratic in the sentence (a 16 KiB turn without a sentence end took a minute).
     pattern: str
     # Which regex group is the antecedent (cause / condition / motive); the other group is the consequent.
     antecedent_group: int
     strength: float
+    # The same rule, run in linear time (``match_cue``): ``head`` is the pattern's part before the cue:
+    # "any" `(.*)` (the last cue of the first line that has one), "some" `(.+)` (likewise, not at the line
+    # start), "first" `(.*?)` (the first cue), "start" (the pattern is anchored: ``cue`` is the whole pattern
+    # up to group 2, with group 1 inside it). ``cue`` matches at the cue's position: the cue and what the
+    # pattern needs right after it. ``after``: group 2 runs to the end of its line (`(.+)`), or up to the
+    # first comma after the cue, else to the end of the text (`(.+?)(?:,\s*then\b|,|$)`).
+    head: Literal["any", "some", "first", "start"]
+    cue: str
+    after: Literal["line", "comma"] = "line"
 
 
 # Each pattern captures (1) the text before the cue and (2) the text after it.
 CUES: list[Cue] = [
     # "Because X, Y": the cause is X, up to the comma.
-    Cue(type=RelationType.CAUSAL, pattern=r"^\W*because(?: of)?\b([^,]+),(.+)", antecedent_group=1, strength=0.85),
-    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\bbecause(?: of)?\b(.+)", antecedent_group=2, strength=0.85),
-    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\b(?:due to|thanks to|as a result of)\b(.+)", antecedent_group=2, strength=0.8),
+    Cue(type=RelationType.CAUSAL, pattern=r"^\W*because(?: of)?\b([^,]+),(.+)", antecedent_group=1, strength=0.85,
+        head="start", cue=r"\W*+because(?: of)?\b([^,]++),(?=.)"),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\bbecause(?: of)?\b(.+)", antecedent_group=2, strength=0.85,
+        head="any", cue=r"\bbecause(?: of)?\b(?=.)"),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.*)\b(?:due to|thanks to|as a result of)\b(.+)", antecedent_group=2, strength=0.8,
+        head="any", cue=r"\b(?:due to|thanks to|as a result of)\b(?=.)"),
     # "since" is mostly temporal in conversation ("since we last talked"); only ", since <clause>" is causal.
-    Cue(type=RelationType.CAUSAL, pattern=r"(.+),\s*since (?!then|we last|last|I started|we started)(.+)", antecedent_group=2, strength=0.55),
-    Cue(type=RelationType.CAUSAL, pattern=r"(.+)\b(?:led to|leads to|resulted in|caused|made me)\b(.+)", antecedent_group=1, strength=0.85),
-    Cue(type=RelationType.CAUSAL, pattern=r"(.*?)\b(?:that's why|that is why|as a result|therefore|so now)\b(.+)", antecedent_group=1, strength=0.75),
-    Cue(type=RelationType.CAUSAL, pattern=r"(.+),\s*so\b(.+)", antecedent_group=1, strength=0.6),
-    Cue(type=RelationType.CONDITIONAL, pattern=r"(.*)\b(?:only if|as long as|unless|if)\b(.+?)(?:,\s*then\b|,|$)", antecedent_group=2, strength=0.7),
-    Cue(type=RelationType.MOTIVATIONAL, pattern=r"(.+)\b(?:in order to|so that|so i can|so we can|with the goal of)\b(.+)", antecedent_group=2, strength=0.75),
-    Cue(type=RelationType.MOTIVATIONAL, pattern=r"(.+)\b(?:inspired me to|motivated me to|pushed me to|encouraged me to|drives me to)\b(.+)", antecedent_group=1, strength=0.8),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.+),\s*since (?!then|we last|last|I started|we started)(.+)", antecedent_group=2, strength=0.55,
+        head="some", cue=r",\s*+since (?!then|we last|last|I started|we started)(?=.)"),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.+)\b(?:led to|leads to|resulted in|caused|made me)\b(.+)", antecedent_group=1, strength=0.85,
+        head="some", cue=r"\b(?:led to|leads to|resulted in|caused|made me)\b(?=.)"),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.*?)\b(?:that's why|that is why|as a result|therefore|so now)\b(.+)", antecedent_group=1, strength=0.75,
+        head="first", cue=r"\b(?:that's why|that is why|as a result|therefore|so now)\b(?=.)"),
+    Cue(type=RelationType.CAUSAL, pattern=r"(.+),\s*so\b(.+)", antecedent_group=1, strength=0.6,
+        head="some", cue=r",\s*+so\b(?=.)"),
+    Cue(type=RelationType.CONDITIONAL, pattern=r"(.*)\b(?:only if|as long as|unless|if)\b(.+?)(?:,\s*then\b|,|$)", antecedent_group=2, strength=0.7,
+        head="any", cue=r"\b(?:only if|as long as|unless|if)\b(?=.)", after="comma"),
+    Cue(type=RelationType.MOTIVATIONAL, pattern=r"(.+)\b(?:in order to|so that|so i can|so we can|with the goal of)\b(.+)", antecedent_group=2, strength=0.75,
+        head="some", cue=r"\b(?:in order to|so that|so i can|so we can|with the goal of)\b(?=.)"),
+    Cue(type=RelationType.MOTIVATIONAL, pattern=r"(.+)\b(?:inspired me to|motivated me to|pushed me to|encouraged me to|drives me to)\b(.+)", antecedent_group=1, strength=0.8,
+        head="some", cue=r"\b(?:inspired me to|motivated me to|pushed me to|encouraged me to|drives me to)\b(?=.)"),
 ]
-_COMPILED = [(cue, re.compile(cue.pattern, re.IGNORECASE)) for cue in CUES]
+# "start" cues are matched at position 0; the others are found wherever they occur (overlaps included).
+_COMPILED = [
+    (cue, re.compile(cue.cue if cue.head == "start" else f"(?=({cue.cue}))", re.IGNORECASE)) for cue in CUES
+]
+# Every cue above needs one of these; a sentence without any skips the cues (most sentences). Run on the
+# sentence lowercased as IGNORECASE sees it (``ascii_lower``): an IGNORECASE alternation is slower to scan.
+_ANY_CUE = re.compile(
+    r"because|due to|thanks to|as a result|since|led to|leads to|resulted in|caused|made me|that's why"
+    r"|that is why|therefore|so|if|as long as|unless|in order to|with the goal of|me to"
+)
 # A consequent that opens the turn ("So I ...", "That's why ...") points back at the previous event.
-_LEADING_CONSEQUENCE = re.compile(r"^\W*(?:so|that's why|that is why|because of that|as a result|therefore)\b", re.I)
+# (\W*+ is possessive: every alternative starts with a word character, so giving back is useless.)
+_LEADING_CONSEQUENCE = re.compile(r"\W*+(?:so|that's why|that is why|because of that|as a result|therefore)\b", re.I)
+
+
+def _line_end(text: str, position: int) -> int:
+    end = text.find("\n", position)
+    return len(text) if end < 0 else end
+
+
+def match_cue(cue: Cue, sentence: str, compiled: re.Pattern[str] | None = None) -> tuple[str, str] | None:
+    """Groups 1 and 2 of ``re.search(cue.pattern, sentence, re.I)``, or None where it finds nothing.
+
+    Linear in the sentence: the cue is found first (every position it matches at, in one pass), and the
+    groups are cut around it, with the regex's own choice among several cues (`.` stops at a newline).
+    """
+    regex = compiled if compiled is not None else re.compile(
+        cue.cue if cue.head == "start" else f"(?=({cue.cue}))", re.IGNORECASE)
+    if cue.head == "start":
+        found = regex.match(sentence)
+        if found is None:
+            return None
+        return found.group(1), sentence[found.end() : _line_end(sentence, found.end())]
+    chosen: tuple[int, int, int] | None = None  # (line start, cue start, cue end)
+    line_start, line_end = 0, _line_end(sentence, 0)
+    last_comma: int | None = None
+    for found in regex.finditer(sentence):
+        start, end = found.start(), found.end(1)
+        if start > line_end:  # the cue is on a later line
+            if chosen is not None:
+                break
+            line_start, line_end, last_comma = sentence.rfind("\n", 0, start) + 1, _line_end(sentence, start), None
+        if cue.head == "some" and start == line_start:
+            continue
+        if cue.after == "comma" and line_end < len(sentence) - 1:  # `$` is not at this line's end
+            if last_comma is None:
+                last_comma = sentence.rfind(",", line_start, line_end)
+            if last_comma <= end:  # `(.+?)` takes one character at least before the comma
+                continue
+        chosen = (line_start, start, end)
+        if cue.head == "first":
+            break
+    if chosen is None:
+        return None
+    line_start, start, end = chosen
+    after_end = _line_end(sentence, end)
+    if cue.after == "comma":
+        comma = sentence.find(",", end + 1, after_end)
+        after_end = after_end if comma < 0 else comma
+    return sentence[line_start:start], sentence[end:after_end]
+
 
 CONSECUTIVE_EVIDENCE = "consecutive events"
 TOLD_TIME_EVIDENCE = "told-time intervals"
@@ -146,6 +228,31 @@ def occurrence(event: Event) -> tuple[date, date, Granularity] | None:
     return anchor.start, anchor.end, anchor.granularity
 
 
+class _CueWindow:
+    """The earlier events cue clauses are matched against, for one extraction: their keyword sets, an index
+    from stem to the events holding it (built on first use), and the clauses already matched."""
+
+    def __init__(self, events: Sequence[Event], keyword_stats: KeywordStats) -> None:
+        self.events = events
+        self.keyword_stats = keyword_stats
+        self.matched: dict[tuple[str, ...], tuple[Event, float] | None] = {}
+        self.keywords: list[frozenset[str]] = []
+        self._holders: dict[str, list[int]] | None = None
+
+    def sharing(self, stems: Sequence[str], at_least: int) -> list[int]:
+        """Indexes (in window order) of the events holding at least ``at_least`` of ``stems``."""
+        if self._holders is None:
+            self.keywords = [frozenset(event.keywords) for event in self.events]
+            self._holders = {}
+            for index, keywords in enumerate(self.keywords):
+                for stem in keywords:
+                    self._holders.setdefault(stem, []).append(index)
+        counts: Counter[int] = Counter()
+        for stem in stems:
+            counts.update(self._holders.get(stem, ()))
+        return sorted(index for index, count in counts.items() if count >= at_least)
+
+
 class RelationExtractor:
     def __init__(self, config: RelationConfig | None = None) -> None:
         self.config = config or RelationConfig()
@@ -181,46 +288,59 @@ class RelationExtractor:
                                            TOLD_TIME_EVIDENCE, subtype=kind.value))
         return relations
 
-    def _match_clause(self, clause: str, candidates: Sequence[Event], keyword_stats: KeywordStats) -> tuple[Event, float] | None:
-        """The earlier event a clause restates: most of the clause's IDF mass shared, including two rare terms."""
-        stems = set(keyword_stems(clause))
+    def _match_clause(self, clause: str, window: _CueWindow) -> tuple[Event, float] | None:
+        """The earlier event a clause restates: most of the clause's IDF mass shared, including two rare terms.
+
+        Only the events sharing enough of the clause's rare stems can qualify; the window's stem index yields
+        them (in window order, so ties go to the same event), instead of every clause testing every event.
+        """
+        found = keyword_stems(clause)
+        key = tuple(found)
+        if key in window.matched:
+            return window.matched[key]
+        stems = set(found)
         if not stems:
             return None
-        weights = {stem: keyword_stats.idf(stem) for stem in stems}
-        total = sum(weights.values())
+        keyword_stats = window.keyword_stats
+        need_rare = min(2, len(stems))
+        rare = [stem for stem in stems if keyword_stats.is_rare(stem)]
         best: tuple[Event, float] | None = None
-        for candidate in candidates:
-            shared = stems & set(candidate.keywords)
-            if len(shared) < min(self.config.clause_min_shared, len(stems)):
-                continue
-            if sum(keyword_stats.is_rare(stem) for stem in shared) < min(2, len(stems)):
-                continue
-            coverage = sum(weights[s] for s in shared) / total
-            if coverage >= self.config.clause_min_coverage and (best is None or coverage > best[1]):
-                best = (candidate, coverage)
+        if len(rare) >= need_rare:
+            weights = {stem: keyword_stats.idf(stem) for stem in stems}
+            total = sum(weights.values())
+            for index in window.sharing(rare, need_rare):
+                candidate, keywords = window.events[index], window.keywords[index]
+                shared = stems & keywords
+                if len(shared) < min(self.config.clause_min_shared, len(stems)):
+                    continue
+                coverage = sum(weights[s] for s in shared) / total
+                if coverage >= self.config.clause_min_coverage and (best is None or coverage > best[1]):
+                    best = (candidate, coverage)
+        window.matched[key] = best
         return best
 
     def _cue_relations(self, event: Event, window: Sequence[Event], previous: Event | None,
                        texts: Sequence[str], keyword_stats: KeywordStats) -> list[Relation]:
         relations: list[Relation] = []
         first_text = event.observations[0].text if event.observations else ""
+        cue_window = _CueWindow(window, keyword_stats)
         for text in texts:
-            for sentence in re.split(r"(?<=[.!?])\s+", text):
-                relations.extend(self._sentence_relations(event, window, sentence, keyword_stats))
-        if previous is not None and texts and texts[0] == first_text and _LEADING_CONSEQUENCE.search(first_text):
+            for sentence in sentences(text):
+                if _ANY_CUE.search(ascii_lower(sentence)):
+                    relations.extend(self._sentence_relations(event, cue_window, sentence))
+        if previous is not None and texts and texts[0] == first_text and _LEADING_CONSEQUENCE.match(first_text):
             relations.append(make_relation(previous, event, RelationType.CAUSAL, 0.6,
                                            first_text[:120]))
         return relations
 
-    def _sentence_relations(self, event: Event, window: Sequence[Event], sentence: str,
-                            keyword_stats: KeywordStats) -> list[Relation]:
+    def _sentence_relations(self, event: Event, window: _CueWindow, sentence: str) -> list[Relation]:
         for cue, regex in _COMPILED:
-            match = regex.search(sentence)
-            if not match:
+            groups = match_cue(cue, sentence, regex)
+            if groups is None:
                 continue
             # The antecedent (cause, condition, motive) restating an earlier event makes that event the source;
             # a consequent restating an earlier event would put the effect before its cause, so it is not used.
-            found = self._match_clause(match.group(cue.antecedent_group), window, keyword_stats)
+            found = self._match_clause(groups[cue.antecedent_group - 1], window)
             if found is None:
                 return []
             other, coverage = found

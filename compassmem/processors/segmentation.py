@@ -72,8 +72,10 @@ class SegmenterState(BaseModel):
     opened_by: BoundaryReason = BoundaryReason.SESSION
 
 
+# `\W*+` is possessive: every alternative after it starts with a word character, so giving back is useless
+# (and, on a long run of punctuation and spaces, costly).
 _TIME_SHIFT = re.compile(
-    r"^\W*(?:so\s+|and\s+|anyway,?\s+|well,?\s+)?(?:the\s+next\s+(?:day|morning|week|month)|the\s+following\s+"
+    r"^\W*+(?:so\s+|and\s+|anyway,?\s+|well,?\s+)?(?:the\s+next\s+(?:day|morning|week|month)|the\s+following\s+"
     r"(?:day|morning|week|month|year)|later\s+that\s+(?:day|night|week|month)|(?:a|one|two|three|four|five|six|"
     r"several|a\s+few|\d+)\s+(?:days?|weeks?|months?|years?)\s+later|fast[\s-]forward|since\s+(?:then|we\s+last)"
     r"|last\s+(?:week|weekend|month|year|night|friday|saturday|sunday|monday|tuesday|wednesday|thursday)|"

@@ -19,7 +19,18 @@ from compassmem.sinks.vector_store import SparseVector
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_CAPITALISED = re.compile(r"\b([A-Z][a-zA-Z'\-]+(?:\s+(?:of|the|de|van|von)?\s*[A-Z][a-zA-Z'\-]+)*)")
+# Possessive whitespace: the old form `\s+(?:of|...)?\s*` could split a whitespace run between its two
+# quantifiers in every way before failing, quadratic in the run's length; the matches are the same.
+_CAPITALISED = re.compile(r"\b([A-Z][a-zA-Z'\-]+(?:\s++(?:(?:of|the|de|van|von)\s*+)?[A-Z][a-zA-Z'\-]+)*)")
+# Sentences longer than this (no sentence end in sight: a run-on turn, a paste, text without [.!?] such as
+# Japanese) are cut into clauses of at most this many characters for the per-sentence rules (relation cues).
+# Ordinary sentences are far shorter (the longest in LoCoMo has 177 characters) and stay whole.
+MAX_SENTENCE_CHARS = 400
+_CLAUSE_PUNCTUATION = re.compile(r"[,;:]")
+_WHITESPACE = re.compile(r"\s+")
+_NON_WHITESPACE = re.compile(r"\S")
+_TOKEN = re.compile(r"\S+")
+_ASCII_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s"})
 
 # Conversational filler that is capitalised or frequent but names nothing.
 _FILLER = frozenset(
@@ -53,6 +64,55 @@ def count_tokens(text: str) -> int:
     return max(1, round(len(words(text)) * 1.3))
 
 
+def ascii_lower(text: str) -> str:
+    """``text.lower()``, with the letters that IGNORECASE takes for ASCII ones folded too ("ſ" is an "s").
+
+    For prefilters that scan a lowercased text instead of running a slower case-insensitive regex.
+    """
+    if not text.isascii() and ("\u0130" in text or "\u0131" in text or "\u017f" in text):
+        text = text.translate(_ASCII_FOLD)  # lower() makes "İ" two characters, "i" and a combining dot
+    return text.lower()  # the Kelvin sign becomes "k"
+
+
+def sentences(text: str, max_chars: int = MAX_SENTENCE_CHARS) -> list[str]:
+    """Sentences (split after [.!?] + whitespace), each at most ``max_chars`` long.
+
+    A longer sentence is cut into clauses: after the last comma, semicolon or colon in the second half of
+    the allowed length, else at the last whitespace there, else hard at ``max_chars``. Linear in the text.
+    """
+    pieces: list[str] = []
+    for sentence in _SENTENCE_END.split(text):
+        if len(sentence) <= max_chars:
+            pieces.append(sentence)
+        else:
+            pieces.extend(_clauses(sentence, max_chars))
+    return pieces
+
+
+def _clauses(sentence: str, max_chars: int) -> list[str]:
+    pieces: list[str] = []
+    start, size = 0, len(sentence)
+    while size - start > max_chars:
+        limit = start + max_chars
+        half = start + max(1, max_chars // 2)
+        cut = -1
+        for match in _CLAUSE_PUNCTUATION.finditer(sentence, half, limit):
+            cut = match.end()
+        if cut < 0:
+            for match in _WHITESPACE.finditer(sentence, half, limit + 1):
+                cut = match.start()
+        if cut < 0:
+            cut = limit
+        piece = sentence[start:cut].rstrip()
+        if piece:
+            pieces.append(piece)
+        following = _NON_WHITESPACE.search(sentence, cut)
+        start = following.start() if following else size
+    if start < size:
+        pieces.append(sentence[start:])
+    return pieces
+
+
 def keyword_stems(text: str) -> list[str]:
     """Content-word stems in order, repeats kept (term frequency matters for sparse vectors)."""
     content = [w.lower() for w in words(text) if len(w) > 2 and w.lower() not in STOP_WORDS and not w.isdigit()]
@@ -66,8 +126,11 @@ def entities(text: str) -> list[str]:
         for match in _CAPITALISED.finditer(sentence):
             parts = match.group(1).split()
             at_start = match.start() == 0
-            while parts and parts[0] in _NOT_ENTITIES:
-                parts.pop(0)
+            skip = 0  # leading openers and filler ("So", "The"); an index, not pop(0), for a run of thousands
+            while skip < len(parts) and parts[skip] in _NOT_ENTITIES:
+                skip += 1
+            if skip:
+                parts = parts[skip:]
                 at_start = False
             if not parts or (at_start and len(parts) == 1 and parts[0].lower() in STOP_WORDS):
                 continue
@@ -120,6 +183,12 @@ def sparse_keyword_vector(stems: Iterable[str], k1: float = 1.2) -> SparseVector
 
 
 def first_sentence(text: str, max_words: int = 20) -> str:
-    sentence = _SENTENCE_END.split(text.strip(), maxsplit=1)[0]
-    tokens = sentence.split()
+    """The first sentence's first ``max_words`` words (" ..." when it has more); reads no further than that."""
+    tokens: list[str] = []
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        tokens.append(token)
+        # A token ending in [.!?] ends the sentence when more follows (a `_SENTENCE_END` split).
+        if len(tokens) > max_words or token[-1] in ".!?":
+            break
     return " ".join(tokens[:max_words]) + (" ..." if len(tokens) > max_words else "")

@@ -62,17 +62,23 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
   the expression "May"), except where the word changes the meaning ("in 3 days", "over the weekend").
 * Overlapping matches: the longest wins ("the day before yesterday" is one anchor); anchors are returned in
   text order.
+* Bounded work: only the first ``MAX_MATCHES_PER_RULE`` (64) matches of each rule in a text are resolved,
+  and every scan is linear in the text, so a 16 KiB turn of thousands of dates costs milliseconds; such a
+  turn gets anchors for its first dates only.
 
 Holidays ("Christmas"), "the 90s" and time-of-day clocks are out of scope.
 """
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from itertools import islice
 
 from compassmem.models import Granularity, TimeAnchor
 
@@ -196,6 +202,7 @@ _MONTH_NUMBERS = {
         start=1,
     )
 }
+_MONTH_BY_PREFIX = {name[:3]: number for name, number in _MONTH_NUMBERS.items()}
 # "May" and "March" are matched case-sensitively: lowercase they are almost always the verb.
 _MONTH_FULL = (
     r"(?:january|february|(?-i:March|MARCH)|april|(?-i:May|MAY)|june|july|august|september|october"
@@ -245,31 +252,64 @@ _COUNT = (
 )
 _UNIT = r"(?P<unit>minute|hour|day|week|month|year)s?\b"
 
-_LAST_DETERMINER = re.compile(
-    r"(?<!\w)(?:the|my|his|her|their|our|your|its|a|that|this|those|these|every|each|whose|very)\s+$",
-    re.IGNORECASE,
-)
-_HABITUAL = re.compile(r"(?<!\w)(?:every|each)\s+$", re.IGNORECASE)
+# Lookbehind checks "<word> <whitespace> up to the match": for each, the longest word (see _preceded_by).
+_WORD_BEFORE_LENGTH: dict[re.Pattern[str], int] = {}
+
+
+def _word_before(words: str) -> re.Pattern[str]:
+    pattern = re.compile(rf"(?<!\w)(?:{words})\s+$", re.IGNORECASE)
+    _WORD_BEFORE_LENGTH[pattern] = max(len(word) for word in words.split("|"))
+    return pattern
+
+
+_LAST_DETERMINER = _word_before("the|my|his|her|their|our|your|its|a|that|this|those|these|every|each|whose|very")
+_HABITUAL = _word_before("every|each")
 # Prepositions that make a bare month or year a time expression ("in May", "since 2016", "class of 2016").
-_DATE_PREPOSITION = re.compile(
-    r"(?<!\w)(?:in|on|since|during|until|till|by|from|of|through|throughout|around|before|after|year"
-    r"|circa)\s+$",
-    re.IGNORECASE,
+_DATE_PREPOSITION = _word_before(
+    "in|on|since|during|until|till|by|from|of|through|throughout|around|before|after|year|circa"
 )
 _YEAR_RANGE_BEFORE = re.compile(r"(?<!\d)(?:19|20)\d{2}\s*(?:-|–|to|and|until|through)\s*$", re.IGNORECASE)
-_SEASON_PREPOSITION = re.compile(r"(?<!\w)(?:in|during|over|throughout|through|all|since)\s+$", re.IGNORECASE)
+_SEASON_PREPOSITION = _word_before("in|during|over|throughout|through|all|since")
 # "twice in a month", "the first time in three years": "in N units" is then a frequency or a duration.
-_NOT_FUTURE_IN = re.compile(r"(?<!\w)(?:once|twice|thrice|times?|much|many|more|less)\s+$", re.IGNORECASE)
+_NOT_FUTURE_IN = _word_before("once|twice|thrice|times?|much|many|more|less")
 
 _LOOKBACK_CHARS = 60
 
 
 def _preceded_by(pattern: re.Pattern[str], text: str, start: int) -> bool:
-    return pattern.search(text, max(0, start - _LOOKBACK_CHARS), start) is not None
+    """Whether ``pattern`` matches in the ``_LOOKBACK_CHARS`` before ``start``, ending there."""
+    low = max(0, start - _LOOKBACK_CHARS)
+    longest = _WORD_BEFORE_LENGTH.get(pattern)
+    if longest is not None:
+        # "<word>\s+$": the word ends where the whitespace before ``start`` begins, so it starts at most
+        # ``longest`` characters before that: search only there, not from every position of the window.
+        word_end = low + len(text[low:start].rstrip())
+        if word_end == start:
+            return False
+        low = max(low, word_end - longest)
+    return pattern.search(text, low, start) is not None
+
+
+# Characters that IGNORECASE matches to an ASCII letter but that str.lower() leaves alone (or expands):
+# "yeſterday" is matched as "yesterday", and must then be looked up as that.
+_ASCII_FOLD = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def _lower(fragment: str) -> str:
+    if not fragment.isascii():
+        fragment = fragment.translate(_ASCII_FOLD)
+    return fragment.lower()
+
+
+def _may_hold_time(text: str) -> bool:
+    """The prefilter: False only where no rule can match (as IGNORECASE matches: "ſ" is an "s")."""
+    if not text.isascii() and ("\u0130" in text or "\u0131" in text or "\u017f" in text):
+        text = text.translate(_ASCII_FOLD)  # lower() makes "İ" two characters, "i" and a combining dot
+    return _PREFILTER.search(text.lower()) is not None  # the Kelvin sign becomes "k"
 
 
 def _norm(fragment: str) -> str:
-    return " ".join(fragment.lower().split())
+    return " ".join(_lower(fragment).split())
 
 
 def _count_range(raw: str) -> tuple[int, int]:
@@ -297,11 +337,18 @@ _Resolver = Callable[[re.Match[str], _Context], _Span | None]
 _RULES: list[tuple[re.Pattern[str], _Resolver]] = []
 
 
-def _rule(pattern: str) -> Callable[[_Resolver], _Resolver]:
-    """Register a resolver for matches of ``pattern`` (case-insensitive, word-bounded at the start)."""
+_WORD_START = r"(?<![\w$£€])"
+
+
+def _rule(pattern: str, first: str) -> Callable[[_Resolver], _Resolver]:
+    """Register a resolver for matches of ``pattern`` (case-insensitive, word-bounded at the start).
+
+    ``first``: the characters a match can start with (a regex character class body). It changes no match;
+    it lets the scan skip the other positions at once instead of trying the pattern's alternatives there.
+    """
 
     def register(resolver: _Resolver) -> _Resolver:
-        _RULES.append((re.compile(r"(?<![\w$£€])" + pattern, re.IGNORECASE), resolver))
+        _RULES.append((re.compile(rf"(?=[{first}]){_WORD_START}" + pattern, re.IGNORECASE), resolver))
         return resolver
 
     return register
@@ -309,7 +356,7 @@ def _rule(pattern: str) -> Callable[[_Resolver], _Resolver]:
 
 def _last_is_fine(match: re.Match[str], ctx: _Context) -> bool:
     """False for "the last time" style uses: "last" after a determiner is an ordinal, not a time."""
-    starts_with_last = ctx.text[match.start() : match.start() + 4].lower() == "last"
+    starts_with_last = _lower(ctx.text[match.start() : match.start() + 4]) == "last"
     return not (starts_with_last and _preceded_by(_LAST_DETERMINER, ctx.text, match.start()))
 
 
@@ -334,7 +381,7 @@ _DAY_WORDS = "|".join(
 )
 
 
-@_rule(rf"(?P<w>{_DAY_WORDS})\b(?P<pod>{_PART_OF_DAY})")
+@_rule(rf"(?P<w>{_DAY_WORDS})\b(?P<pod>{_PART_OF_DAY})", first="tdyl")
 def _day_word(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
@@ -342,21 +389,21 @@ def _day_word(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(day, day, Granularity.DAY)
 
 
-@_rule(r"the\s+other\s+day\b")
+@_rule(r"the\s+other\s+day\b", first="t")
 def _other_day(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(ctx.today - timedelta(days=7), ctx.today - timedelta(days=1), Granularity.DAY)
 
 
-@_rule(r"(?:(?:just|very|quite|only)\s+)?(?:recently|lately)\b")
+@_rule(r"(?:(?:just|very|quite|only)\s+)?(?:recently|lately)\b", first="jvqorl")
 def _recently(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(ctx.today - timedelta(days=14), ctx.today, Granularity.WEEK)
 
 
-@_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this|coming)\s+{_WEEKDAY}{_PART_OF_DAY}")
+@_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this|coming)\s+{_WEEKDAY}{_PART_OF_DAY}", first="tlnc")
 def _relative_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
-    target = _WEEKDAYS.index(match["wd"].lower())
+    target = _WEEKDAYS.index(_lower(match["wd"]))
     rel = _norm(match["rel"])
     if rel in ("last", "this past"):
         back = (ctx.today.weekday() - target) % 7 or 7
@@ -369,11 +416,11 @@ def _relative_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(day, day, Granularity.DAY)
 
 
-@_rule(rf"{_WEEKDAY}{_PART_OF_DAY}")
+@_rule(rf"{_WEEKDAY}{_PART_OF_DAY}", first="mtwfs")
 def _bare_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     if _preceded_by(_HABITUAL, ctx.text, match.start()):
         return None
-    target = _WEEKDAYS.index(match["wd"].lower())
+    target = _WEEKDAYS.index(_lower(match["wd"]))
     # Past bias: the most recent such day on or before the reference day.
     day = ctx.today - timedelta(days=(ctx.today.weekday() - target) % 7)
     return _Span(day, day, Granularity.DAY)
@@ -384,12 +431,13 @@ _NEXT_RELS = {"next", "the next", "the following", "coming", "the coming", "this
 
 @_rule(
     r"(?P<rel>this\s+past|this\s+coming|the\s+past|the\s+coming|the\s+next|the\s+following|last|next|this"
-    r"|coming)\s+(?P<unit>weekend|week|month|year)\b(?!\s+of\b)"
+    r"|coming)\s+(?P<unit>weekend|week|month|year)\b(?!\s+of\b)",
+    first="tlnc",
 )
 def _relative_period(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
-    rel, unit, today = _norm(match["rel"]), match["unit"].lower(), ctx.today
+    rel, unit, today = _norm(match["rel"]), _lower(match["unit"]), ctx.today
     if unit == "weekend":
         this_week = _monday(today)
         if rel == "this":
@@ -410,34 +458,34 @@ def _relative_period(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _rolling(today, unit, 1, forward=False)  # "the past week", "this past month"
 
 
-@_rule(r"(?:over|on|at|during)\s+the\s+weekend\b")
+@_rule(r"(?:over|on|at|during)\s+the\s+weekend\b", first="oad")
 def _the_weekend(match: re.Match[str], ctx: _Context) -> _Span | None:
     # Past bias: the most recent weekend that started on or before the reference day.
     this_week = _monday(ctx.today)
     return _weekend(this_week if ctx.today.weekday() >= 5 else this_week - timedelta(weeks=1))
 
 
-@_rule(r"the\s+(?P<unit>weekend|week|month|year)\s+before\s+last\b")
+@_rule(r"the\s+(?P<unit>weekend|week|month|year)\s+before\s+last\b", first="t")
 def _before_last(match: re.Match[str], ctx: _Context) -> _Span | None:
-    unit = match["unit"].lower()
+    unit = _lower(match["unit"])
     if unit == "weekend":
         return _weekend(_monday(ctx.today) - timedelta(weeks=2))
     return _period(ctx.today, unit, -2)
 
 
-@_rule(r"(?P<when>earlier|later)\s+this\s+(?P<unit>week|month|year)\b")
+@_rule(r"(?P<when>earlier|later)\s+this\s+(?P<unit>week|month|year)\b", first="el")
 def _earlier_later(match: re.Match[str], ctx: _Context) -> _Span | None:
-    period, today = _period(ctx.today, match["unit"].lower(), 0), ctx.today
-    if match["when"].lower() == "earlier":
+    period, today = _period(ctx.today, _lower(match["unit"]), 0), ctx.today
+    if _lower(match["when"]) == "earlier":
         return _Span(period.start, max(period.start, today - timedelta(days=1)), period.granularity)
     return _Span(min(period.end, today + timedelta(days=1)), period.end, period.granularity)
 
 
-@_rule(rf"the\s+(?P<dir>past|last|next|coming)\s+{_COUNT}\s+{_UNIT}(?!\s+of\b)")
+@_rule(rf"the\s+(?P<dir>past|last|next|coming)\s+{_COUNT}\s+{_UNIT}(?!\s+of\b)", first="t")
 def _rolling_window(match: re.Match[str], ctx: _Context) -> _Span | None:
     _, most = _count_range(match["n"])
-    forward = match["dir"].lower() in ("next", "coming")
-    unit = match["unit"].lower()
+    forward = _lower(match["dir"]) in ("next", "coming")
+    unit = _lower(match["unit"])
     if unit in ("minute", "hour"):
         return _Span(ctx.today, ctx.today, Granularity.DAY)
     return _rolling(ctx.today, unit, most, forward)
@@ -454,19 +502,20 @@ def _offset_span(ctx: _Context, unit: str, fewest: int, most: int, forward: bool
     return _periods(ctx.today, unit, -most, -fewest)
 
 
-@_rule(rf"(?<![\d.]){_COUNT}\s+{_UNIT}\s+(?P<dir>ago|back|earlier|later|from\s+now)\b")
+@_rule(rf"(?<![\d.]){_COUNT}\s+{_UNIT}\s+(?P<dir>ago|back|earlier|later|from\s+now)\b", first=r"acfsteno\d")
 def _units_ago(match: re.Match[str], ctx: _Context) -> _Span | None:
     fewest, most = _count_range(match["n"])
-    forward = match["dir"].lower() not in ("ago", "back", "earlier")
-    return _offset_span(ctx, match["unit"].lower(), fewest, most, forward)
+    forward = _lower(match["dir"]) not in ("ago", "back", "earlier")
+    return _offset_span(ctx, _lower(match["unit"]), fewest, most, forward)
 
 
-@_rule(rf"in\s+(?:about\s+|around\s+|another\s+)?{_COUNT}\s+{_UNIT}(?!\s+(?:ago|back|earlier|later)\b)")
+@_rule(rf"in\s+(?:about\s+|around\s+|another\s+)?{_COUNT}\s+{_UNIT}(?!\s+(?:ago|back|earlier|later)\b)",
+       first="i")
 def _in_units(match: re.Match[str], ctx: _Context) -> _Span | None:
     if _preceded_by(_NOT_FUTURE_IN, ctx.text, match.start()):
         return None
     fewest, most = _count_range(match["n"])
-    return _offset_span(ctx, match["unit"].lower(), fewest, most, forward=True)
+    return _offset_span(ctx, _lower(match["unit"]), fewest, most, forward=True)
 
 
 _SEASON = r"(?P<s>summer|winter|spring|fall|autumn)\b"
@@ -474,13 +523,14 @@ _SEASON = r"(?P<s>summer|winter|spring|fall|autumn)\b"
 
 @_rule(
     rf"(?P<rel>this\s+past|this\s+coming|the\s+past|the\s+coming|last|next|this|coming)\s+{_SEASON}"
-    r"(?!\s+of\b)"
+    r"(?!\s+of\b)",
+    first="tlnc",
 )
 def _relative_season(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
     rel, today = _norm(match["rel"]), ctx.today
-    candidates = _season_candidates(match["s"].lower(), today)
+    candidates = _season_candidates(_lower(match["s"]), today)
     if rel in ("last", "this past", "the past"):
         return max((c for c in candidates if c.end < today), key=lambda c: c.end)
     if rel in ("next", "coming", "the coming", "this coming"):
@@ -498,17 +548,17 @@ def _nearest_season(candidates: list[_Span], today: date) -> _Span:
     return min(candidates, key=distance)
 
 
-@_rule(rf"(?:the\s+)?{_SEASON}\s+(?:of\s+)?(?P<y>{_YEAR})")
+@_rule(rf"(?:the\s+)?{_SEASON}\s+(?:of\s+)?(?P<y>{_YEAR})", first="tswfa")
 def _season_of_year(match: re.Match[str], ctx: _Context) -> _Span | None:
-    return _season(match["s"].lower(), int(match["y"]))
+    return _season(_lower(match["s"]), int(match["y"]))
 
 
-@_rule(rf"(?:the\s+)?{_SEASON}(?!\s+of\b)")
+@_rule(rf"(?:the\s+)?{_SEASON}(?!\s+of\b)", first="tswfa")
 def _season_after_preposition(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _preceded_by(_SEASON_PREPOSITION, ctx.text, match.start()):
         return None
     today = ctx.today
-    candidates = [c for c in _season_candidates(match["s"].lower(), today) if c.start <= today]
+    candidates = [c for c in _season_candidates(_lower(match["s"]), today) if c.start <= today]
     return max(candidates, key=lambda c: c.start)  # contains the reference day, else the latest past one
 
 
@@ -524,11 +574,11 @@ def _part_key(raw: str) -> str:
 
 
 def _month_number(raw: str) -> int:
-    return _MONTH_NUMBERS[next(name for name in _MONTH_NUMBERS if name.startswith(raw.lower().rstrip(".")[:3]))]
+    return _MONTH_BY_PREFIX[_lower(raw).rstrip(".")[:3]]
 
 
 def _is_full_month_name(raw: str) -> bool:
-    return raw.lower() in _MONTH_NUMBERS
+    return _lower(raw) in _MONTH_NUMBERS
 
 
 def _month_span(year: int, month: int, part: str | None) -> _Span:
@@ -553,7 +603,8 @@ def _nearest_dated(month: int, day: int, today: date) -> date | None:
 
 @_rule(
     rf"(?:{_PART}[\s-]+)?(?:(?:the\s+)?(?P<d1>{_DAY})(?:\s+of)?\s+(?P<m1>{_MONTH})"
-    rf"|(?P<m2>{_MONTH})(?:\s+(?:the\s+)?(?P<d2>{_DAY}))?)(?:,?\s+(?:of\s+)?(?P<y>{_YEAR}))?"
+    rf"|(?P<m2>{_MONTH})(?:\s+(?:the\s+)?(?P<d2>{_DAY}))?)(?:,?\s+(?:of\s+)?(?P<y>{_YEAR}))?",
+    first=r"emltjfasond\d",
 )
 def _month_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     raw_month = match["m1"] or match["m2"]
@@ -561,7 +612,7 @@ def _month_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     raw_day = match["d1"] or match["d2"]
     year = int(match["y"]) if match["y"] else None
     if raw_day is not None:
-        day_number = int(raw_day.lower().rstrip("stndrh"))  # "8th" -> 8
+        day_number = int(_lower(raw_day).rstrip("stndrh"))  # "8th" -> 8
         if year is not None:
             try:
                 day = date(year, month, day_number)
@@ -579,7 +630,7 @@ def _month_date(match: re.Match[str], ctx: _Context) -> _Span | None:
         year is not None
         or match["part"] is not None
         or _preceded_by(_DATE_PREPOSITION, ctx.text, match.start())
-        or raw_month.lower() not in _NEEDS_CONTEXT
+        or _lower(raw_month) not in _NEEDS_CONTEXT
     )
     if not licensed or _preceded_by(_HABITUAL, ctx.text, match.start()):
         return None
@@ -589,7 +640,7 @@ def _month_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _month_span(year, month, match["part"])
 
 
-@_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this)\s+(?P<m>{_MONTH_FULL})")
+@_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this)\s+(?P<m>{_MONTH_FULL})", first="tln")
 def _relative_month(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
@@ -606,7 +657,7 @@ def _relative_month(match: re.Match[str], ctx: _Context) -> _Span | None:
 _YEAR_PARTS = {"early": (1, 4), "mid": (5, 8), "late": (9, 12)}
 
 
-@_rule(rf"(?:(?P<part>early|mid|late)[\s-]+)?(?P<y>{_YEAR})(?!s\b|'s\b|[.,]\d|\s*%)")
+@_rule(rf"(?:(?P<part>early|mid|late)[\s-]+)?(?P<y>{_YEAR})(?!s\b|'s\b|[.,]\d|\s*%)", first="eml12")
 def _bare_year(match: re.Match[str], ctx: _Context) -> _Span | None:
     start = match.start()
     if match["part"] is None and not (
@@ -614,11 +665,11 @@ def _bare_year(match: re.Match[str], ctx: _Context) -> _Span | None:
     ):
         return None
     year = int(match["y"])
-    first, last = _YEAR_PARTS[match["part"].lower()] if match["part"] else (1, 12)
+    first, last = _YEAR_PARTS[_lower(match["part"])] if match["part"] else (1, 12)
     return _Span(date(year, first, 1), _month_end(year, last), Granularity.YEAR)
 
 
-@_rule(r"(?P<y>(?:19|20)\d{2})-(?P<m>0[1-9]|1[0-2])-(?P<d>0[1-9]|[12]\d|3[01])(?!\d)")
+@_rule(r"(?P<y>(?:19|20)\d{2})-(?P<m>0[1-9]|1[0-2])-(?P<d>0[1-9]|[12]\d|3[01])(?!\d)", first="12")
 def _iso_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     try:
         day = date(int(match["y"]), int(match["m"]), int(match["d"]))
@@ -629,36 +680,80 @@ def _iso_date(match: re.Match[str], ctx: _Context) -> _Span | None:
 
 # ------------------------------------------------------------------------------------------ public API
 
-# Every rule needs one of these words or a digit; turns without any skip the rules entirely.
+# Every rule needs one of these words or a digit; turns without any skip the rules entirely. It runs on the
+# lowercased text (``_may_hold_time``): a case-insensitive alternation is a few times slower to scan.
 _PREFILTER = re.compile(
     r"\d|day|night|tomorrow|morning|afternoon|evening|week|month|year|summer|winter|spring|fall|autumn"
     r"|recently|lately|january|february|march|april|may|june|july|august|september|october|november"
-    r"|december",
-    re.IGNORECASE,
+    r"|december"
 )
 # Any fixed reference works for detection: whether an expression resolves does not depend on it.
 _DETECTION_REFERENCE = datetime(2000, 6, 15, 12, 0)
+# Only the first this many matches of each rule in a text are resolved: a bound on the work per turn that no
+# conversational turn comes near (a 16 KiB turn can hold thousands of "May"s or years, each a resolver call).
+MAX_MATCHES_PER_RULE = 64
 
 
-def _candidates(text: str, reference: datetime) -> list[tuple[int, int, _Span]]:
+def _matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    return islice(pattern.finditer(text), MAX_MATCHES_PER_RULE)
+
+
+def _candidates(text: str, reference: datetime) -> tuple[list[tuple[int, int, _Span]], bool]:
+    """The non-overlapping resolved matches in text order, and whether some resolver failed on a date."""
     ctx = _Context(text=text, reference=reference, today=reference.date())
     found: list[tuple[int, int, int, _Span]] = []
+    failed = False
     for order, (pattern, resolver) in enumerate(_RULES):
-        for match in pattern.finditer(text):
+        for match in _matches(pattern, text):
             try:
                 span = resolver(match, ctx)
             except (ValueError, OverflowError):  # a date outside what datetime.date can hold
+                failed = True
                 continue
             if span is not None:
                 found.append((match.start(), match.end(), order, span))
     # Longest match first (ties: earlier in the text, then earlier rule); keep those that overlap nothing kept.
+    # The kept matches are disjoint: kept in text order, a match can only overlap its two neighbours there.
     found.sort(key=lambda item: (item[0] - item[1], item[0], item[2]))
+    starts: list[int] = []
     kept: list[tuple[int, int, _Span]] = []
     for start, end, _, span in found:
-        if all(end <= other_start or start >= other_end for other_start, other_end, _ in kept):
-            kept.append((start, end, span))
-    kept.sort(key=lambda item: item[0])
-    return kept
+        index = bisect.bisect_right(starts, start)
+        if index > 0 and kept[index - 1][1] > start:
+            continue
+        if index < len(kept) and kept[index][0] < end:
+            continue
+        starts.insert(index, start)
+        kept.insert(index, (start, end, span))
+    return kept, failed
+
+
+# has_time_expression's answers for the texts resolve_time_expressions saw last: the pipeline asks both about
+# each turn, and this spares the second scan. Whether a match resolves depends on the text alone (the module
+# docstring's rules); only a date arithmetic failure can depend on the reference, and then nothing is noted.
+_DETECTED: dict[str, bool] = {}
+_DETECTED_SIZE = 64
+_DETECTED_LOCK = threading.Lock()
+
+
+def _note_detected(text: str, found: bool) -> None:
+    with _DETECTED_LOCK:
+        _DETECTED[text] = found
+        while len(_DETECTED) > _DETECTED_SIZE:
+            del _DETECTED[next(iter(_DETECTED))]
+
+
+def _any_candidate(text: str, reference: datetime) -> bool:
+    """Whether ``_candidates`` would find anything: some rule's match resolves (stops at the first)."""
+    ctx = _Context(text=text, reference=reference, today=reference.date())
+    for pattern, resolver in _RULES:
+        for match in _matches(pattern, text):
+            try:
+                if resolver(match, ctx) is not None:
+                    return True
+            except (ValueError, OverflowError):
+                continue
+    return False
 
 
 def resolve_time_expressions(text: str, reference: datetime, turn_id: str | None = None) -> list[TimeAnchor]:
@@ -668,8 +763,11 @@ def resolve_time_expressions(text: str, reference: datetime, turn_id: str | None
     is "today". A naive datetime is used as it is. Returns one anchor per non-overlapping expression, in
     text order; see the module docstring for the rule applied to each kind of expression.
     """
-    if not _PREFILTER.search(text):
+    if not _may_hold_time(text):
         return []
+    kept, failed = _candidates(text, reference)
+    if kept or not failed:
+        _note_detected(text, bool(kept))
     return [
         TimeAnchor(
             expression=text[start:end],
@@ -678,12 +776,15 @@ def resolve_time_expressions(text: str, reference: datetime, turn_id: str | None
             granularity=span.granularity,
             turn_id=turn_id,
         )
-        for start, end, span in _candidates(text, reference)
+        for start, end, span in kept
     ]
 
 
 def has_time_expression(text: str) -> bool:
     """Whether ``text`` holds at least one expression :func:`resolve_time_expressions` would anchor."""
-    if not _PREFILTER.search(text):
+    known = _DETECTED.get(text)
+    if known is not None:
+        return known
+    if not _may_hold_time(text):
         return False
-    return bool(_candidates(text, _DETECTION_REFERENCE))
+    return _any_candidate(text, _DETECTION_REFERENCE)
