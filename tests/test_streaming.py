@@ -204,6 +204,19 @@ MALFORMED = [
     ("wrong key", b"default/other", json.dumps(_turn()).encode(), [], "route", ["key", "default/bad"]),
     ("unknown control header", b"default/bad", json.dumps(_turn()).encode(), [("compassmem-control", b"reboot")],
      "decode", ["compassmem-control"]),
+    # What the stores cannot hold (FalkorDB refuses U+0000) is refused at the schema: one of these used to stop
+    # every partition in a crash loop.
+    ("NUL in text", b"default/bad", json.dumps(_turn(text="hello\u0000world")).encode(), [], "validate", ["text"]),
+    ("NUL in speaker", b"default/bad", json.dumps(_turn(speaker="Ann\u0000")).encode(), [], "validate", ["speaker"]),
+    ("NUL in session id", b"default/bad", json.dumps(_turn(session_id="1\u0000")).encode(), [], "validate",
+     ["session_id"]),
+    ("lone surrogate in a caption", b"default/bad",
+     b'{"conversation_id": "bad", "turn_id": "X:1", "speaker": "Ann", "text": "hi", '
+     b'"timestamp": "2024-03-04T09:00:00+00:00", "attachments": [{"caption": "\\ud800"}]}', [], "validate",
+     ["caption"]),
+    ("JSON nested 100,000 deep", b"default/bad", b"[" * 100_000 + b"]" * 100_000, [], "decode", ["nested"]),
+    ("integer timestamp", b"default/bad", json.dumps(_turn(timestamp=1709542800000)).encode(), [], "validate",
+     ["timestamp"]),
 ]
 
 

@@ -134,6 +134,7 @@ class StreamingWorker:
         # Control-topic commands whose markers are already in the turns log (read when the control agent starts).
         self._executed_forgets: set[tuple[int, int]] = set()
         self._batches_running = 0
+        self._end_probe_at = 0.0
         datadir = settings.data_dir.resolve() / "faust"
         self.app = faust.App(
             settings.kafka_app_id,
@@ -231,20 +232,29 @@ class StreamingWorker:
             self.metrics.offset_gap(gap.partition)
             await self._seek_back(gap.partition)
 
-    async def _seek_back(self, partition: int) -> None:
-        """Seek a turns partition back to the next offset the worker must apply (throttled per partition)."""
+    async def _seek_back(self, partition: int, stalled: bool = False) -> None:
+        """Seek a turns partition back to the next offset the worker must apply (throttled per partition).
+
+        The broker is asked first which record comes next: missing offsets that do not exist are stepped over, and
+        a partition that only looked stalled (nothing exists at or after its next offset, e.g. its end offset
+        counts a transaction marker) is left alone."""
+        expected = self.positions.next_offset(partition)
+        if expected is None:
+            return
+        loop = asyncio.get_running_loop()
+        topic = self.settings.turns_topic
+        first = await loop.run_in_executor(None, first_offset_at_or_after, self.bootstrap, topic, partition, expected)
+        if first is None and stalled:
+            self.positions.sought({partition: expected})  # nothing to fetch: not a stall; look again later
+            return
+        if first is not None and first > expected:
+            self.positions.step_over(partition, expected, first)
         try:
             target = self.positions.should_seek(partition)
         except GapNotRepairedError as error:
             self._die(error)
         if target is None:
             return
-        loop = asyncio.get_running_loop()
-        topic = self.settings.turns_topic
-        first = await loop.run_in_executor(None, first_offset_at_or_after, self.bootstrap, topic, partition, target)
-        if first is not None and first > target:
-            self.positions.step_over(partition, target, first)
-            target = first
         await self.app.consumer.seek_wait({TP(topic, partition): target})
         log.warning("stream.seek_back", partition=partition, offset=target)
 
@@ -253,26 +263,29 @@ class StreamingWorker:
         Faust had already fetched can arrive first and make it drop the re-fetched ones), or a partition behind
         the broker's end offset that has not moved while no batch ran (records dropped before they reached the
         agent, with no later record to reveal the gap)."""
-        partitions = set(self.positions.pending_repairs())
-        if self._batches_running == 0:
-            tps = [tp for tp in self.app.consumer.assignment() if tp.topic == self.settings.turns_topic]
-            try:
-                ends = await self.app.consumer.highwaters(*tps) if tps else {}
-            except Exception as error:  # noqa: BLE001 - a probe; the next tick tries again
-                if not self.app.should_stop:
-                    log.warning("stream.end_offsets_probe_failed", error=repr(error))
-                ends = {}
-            end_offsets = {tp.partition: int(offset) for tp, offset in ends.items() if offset is not None}
-            stalled = self.positions.stalled(end_offsets, _STALL_S)
-            for partition in stalled:
-                log.error("stream.partition_stalled", partition=partition,
-                          next_offset=self.positions.next_offset(partition), end_offset=end_offsets[partition],
-                          effect="seeking back to the next offset to apply")
-                self.metrics.offset_gap(partition)
-            partitions.update(stalled)
-        for partition in sorted(partitions):
+        for partition in self.positions.pending_repairs():
             if partition in self.assigned_partitions:
                 await self._seek_back(partition)
+        now = time.monotonic()
+        if self._batches_running or not self.positions.quiet(_STALL_S) or now - self._end_probe_at < _STALL_S:
+            return
+        self._end_probe_at = now
+        tps = [tp for tp in self.app.consumer.assignment() if tp.topic == self.settings.turns_topic]
+        try:
+            ends = await self.app.consumer.highwaters(*tps) if tps else {}
+        except Exception as error:  # noqa: BLE001 - a probe; the next tick tries again
+            if not self.app.should_stop:
+                log.warning("stream.end_offsets_probe_failed", error=repr(error))
+            return
+        end_offsets = {tp.partition: int(offset) for tp, offset in ends.items() if offset is not None}
+        for partition in self.positions.stalled(end_offsets, _STALL_S):
+            if partition not in self.assigned_partitions or partition in self.positions.pending_repairs():
+                continue
+            log.error("stream.partition_stalled", partition=partition,
+                      next_offset=self.positions.next_offset(partition), end_offset=end_offsets[partition],
+                      effect="seeking back to the next offset to apply")
+            self.metrics.offset_gap(partition)
+            await self._seek_back(partition, stalled=True)
 
     async def _process(self, batch: BatchInput) -> BatchOutput:
         """The processor's output for a batch, waiting out an unavailable store and isolating a refusing one."""

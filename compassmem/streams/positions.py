@@ -150,6 +150,11 @@ class PartitionPositions:
         repair.last_seek = now
         return expected
 
+    def quiet(self, stall_s: float) -> bool:
+        """Whether any partition has not moved for ``stall_s`` (only then is the broker asked for end offsets)."""
+        now = self._clock()
+        return any(now - moved >= stall_s for moved in self._moved_at.values())
+
     def stalled(self, end_offsets: dict[int, int], stall_s: float) -> list[int]:
         """Partitions whose next offset is below the broker's end offset and that have not moved for
         ``stall_s``: their records were dropped on the way, or a seek back was undone."""
