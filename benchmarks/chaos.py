@@ -260,7 +260,12 @@ def main() -> None:  # noqa: PLR0915 - one scenario, told top to bottom
             producer_thread.start()
             restarts = 0
             while restarts < args.restarts:
-                time.sleep(rng.uniform(1.0, 6.0))
+                # A random moment of the worker's work: after it has its partitions (start-up takes seconds).
+                deadline = time.monotonic() + 120
+                while "stream.partitions_assigned" not in worker.log() and not worker.crashed \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                time.sleep(rng.uniform(0.2, 5.0))
                 if worker.crashed:
                     break
                 kill = rng.random() < 0.5

@@ -90,8 +90,10 @@ class MemoryMetrics:
             ["stage", "reason"], registry=r)
         self.offset_gaps = Counter(
             "compassmem_offset_gaps_total",
-            "Times the worker was handed a turns-partition record past an offset it had not applied (held back, "
-            "then sought back to): should stay 0.", ["partition"], registry=r)
+            "Times the worker was handed a turns-partition record past an offset it had not applied, or saw a "
+            "partition stop short of the broker's end: the records were held back and read again (nothing "
+            "skipped). Faust drops fetched records around rebalances, so a few per restart with a backlog are "
+            "expected; a steady rise is not.", ["partition"], registry=r)
         self.store_retries = Counter(
             "compassmem_store_retries_total",
             "Batches retried because a store was unavailable or refused the writes (the worker waits, it does not "

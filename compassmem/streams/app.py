@@ -81,6 +81,8 @@ _STORE_RETRY_MAX_S = 30.0
 # A turns partition behind the broker's end offset that has not moved this long (with no batch running) is sought
 # back to its next offset (positions.py).
 _STALL_S = 3.0
+# After stopping the fetcher's delivery, before seeking: the record it was handing over settles first.
+_FLOW_SETTLE_S = 0.05
 
 
 class _Stopping(Exception):  # noqa: N818 - a signal, not an error
@@ -255,7 +257,16 @@ class StreamingWorker:
             self._die(error)
         if target is None:
             return
-        await self.app.consumer.seek_wait({TP(topic, partition): target})
+        # As Faust does around a rebalance: stop the fetcher's delivery first. Records it already fetched past the
+        # hole would otherwise still be delivered after the seek and move its read offset past the target, and it
+        # silently drops re-fetched records below its read offset.
+        consumer = self.app.consumer
+        consumer.stop_flow()
+        try:
+            await asyncio.sleep(_FLOW_SETTLE_S)
+            await consumer.seek_wait({TP(topic, partition): target})
+        finally:
+            consumer.resume_flow()
         log.warning("stream.seek_back", partition=partition, offset=target)
 
     async def _gap_tick(self) -> None:
