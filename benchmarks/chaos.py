@@ -199,9 +199,13 @@ def main() -> None:  # noqa: PLR0915 - one scenario, told top to bottom
     parser.add_argument("--broker", choices=["tansu", "noida"], default="tansu")
     parser.add_argument("--restarts", type=int, default=20)
     parser.add_argument("--rate", type=float, default=40.0, help="turns/s produced")
+    parser.add_argument("--kill-share", type=float, default=None,
+                        help="share of restarts by kill -9 (default 0.5; 0 on noida-db, which never expires the "
+                             "session of a member that died without leaving, so no new member could join)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "chaos.json")
     args = parser.parse_args()
+    kill_share = args.kill_share if args.kill_share is not None else (0.5 if args.broker == "tansu" else 0.0)
     configure_logging("WARNING")
     rng = random.Random(args.seed)
     conversations: dict[str, list[Turn]] = {}
@@ -268,7 +272,7 @@ def main() -> None:  # noqa: PLR0915 - one scenario, told top to bottom
                 time.sleep(rng.uniform(0.2, 5.0))
                 if worker.crashed:
                     break
-                kill = rng.random() < 0.5
+                kill = rng.random() < kill_share
                 seconds = worker.stop(kill=kill)
                 stops.append({"worker": worker.label, "signal": "SIGKILL" if kill else "SIGTERM",
                               "exit_s": round(seconds, 2), "exit_code": worker.process.returncode})

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from compassmem.child_process import die_with_parent, terminate
+from compassmem.child_process import popen_tied_to_us, terminate
 
 HOST = "127.0.0.1"
 
@@ -55,11 +55,10 @@ class NoidaBroker:
     def start(self) -> NoidaBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
-        self._process = subprocess.Popen(  # noqa: S603 - the package's own binary, fixed arguments
+        self._process = popen_tied_to_us(
             [noida_binary(), "start", "--only", "kafka", "--kafka-port", str(self.port), "--host", HOST,
              "--data-dir", str(self.data_dir)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,  # noqa: PLW1509
-        )
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         deadline = time.monotonic() + self.ready_timeout
         while not _listening(self.port):

@@ -19,7 +19,7 @@ from types import TracebackType
 
 import structlog
 
-from compassmem.child_process import die_with_parent, terminate
+from compassmem.child_process import popen_tied_to_us, terminate
 
 log = structlog.get_logger(__name__)
 
@@ -83,12 +83,11 @@ class DevBroker:
         if self.log_path is not None:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_handle = self.log_path.open("ab")
-        self._process = subprocess.Popen(  # noqa: S603 - our own binary, fixed arguments
+        self._process = popen_tied_to_us(
             command,
             stdin=subprocess.DEVNULL,
             stdout=self._log_handle or subprocess.DEVNULL,
             stderr=subprocess.STDOUT if self._log_handle else subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, no Python state touched
         )
         self.port = port
         atexit.register(self.stop)
