@@ -8,11 +8,14 @@ reference memory is the in-process pipeline's over the same turns (see test_stre
 from __future__ import annotations
 
 import random
+import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kafka.partitioner.default import murmur2
 from prometheus_client import generate_latest
 
 from compassmem.sinks.factory import open_stores
@@ -25,7 +28,15 @@ from compassmem.streams.runner import InProcessWorker
 from conftest import StreamRun, interleave, reference_snapshots, stream_conversation, wait_until
 from noida_broker import NoidaBroker
 from prometheus_text import parse_samples, total
-from test_streaming import assert_stores_equal, graph_difference, graph_matches, join_producer, produce_in_background
+from test_streaming import (
+    assert_stores_equal,
+    committed_offsets,
+    graph_difference,
+    graph_matches,
+    join_producer,
+    produce_in_background,
+    true_end_offsets,
+)
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -136,7 +147,10 @@ def test_records_lost_inside_the_consumer_are_caught_and_read_again(
             with stream_run.producer() as producer:
                 producer.produce(turns[:200])
                 wait_until(lambda: streaming.totals["applied_turns"] >= 200, 60, "200 turns applied")
-                lose["partition"], lose["left"] = streaming.assigned_partitions[0], 30
+                # The partition most of the remaining turns go to (the producer's murmur2 of the key).
+                per_partition = Counter((murmur2(t.key.encode()) & 0x7FFFFFFF) % settings.kafka_partitions
+                                        for t in turns[200:])
+                lose["partition"], lose["left"] = per_partition.most_common(1)[0][0], 30
                 producer.produce(turns[200:])
             wait_until(lambda: graph_matches(stores.graph, reference), 120, "every turn despite the lost records",
                        0.5, lambda: graph_difference(stores.graph, reference))
@@ -179,13 +193,52 @@ def test_a_forget_read_again_under_another_app_id_keeps_memory_built_after_it(
         second.wait_assigned()
         wait_until(lambda: "stream.forget_already_executed" in second.log(), 60,
                    "the second app id to read the old forget", 0.3, second.tail)
-        # It replays the whole turns log too: the first memory is built and forgotten at the marker, then rebuilt.
-        wait_until(lambda: second.batch_totals().get("forgets", 0) >= 1, 90, "the replay to pass the forget marker",
-                   0.3, second.tail)
-        wait_until(lambda: graph_matches(graph, reference_after), 60, "the memory after the replay", 0.5,
-                   lambda: graph_difference(graph, reference_after) + "\n" + second.tail())
+        # It replays the whole turns log too: the first memory is built and forgotten at the marker, then rebuilt,
+        # and both conversations' last segments close when they go idle (markers at the end of the log).
+        topic = stream_run.settings().turns_topic
+
+        def replayed() -> bool:
+            return (second.batch_totals().get("idle_closed", 0) >= 2
+                    and committed_offsets(stream_run, f"{stream_run.name}-other", topic)
+                    == true_end_offsets(stream_run, topic)
+                    and graph_matches(graph, reference_after))
+
+        wait_until(replayed, 120, "the replay to reach the end of the log with the memory built after the forget",
+                   0.5, lambda: graph_difference(graph, reference_after) + "\n" + second.tail())
         second.stop()
     finally:
         graph.close()
     with stream_run.open_stores(data_dir) as stores:
         assert_stores_equal(stores.vectors, stores.graph, reference_after)
+
+
+def test_a_graph_store_that_goes_down_is_waited_for_not_crashed_on(stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
+    """FalkorDB stops while turns keep coming: the worker keeps running, retries the same batch, and once the
+    server is back every turn is in both stores (no crash loop, nothing skipped or dead-lettered)."""
+    before = interleave([stream_conversation("up-1", 1), stream_conversation("up-2", 2)])
+    during = stream_conversation("down-1", 3)
+    reference = reference_snapshots(before + during, embedder)
+    data_dir = stream_run.root / "worker-data"
+    worker = stream_run.start_worker("store-down", data_dir)
+    worker.wait_assigned()
+    graph = FalkorDBGraphStore.from_embedded(stream_run.falkordb)
+    try:
+        with stream_run.producer() as producer:
+            producer.produce(before)
+            wait_until(lambda: graph_matches(graph, {k: reference[k] for k in ("default/up-1", "default/up-2")}),
+                       90, "the memory before the outage", 0.5, worker.tail)
+            stream_run.falkordb.stop()
+            producer.produce(during)
+            wait_until(lambda: "stream.store_unavailable" in worker.log(), 60, "the worker to wait for the store",
+                       0.3, worker.tail)
+            time.sleep(3.0)  # a few retries while the server is down
+            assert worker.process.poll() is None, f"the worker exited while the store was down\n{worker.tail()}"
+        stream_run.falkordb.start()
+        wait_until(lambda: graph_matches(graph, reference), 120, "every turn once the store is back", 0.5,
+                   lambda: graph_difference(graph, reference) + "\n" + worker.tail())
+    finally:
+        graph.close()
+    worker.stop()
+    assert worker.batch_totals().get("dead_letters", 0) == 0, worker.tail()
+    with stream_run.open_stores(data_dir) as stores:
+        assert_stores_equal(stores.vectors, stores.graph, reference)
