@@ -96,6 +96,35 @@ def test_repeated_segments_merge_and_distinct_ones_do_not(embedder) -> None:
     assert memory.stats.merged == merged, "only the planted repeats may merge"
 
 
+def test_incremental_indexes_agree_with_a_scan_of_the_events(embedder) -> None:
+    """The write path's derived indexes (event matrix, entity/participant/session rows, adjacency count) stay
+    what a scan of the events gives, through merges and reclustering, and a restored memory rebuilds them."""
+    from compassmem.processors.event_index import EventIndex
+    from compassmem.processors.relations import ADJACENCY_EVIDENCE
+
+    memory = new_memory(window=5)
+    feed(memory, make_turns(TOPICS + TOPICS[:6]), embedder)
+    assert memory.stats.merged > 0 and memory.stats.recluster_runs > 0
+    restored = new_memory(window=5)
+    restored.restore(memory.to_state())
+    for mem in (memory, restored):
+        index: EventIndex = mem._index
+        events = list(mem.events.values())
+        assert index.events == events
+        assert index.regular
+        np.testing.assert_array_equal(index.scores(slice(0, len(events)), np.eye(len(events[0].embedding))[0]),
+                                      np.asarray([e.embedding for e in events], dtype=np.float32)[:, 0])
+        for name in {n for e in events for n in e.entities}:
+            assert index.rows_naming(name) == [r for r, e in enumerate(events) if name in e.entities]
+        for session in {s for e in events for s in e.session_ids}:
+            assert index.rows_in_session(session) == [r for r, e in enumerate(events) if session in e.session_ids]
+        for participants in {tuple(e.participants) for e in events}:
+            assert index.rows_with_participants(list(participants)) == [
+                r for r, e in enumerate(events) if tuple(e.participants) == participants]
+        active = mem.ledger.active.values()
+        assert mem.health().adjacency_relations == sum(1 for r in active if r.evidence in ADJACENCY_EVIDENCE)
+
+
 def test_every_turn_belongs_to_exactly_one_event(embedder) -> None:
     turns = make_turns(TOPICS[:8] + [TOPICS[0]])
     memory = new_memory()

@@ -52,6 +52,16 @@ def _two_means(vectors: np.ndarray, iterations: int = 8) -> np.ndarray:
     return labels
 
 
+def _members(assignment: dict[str, int], clusters: set[int] | None = None) -> dict[int, list[str]]:
+    """The member event ids of each cluster (of ``clusters`` only, if given), in assignment order: one pass
+    over the assignment, not one per cluster."""
+    groups: dict[int, list[str]] = {}
+    for event_id, index in assignment.items():
+        if clusters is None or index in clusters:
+            groups.setdefault(index, []).append(event_id)
+    return groups
+
+
 class Reclusterer:
     def __init__(self, window: int = WINDOW) -> None:
         self.window = window
@@ -96,15 +106,16 @@ class Reclusterer:
     def _split_widest(self, state: ClusterState, centroids: np.ndarray, live: dict[str, int],
                       events: dict[str, Event], moved: dict[str, str], touched: set[int]) -> np.ndarray:
         spreads = []
+        groups = _members(live)
         for index in range(len(centroids)):
-            members = [e for e, i in live.items() if i == index]
+            members = groups.get(index, [])
             if len(members) < 2:
                 spreads.append(-1.0)
                 continue
             vectors = np.asarray([events[e].embedding for e in members], dtype=np.float32)
             spreads.append(float(len(members) - (vectors @ centroids[index]).sum()))
         widest = int(np.argmax(spreads))
-        members = [e for e, i in live.items() if i == widest]
+        members = groups.get(widest, [])
         vectors = np.asarray([events[e].embedding for e in members], dtype=np.float32)
         labels = _two_means(vectors)
         new_index = len(centroids)
@@ -125,8 +136,9 @@ class Reclusterer:
 
     def _clusters(self, state: ClusterState, events: dict[str, Event], touched: set[int], sample: Event) -> list[Cluster]:
         clusters = []
+        groups = _members(state.assignment, touched)
         for index in sorted(touched):
-            members = [e for e, i in state.assignment.items() if i == index]
+            members = groups.get(index, [])
             terms: Counter[str] = Counter()
             for member in members:
                 terms.update(events[member].keywords[:10])

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn
 from compassmem.processors.clustering import ClusterState, Reclusterer
+from compassmem.processors.event_index import EventIndex
 from compassmem.processors.event_frames import build_event, indexed_turns, merge_into, segment_texts
 from compassmem.processors.merging import EventMerger, MergeDecision, nearest_events
 from compassmem.processors.relation_ledger import RelationLedger
@@ -112,6 +113,17 @@ class ConversationMemory:
         self.keyword_stats = KeywordStats()
         self.clusters = ClusterState()
         self.stats = ConversationStats()
+        self._derive()
+
+    def _derive(self) -> None:
+        """Rebuild the derived indexes from the state (never stored: a restored memory rebuilds them).
+
+        ``_index``: the events in creation order with their embedding matrix and entity, participant and session
+        indexes, kept up to date as events are added or merged, so one step does not scan every event.
+        ``_adjacency``: the ids of the active relations that only link consecutive events (health counts).
+        """
+        self._index = EventIndex(self.events.values())
+        self._adjacency = {r.relation_id for r in self.ledger.active.values() if r.evidence in ADJACENCY_EVIDENCE}
 
     @classmethod
     def from_state(
@@ -144,13 +156,13 @@ class ConversationMemory:
         self.keyword_stats = state.keyword_stats
         self.clusters = state.clusters
         self.stats = state.stats
+        self._derive()
 
     def health(self) -> ConversationHealth:
-        active = self.ledger.active.values()
         return ConversationHealth(
             events=len(self.events),
-            relations=len(active),
-            adjacency_relations=sum(1 for r in active if r.evidence in ADJACENCY_EVIDENCE),
+            relations=len(self.ledger.active),
+            adjacency_relations=len(self._adjacency),
             segments=self.stats.segments,
             merged_segments=self.stats.merged,
         )
@@ -172,10 +184,9 @@ class ConversationMemory:
         mark = time.perf_counter()
         self.stats.segments += 1
         self.stats.boundary_reasons[segment.boundary_reason.value] += 1
-        history = list(self.events.values())
-        decision = self._merger.decide(
-            segment, history[-1] if history else None, nearest_events(history, segment.centroid())
-        )
+        # The index holds the events before this step (the history), in creation order.
+        history = self._index
+        decision = self._merger.decide(segment, history.last(), nearest_events(history, segment.centroid()))
         if decision is not None:
             event = merge_into(self.events[decision.target_event_id], segment)
             self.stats.merged += 1
@@ -192,7 +203,14 @@ class ConversationMemory:
         else:
             self.keyword_stats.add(sorted(set(event.keywords) - set(self.events[event.event_id].keywords)), False)
         self.events[event.event_id] = event
+        self._index.put(event)
         ledger_result = self.ledger.apply(relations)
+        for written in ledger_result.writes:  # every change to the active relations is among the writes
+            current = self.ledger.active.get(written.relation_id)
+            if current is not None and current.evidence in ADJACENCY_EVIDENCE:
+                self._adjacency.add(written.relation_id)
+            else:
+                self._adjacency.discard(written.relation_id)
         update.relations.extend(ledger_result.writes)
         update.rejected_relations = len(ledger_result.rejected)
         self.stats.rejected_relations += len(ledger_result.rejected)
@@ -212,6 +230,7 @@ class ConversationMemory:
         for event_id, cluster_id in result.moved.items():
             event = self.events[event_id].model_copy(update={"cluster_id": cluster_id})
             self.events[event_id] = event
+            self._index.put(event)
             moved.append(event)
         return MemoryUpdate(events=moved, clusters=result.clusters, reclustered=True,
                             recluster_seconds=[time.perf_counter() - started])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from enum import StrEnum
 
@@ -9,6 +10,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from compassmem.models import Event
+from compassmem.processors.event_index import EventIndex
 from compassmem.processors.segmentation import BoundaryReason, Segment
 from compassmem.processors.text_features import entities, jaccard, keyword_stems, overlap_coefficient
 
@@ -72,11 +74,24 @@ class EventMerger:
         return bool(set(entities(first.text)) & set(previous.entities))
 
 
-def nearest_events(events: list[Event], vector: np.ndarray, limit: int = 5) -> list[tuple[Event, float]]:
-    """Exact cosine nearest neighbours among a conversation's events (unit vectors: dot product)."""
-    if not events:
-        return []
-    matrix = np.asarray([e.embedding for e in events], dtype=np.float32)
-    scores = matrix @ vector
+def nearest_events(events: Sequence[Event] | EventIndex, vector: np.ndarray,
+                   limit: int = 5) -> list[tuple[Event, float]]:
+    """Exact cosine nearest neighbours among a conversation's events (unit vectors: dot product).
+
+    Given an ``EventIndex``, its appended matrix is searched instead of building one from every event: the same
+    rows in the same order, so the same scores and the same order of ties.
+    """
+    if isinstance(events, EventIndex):
+        if not events.regular:
+            return nearest_events(events.events, vector, limit)
+        index, events = events, events.events
+        if not events:
+            return []
+        scores = index.scores(slice(0, len(events)), vector)
+    else:
+        if not events:
+            return []
+        matrix = np.asarray([e.embedding for e in events], dtype=np.float32)
+        scores = matrix @ vector
     order = np.argsort(-scores)[:limit]
     return [(events[i], float(scores[i])) for i in order]

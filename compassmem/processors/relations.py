@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from compassmem.models import AllenRelation, Event, Granularity, Relation, RelationType, relation_id_for
+from compassmem.processors.event_index import EventIndex
 from compassmem.processors.text_features import ascii_lower, keyword_stems, sentences
 
 
@@ -257,22 +258,26 @@ class RelationExtractor:
     def __init__(self, config: RelationConfig | None = None) -> None:
         self.config = config or RelationConfig()
 
-    def extract(self, event: Event, history: Sequence[Event], texts: Sequence[str], keyword_stats: KeywordStats,
-                adjacent: bool = True) -> list[Relation]:
+    def extract(self, event: Event, history: Sequence[Event] | EventIndex, texts: Sequence[str],
+                keyword_stats: KeywordStats, adjacent: bool = True) -> list[Relation]:
         """Relations between ``event`` and earlier ``history`` (chronological), from the turn ``texts`` just added.
 
+        ``history`` is the conversation's events before this step, in creation order: a conversation memory
+        passes its ``EventIndex`` (kept up to date as events are added, so nothing here scans every event).
         ``adjacent`` is False when the texts were merged into an older event: then no adjacency edges.
         """
-        earlier = [e for e in history if e.event_id != event.event_id]
+        index = history if isinstance(history, EventIndex) else EventIndex(history)
+        # "earlier": the history without the event itself (a merge target is in it), in creation order.
+        count, own = index.earlier_rows(event.event_id)
         relations: list[Relation] = []
-        previous = earlier[-1] if earlier else None
+        previous = index.earlier_tail(own, 1)[0] if count else None
         if adjacent and previous is not None:
             relations.extend(self._adjacency(previous, event))
-        window = earlier[-self.config.cue_lookback_events :]
+        window = index.earlier_tail(own, self.config.cue_lookback_events)
         relations.extend(self._cue_relations(event, window, previous, texts, keyword_stats))
         relations.extend(self._anchor_relations(event, window))
-        relations.extend(self._entity_relations(event, earlier))
-        relations.extend(self._semantic_follow_ups(event, earlier[:-1] if adjacent else earlier))
+        relations.extend(self._entity_relations(event, index, own, previous))
+        relations.extend(self._semantic_follow_ups(event, index, own, adjacent))
         return relations
 
     def _adjacency(self, previous: Event, event: Event) -> list[Relation]:
@@ -386,27 +391,59 @@ class RelationExtractor:
                                            "resolved time anchors", subtype=AllenRelation.BEFORE.value))
         return relations
 
-    def _entity_relations(self, event: Event, earlier: Sequence[Event]) -> list[Relation]:
-        """Link to the latest earlier event naming the same entity; rarer entities first and stronger."""
+    def _entity_relations(self, event: Event, index: EventIndex, own_row: int | None,
+                          previous: Event | None) -> list[Relation]:
+        """Link to the latest earlier event naming the same entity; rarer entities first and stronger.
+
+        The entity index gives, per name, the rows of the events naming it: their count (less the event's own
+        row) is how many earlier events name it, and the last of them the latest.
+        """
         own = [e for e in event.entities if e not in event.participants]
-        if not own or not earlier:
+        if not own or previous is None:
             return []
-        frequency = {name: sum(1 for e in earlier if name in e.entities) for name in own}
+        frequency = {name: index.count_except(index.rows_naming(name), own_row) for name in own}
         ranked = sorted((name for name in own if frequency[name] > 0), key=lambda n: frequency[n])
         relations: list[Relation] = []
         for name in ranked[: self.config.entity_links_max]:
-            latest = next(e for e in reversed(earlier) if name in e.entities)
+            latest = index.events[index.latest_except(index.rows_naming(name), own_row)]
             confidence = 0.4 + 0.5 / frequency[name]
             relations.append(make_relation(latest, event, RelationType.SAME_ENTITY, confidence, f"both name {name}"))
-        if len(earlier) and earlier[-1].participants != event.participants:
-            same = next((e for e in reversed(earlier) if e.participants == event.participants), None)
-            if same is not None:
+        if previous.participants != event.participants:
+            row = index.latest_except(index.rows_with_participants(event.participants), own_row)
+            if row is not None:
+                same = index.events[row]
                 relations.append(make_relation(same, event, RelationType.SAME_PARTICIPANT, 0.6,
                                                "same participants: " + ", ".join(event.participants)))
         return relations
 
-    def _semantic_follow_ups(self, event: Event, earlier: Sequence[Event]) -> list[Relation]:
-        """A topic picked up again later: the most similar earlier events of other sessions."""
+    def _semantic_follow_ups(self, event: Event, index: EventIndex, own_row: int | None,
+                             adjacent: bool) -> list[Relation]:
+        """A topic picked up again later: the most similar earlier events of other sessions.
+
+        Among the earlier events (less the previous one when the event is new), those of another session: the
+        session index rules out the rest, and their rows of the event matrix are scored in creation order.
+        """
+        if not index.regular:
+            earlier = [e for e in index.events if e.event_id != event.event_id]
+            return self._follow_ups_among(event, earlier[:-1] if adjacent else earlier)
+        count = len(index) - (own_row is not None)
+        if count - (1 if adjacent and count else 0) <= 0 or not event.embedding or self.config.follow_up_max == 0:
+            return []
+        mask = np.ones(len(index), dtype=bool)
+        if own_row is not None:
+            mask[own_row] = False
+        if adjacent:  # the previous event: the last earlier row
+            mask[len(index) - 1 if own_row != len(index) - 1 else len(index) - 2] = False
+        for session in set(event.session_ids):
+            mask[index.rows_in_session(session)] = False
+        rows = np.flatnonzero(mask)
+        if not len(rows):
+            return []
+        scores = index.scores(rows, np.asarray(event.embedding, dtype=np.float32))
+        return self._follow_up_relations(event, lambda at: index.events[rows[at]], scores)
+
+    def _follow_ups_among(self, event: Event, earlier: Sequence[Event]) -> list[Relation]:
+        """``_semantic_follow_ups`` by a scan of the earlier events (events without a usable embedding)."""
         if not earlier or not event.embedding or self.config.follow_up_max == 0:
             return []
         sessions = set(event.session_ids)
@@ -414,10 +451,15 @@ class RelationExtractor:
         if not candidates:
             return []
         scores = np.asarray([e.embedding for e in candidates], dtype=np.float32) @ np.asarray(event.embedding, dtype=np.float32)
+        return self._follow_up_relations(event, candidates.__getitem__, scores)
+
+    def _follow_up_relations(self, event: Event, candidate: Callable[[int], Event],
+                             scores: np.ndarray) -> list[Relation]:
+        """The best-scoring candidates (``candidate(i)`` is the one ``scores[i]`` belongs to) above the cosine."""
         relations = []
         for index in np.argsort(-scores)[: self.config.follow_up_max]:
             if scores[index] < self.config.follow_up_cosine:
                 break
-            relations.append(make_relation(candidates[index], event, RelationType.FOLLOW_UP, float(scores[index]),
+            relations.append(make_relation(candidate(int(index)), event, RelationType.FOLLOW_UP, float(scores[index]),
                                            f"semantic follow-up (cosine {scores[index]:.2f})"))
         return relations
