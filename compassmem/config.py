@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     api_view_max_age_s: float = Field(
         default=5.0, gt=0, description="A separate API process reloads a conversation's view after this long."
     )
+    api_view_cache_size: int = Field(
+        default=64, ge=1, le=100_000,
+        description="Most conversation views an API process keeps loaded (least recently used evicted first).",
+    )
     api_torch_threads: int = Field(
         default=1, ge=1, le=256,
         description="torch intra-op threads in an API process. A query embeds one short question: more threads "

@@ -92,3 +92,15 @@ def test_a_configured_decomposer_adds_subgoals(engine: QueryEngine) -> None:
     assert response.subgoals == ["How is the dog doing?", "Biscuit puppy class graduation"]
     assert "decompose" in response.timings_ms
     assert "S3:7" in response.turn_ids  # "he graduated from puppy class the week before"
+
+
+def test_the_view_cache_is_bounded_and_evicts_the_least_recently_used(engine: QueryEngine) -> None:
+    views = ViewCache(engine.vectors, engine.views._graph, max_age_s=1e9, max_views=2)  # noqa: SLF001
+    first = views.get("default", "priya-tom")
+    other = views.get("other", "priya-tom")
+    assert views.get("default", "priya-tom") is first  # a hit, and now the most recently used
+    views.get("default", "someone-else")  # a third view: the least recently used ("other") goes
+    assert len(views) == 2
+    assert views.get("default", "priya-tom") is first
+    reloaded = views.get("other", "priya-tom")
+    assert reloaded is not other and set(reloaded.events) == set(other.events)  # loaded again from the stores

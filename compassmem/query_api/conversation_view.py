@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -96,20 +97,33 @@ class ConversationView:
 
 
 class ViewCache:
-    def __init__(self, vectors: VectorStore, graph: GraphStore, max_age_s: float = 5.0) -> None:
+    """Loaded conversation views, least recently used evicted past ``max_views``: an API that has served 10,000
+    conversations must not hold all of them."""
+
+    def __init__(self, vectors: VectorStore, graph: GraphStore, max_age_s: float = 5.0, max_views: int = 64) -> None:
         self._vectors = vectors
         self._graph = graph
         self._max_age_s = max_age_s
-        self._views: dict[str, ConversationView] = {}
+        self._max_views = max_views
+        self._views: OrderedDict[str, ConversationView] = OrderedDict()
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._views)
 
     def get(self, tenant: str, conversation_id: str) -> ConversationView:
         key = partition_key(tenant, conversation_id)
-        view = self._views.get(key)
+        with self._lock:
+            view = self._views.get(key)
+            if view is not None:
+                self._views.move_to_end(key)
         if view is None or time.monotonic() - view.loaded_at > self._max_age_s:
             view = self._load(tenant, conversation_id)
             with self._lock:
                 self._views[key] = view
+                self._views.move_to_end(key)
+                while len(self._views) > self._max_views:
+                    self._views.popitem(last=False)
         return view
 
     def invalidate(self, tenant: str, conversation_id: str | None = None) -> None:

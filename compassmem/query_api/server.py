@@ -64,7 +64,8 @@ def build_services(settings: Settings, stores: Stores, embedder: Embedder, metri
     """The engine and its view cache over open stores; ``compassmem dev`` passes the view cache its pipeline
     invalidates, a separate API process lets views expire after ``api_view_max_age_s``."""
     if views is None:
-        views = ViewCache(stores.vectors, stores.graph, max_age_s=settings.api_view_max_age_s)
+        views = ViewCache(stores.vectors, stores.graph, max_age_s=settings.api_view_max_age_s,
+                          max_views=settings.api_view_cache_size)
     client = ChatClient.from_settings(settings)
     engine = QueryEngine(embedder, stores.vectors, views, answerer=LlmAnswerer(client) if client else None,
                          decomposer=LlmDecomposer(client).decompose if client else None)
