@@ -147,3 +147,23 @@ def test_ask_while_another_process_holds_the_embedded_stores(tmp_path: Path) -> 
             holder.wait()
         assert holder.stdout is not None
         holder.stdout.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize(("variable", "url", "what"), [
+    ("COMPASSMEM_QDRANT_URL", "http://127.0.0.1:{port}", "the Qdrant server"),
+    ("COMPASSMEM_FALKORDB_URL", "redis://127.0.0.1:{port}", "FalkorDB"),
+])
+def test_a_store_server_that_cannot_be_reached_is_one_line_naming_its_url(
+        tmp_path: Path, variable: str, url: str, what: str) -> None:
+    target = url.format(port=_free_port())  # nothing listens there: connection refused
+    result = _run(COMMANDS["ask"], tmp_path / "data", tmp_path,
+                  prefix=["env", f"{variable}={target}", *CLI])
+    _assert_one_error_line(result, f"{variable}={target}", f"cannot reach {what}")

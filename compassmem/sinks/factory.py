@@ -11,6 +11,7 @@ from types import TracebackType
 import structlog
 
 from compassmem.config import Settings
+from compassmem.sinks.failures import is_store_unavailable
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
 from compassmem.sinks.graph_store import GraphStore
@@ -104,7 +105,10 @@ def open_stores(settings: Settings, dim: int = 384) -> Stores:
     server: EmbeddedFalkorDB | None = None
     try:
         if settings.falkordb_url:
-            graph: GraphStore = FalkorDBGraphStore.from_url(settings.falkordb_url)
+            try:
+                graph: GraphStore = FalkorDBGraphStore.from_url(settings.falkordb_url)
+            except Exception as error:
+                raise _unreachable("COMPASSMEM_FALKORDB_URL", settings.falkordb_url, "FalkorDB", error) from error
         else:
             try:
                 server = EmbeddedFalkorDB(settings.data_dir / "falkordb").start()
@@ -128,9 +132,12 @@ def open_stores(settings: Settings, dim: int = 384) -> Stores:
 
 def open_vector_store(settings: Settings, dim: int = 384) -> VectorStore:
     if settings.qdrant_url:
-        return QdrantServerVectorStore.from_url(
-            settings.qdrant_url, settings.qdrant_collection, dim, api_key=settings.qdrant_api_key
-        )
+        try:
+            return QdrantServerVectorStore.from_url(
+                settings.qdrant_url, settings.qdrant_collection, dim, api_key=settings.qdrant_api_key
+            )
+        except Exception as error:
+            raise _unreachable("COMPASSMEM_QDRANT_URL", settings.qdrant_url, "the Qdrant server", error) from error
     try:
         return EdgeVectorStore(settings.data_dir / "qdrant", dim)
     except OSError as error:
@@ -138,6 +145,13 @@ def open_vector_store(settings: Settings, dim: int = 384) -> VectorStore:
     except RuntimeError as error:
         # "cannot open the qdrant-edge shard at ... (is another process or store object using this directory?)"
         raise StoreOpenError(str(error)) from error
+
+
+def _unreachable(variable: str, url: str, what: str, error: Exception) -> Exception:
+    """A server that cannot be reached is a setting to check (one line); anything else stays the error it is."""
+    if is_store_unavailable(error):
+        return StoreOpenError(f"{variable}={url}: cannot reach {what} ({error})")
+    return error
 
 
 def _embedded_failure(settings: Settings, what: str, error: OSError) -> str:
