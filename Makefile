@@ -43,12 +43,12 @@ test: install tools
 	$(BIN)/python -m pytest -q
 
 bench: install
-	$(BIN)/python -m benchmarks.ingest_throughput
-	$(BIN)/python -m benchmarks.memory_report
+	$(BIN)/python -m benchmarks.ingest_throughput $(if $(DATA),--data $(DATA))
+	$(BIN)/python -m benchmarks.memory_report $(if $(DATA),--data $(DATA))
 
 # The figures of the Grafana dashboard over a streamed development conversation, as a PNG (README: Monitoring).
 dashboard-plot: install
-	$(BIN)/python -m benchmarks.dashboard_plot --out docs/dashboard.png
+	$(BIN)/python -m benchmarks.dashboard_plot --out docs/dashboard.png $(if $(DATA),--data $(DATA))
 
 clean:
 	rm -rf $(DEMO_DIR) results

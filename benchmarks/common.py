@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -10,14 +11,17 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "locomo_dev.json"
+# The LoCoMo data is not part of the repository (CC BY-NC): its path comes from --data or LOCOMO_DATA.
+DATA_VARIABLE = "LOCOMO_DATA"
+DEFAULT_DATA: Path | None = Path(os.environ[DATA_VARIABLE]) if os.environ.get(DATA_VARIABLE) else None
 RESULTS_DIR = REPO_ROOT / "results"
 
 
-def require_data(path: Path) -> Path:
+def require_data(path: Path | None) -> Path:
     """The evaluation data is not part of the repository (CC BY-NC); say so plainly when it is missing."""
-    if not path.exists():
-        print(f"skipped: LoCoMo data not found at {path} (pass --data PATH)", file=sys.stderr)
+    if path is None or not path.exists():
+        where = f"at {path}" if path is not None else "(no path given)"
+        print(f"skipped: LoCoMo data not found {where}; pass --data PATH or set {DATA_VARIABLE}", file=sys.stderr)
         sys.exit(0)
     return path
 

@@ -1,6 +1,6 @@
-"""LoCoMo evidence recall@5/10/20 of the baselines of DESIGN.md section 10.
+"""LoCoMo evidence recall@5/10/20 of the baselines (compassmem/evaluation/baselines.py).
 
-    python benchmarks/locomo_baselines.py [--data ../shared/data/locomo_dev.json] [--out results/baselines.json]
+    python benchmarks/locomo_baselines.py [--data PATH/locomo.json] [--out results/baselines.json]
     python -m benchmarks.locomo_baselines ...
 
 Rows: bm25, dense, rrf (the three turn-level baselines), bm25-window3 (the chunk-level baseline: BM25 over
@@ -50,7 +50,7 @@ def table_rows(results: Sequence[MethodResult], budgets: Sequence[int] = BUDGETS
 
 def results_json(data: Path, report: QuestionReport, results: Sequence[MethodResult], seconds: float) -> dict[str, Any]:
     return {
-        "benchmark": "LoCoMo evidence recall@B (DESIGN.md section 10)",
+        "benchmark": "LoCoMo evidence recall@B",
         "data": str(data),
         "budgets": list(BUDGETS),
         "evidence_normalisation": report.model_dump(mode="json"),

@@ -1,4 +1,4 @@
-"""LoCoMo evidence recall@5/10/20 of compassmem next to the baselines of DESIGN.md section 10, same run.
+"""LoCoMo evidence recall@5/10/20 of compassmem next to the baselines (compassmem/evaluation/baselines.py), same run.
 
     python -m benchmarks.locomo_recall [--data PATH] [--out results/locomo_recall.json]
                                        [--data-dir DIR --reuse] [--no-baselines]

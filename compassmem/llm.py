@@ -1,6 +1,6 @@
 """One client for any OpenAI-compatible chat endpoint (vLLM, Ollama, llama.cpp server, hosted APIs).
 
-LLMs are optional everywhere (DESIGN.md section 8): every caller keeps its offline path. So the client has
+LLMs are optional everywhere: every caller keeps its offline path. So the client has
 one failure type, ``LlmError``, raised on a timeout, a refused connection, an HTTP error or a reply that is
 not a chat completion; the callers here (``LlmAnswerer``, ``LlmDecomposer``) catch it, log why, and return
 None so that the offline result stands.

@@ -1,6 +1,6 @@
 """Pydantic records shared by every part of compassmem.
 
-One message schema serves Kafka, the JSONL import format and ``POST /v1/turns`` (DESIGN.md section 3),
+One message schema serves Kafka, the JSONL import format and ``POST /v1/turns``,
 so validation lives here and every boundary reuses it.
 """
 

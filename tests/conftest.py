@@ -238,7 +238,7 @@ from dataclasses import field as _field  # noqa: E402
 
 STREAM_TOPICS: list[list[str]] = _json.loads((Path(__file__).parent / "data" / "topics.json").read_text())
 STREAM_T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
-# DESIGN.md section 9: group joins take about half the first member's session timeout.
+# Group joins take about half the first member's session timeout.
 STREAM_FAST_GROUP_ENV = {
     "COMPASSMEM_KAFKA_SESSION_TIMEOUT_S": "6",
     "COMPASSMEM_KAFKA_HEARTBEAT_INTERVAL_S": "1",

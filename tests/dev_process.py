@@ -23,7 +23,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-# Quick consumer-group joins (DESIGN.md section 9) and quick idle closes, so tests do not wait on timers.
+# Quick consumer-group joins and quick idle closes, so tests do not wait on timers.
 FAST_STREAM_ENV = {
     **{name: STREAM_FAST_GROUP_ENV[name] for name in ("COMPASSMEM_KAFKA_SESSION_TIMEOUT_S",
                                                       "COMPASSMEM_KAFKA_HEARTBEAT_INTERVAL_S",

@@ -1,5 +1,5 @@
 """The monitoring files of the docker-compose stack: Prometheus alert rules, their unit tests, the Prometheus config,
-the Grafana provisioning and dashboard (compassmem/monitoring/, DESIGN.md section 7).
+the Grafana provisioning and dashboard (compassmem/monitoring/).
 
 promtool checks and runs the rules; the metric names they and the dashboard use are checked against the registry
 ``MemoryMetrics`` builds, so a renamed metric breaks this test rather than a dashboard nobody looks at.

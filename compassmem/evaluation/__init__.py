@@ -1,4 +1,4 @@
-"""Offline evaluation: LoCoMo evidence recall at a turn budget (DESIGN.md section 10).
+"""Offline evaluation: LoCoMo evidence recall at a turn budget.
 
 - :mod:`compassmem.evaluation.locomo_questions` loads the questions and normalises their evidence ids
   (the only place that reads LoCoMo's ``qa``; it is for judging, never for building memory);

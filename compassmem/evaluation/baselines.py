@@ -1,4 +1,4 @@
-"""The LoCoMo baselines of DESIGN.md section 10, computed in the same run as the system under test.
+"""The LoCoMo baselines, computed in the same run as the system under test.
 
 Every turn is indexed as ``(session date_time) speaker: text [shares <image caption>]``, with date_time the
 original LoCoMo string (e.g. ``(1:56 pm on 8 May, 2023) Caroline: Hey Mel! ...``). Each baseline ranks only the
@@ -10,11 +10,11 @@ turns of the question's own conversation:
 - ``rrf``: reciprocal-rank fusion of the two full rankings, score = sum 1 / (60 + rank), rank from 1;
 - ``bm25-window3``: BM25 over 3-turn chunks of a session, chunks flattened to their turns in rank order.
 
-Chunks are non-overlapping (turns 1-3, 4-6, ... of each session; the last may be shorter): DESIGN calls this
+Chunks are non-overlapping (turns 1-3, 4-6, ... of each session; the last may be shorter): this is
 the *chunk-level* baseline, i.e. what a plain chunking RAG would retrieve. ``stride=1`` gives sliding windows.
 Ties keep corpus order (stable sort), so every ranking is deterministic.
 
-Reproduction notes (development split, recall@10 over categories 1-4; DESIGN: bm25 0.58, dense 0.52, rrf 0.63;
+Reproduction notes (development split, recall@10 over categories 1-4; target: bm25 0.58, dense 0.52, rrf 0.63;
 this module: 0.584, 0.524, 0.627). Details that move the numbers by more than the 0.01 tolerance:
 
 - one BM25 index per conversation (IDF of that conversation); a single index over all conversations filtered

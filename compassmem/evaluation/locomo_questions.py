@@ -3,7 +3,7 @@
 This is the only module that reads LoCoMo's ``qa`` field. It exists to *judge* retrieval; nothing that
 builds memory may import it.
 
-Evidence defects (see ``../shared/data/README.md``) and what we do with them:
+Evidence defects of the LoCoMo annotations and what we do with them:
 
 - several ids in one entry (``"D8:6; D9:17"``, ``"D9:1 D4:4"``): split on ``;``, ``,`` and whitespace;
 - a well-formed id that is not spelled like the turn (``"D30:05"``): rewritten to ``"D30:5"`` *only if*

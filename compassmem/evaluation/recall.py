@@ -1,4 +1,4 @@
-"""Evidence recall at a turn budget, exactly as DESIGN.md section 10 defines it.
+"""Evidence recall at a turn budget, as defined below (the figure every LoCoMo benchmark here reports).
 
 recall@B of one question = |gold ∩ first B distinct ranked turns| / |gold|. Recall is computed per question
 and averaged over questions (macro) within each category 1-5; "1-4" is the mean over all questions of

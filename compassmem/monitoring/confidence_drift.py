@@ -1,4 +1,4 @@
-"""Relation-confidence drift: is the extractor getting less sure of what it links? (DESIGN.md section 7)
+"""Relation-confidence drift: is the extractor getting less sure of what it links?
 
 A falling confidence on new relations means the conversations moved away from what the cue lexicons and the
 entity rules were written for (domain drift). Two windows are compared:

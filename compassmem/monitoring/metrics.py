@@ -1,4 +1,4 @@
-"""Every Prometheus metric of compassmem (DESIGN.md section 7), on one registry per process.
+"""Every Prometheus metric of compassmem, on one registry per process.
 
 ``compassmem dev`` runs the worker and the query API in one process on one ``MemoryMetrics``, so its single
 ``/metrics`` shows both; ``compassmem worker`` serves its own on ``metrics_port``, ``compassmem api`` on the API's

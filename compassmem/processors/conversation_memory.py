@@ -52,7 +52,7 @@ class MemoryUpdate(BaseModel):
 
 
 class ConversationHealth(BaseModel):
-    """The counts behind a conversation's health figures (DESIGN.md section 7): degree and duplicate rate."""
+    """The counts behind a conversation's health figures: degree and duplicate rate."""
 
     events: int = 0
     relations: int = Field(default=0, description="active relations")

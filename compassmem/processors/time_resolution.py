@@ -1,4 +1,4 @@
-"""Resolve time expressions in a turn against the moment the turn was said (DESIGN.md section 4, "Time").
+"""Resolve time expressions in a turn against the moment the turn was said.
 
 Deterministic, offline and regex-based: no dateparser, no network, no clock. Every expression is resolved
 against the *local date* of ``reference`` (``reference.date()``, i.e. the calendar date in the reference's

@@ -1,4 +1,4 @@
-"""The HTTP query API (DESIGN.md section 6): one FastAPI app over injected services.
+"""The HTTP query API: one FastAPI app over injected services.
 
 The same app serves both topologies: inside ``compassmem dev`` it shares the worker's store objects, and in
 ``compassmem api`` it runs alone against a Qdrant server and an external FalkorDB (see ``server.py``).

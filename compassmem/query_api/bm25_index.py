@@ -1,6 +1,6 @@
 """BM25 over a small in-memory corpus (one conversation's turns or windows), with bm25s.
 
-Parameters follow DESIGN.md section 10: k1 1.5, b 0.75, English stop words, Snowball English stemmer.
+Parameters: k1 1.5, b 0.75, English stop words, Snowball English stemmer.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Running the query API: service wiring, the ``compassmem api`` entry point, and a background server.
 
-``compassmem api`` is the production split (DESIGN.md section 5): any number of API processes next to the
+``compassmem api`` is the production split: any number of API processes next to the
 workers, all against a Qdrant server and an external FalkorDB. An embedded qdrant-edge shard belongs to the
 one process that opened it, and an embedded FalkorDB would be a private graph no worker writes to, so this
 entry point refuses both; ``compassmem dev`` runs the API inside the worker process on the embedded stores,

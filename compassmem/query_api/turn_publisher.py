@@ -2,7 +2,7 @@
 
 The app depends only on the two protocols, so ``compassmem dev`` and ``compassmem api`` hand in the Kafka
 publisher below and tests may hand in anything that keeps the contract. Records are keyed by
-``tenant/conversation_id`` (DESIGN.md section 2: one conversation stays in one partition, in order) and a call
+``tenant/conversation_id`` (one conversation stays in one partition, in order) and a call
 returns only once the broker has acknowledged, so a 202 means the turns are in the log.
 """
 

@@ -1,6 +1,6 @@
 """The Faust application of the worker: topics, tables and thin agents around ``MemoryStreamProcessor``.
 
-Topology (DESIGN.md section 2, with the reasons it is simpler than one topic per stage):
+Topology:
 
     turns ──► [memory agent: batch ─ embed ─ segment ─ merge ─ relate ─ recluster] ──► vector store, graph store
       ▲                                   │                                  └──► change feeds: events, relations,

@@ -3,7 +3,7 @@
 - control topic: ``ForgetCommand`` (the query API's DELETE and ``compassmem forget`` write it).
 - turns topic, besides turns: ``ForgetMarker`` and ``IdleCloseMarker``, written by the worker itself and told
   apart by the ``compassmem-control`` header. They sit in the log at the position where they took effect, so a
-  replay of the turns topic reproduces forgets and idle closes exactly (DESIGN.md section 2: "forgets are
+  replay of the turns topic reproduces forgets and idle closes exactly ("forgets are
   tombstones in the log").
 - dead-letter topic: ``DeadLetter``.
 - change feeds (events / relations / clusters topics): ``EventChange``, ``RelationChange``, ``ClusterChange``,

@@ -119,7 +119,7 @@ def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
               "stops; the stores keep the memory built)", file=sys.stderr)
         ensure_topics(broker.bootstrap, topic_specs(settings))
         embedder = load_embedder(settings)
-        # One registry for the worker and its sidecars: the API's /metrics shows both (DESIGN.md section 5).
+        # One registry for the worker and its sidecars: the API's /metrics shows both.
         metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels, api_keys=settings.api_keys)
         with open_stores(settings, dim=embedder.dim) as opened:
             stores = measure_stores(opened, metrics)
