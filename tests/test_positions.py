@@ -90,3 +90,15 @@ def test_a_partition_behind_the_end_that_does_not_move_is_stalled() -> None:
     assert positions.stalled({0: 80, 1: 40, 2: 90}, stall_s=3.0) == [0]  # partition 1 is at its end
     positions.revoked([0])
     assert positions.stalled({0: 80}, stall_s=3.0) == []
+
+
+def test_a_seek_is_due_again_only_after_the_interval() -> None:
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, reseek_interval_s=1.0, clock=clock)
+    positions.sought({0: 7})
+    positions.admit([rec(0, 30)])
+    assert positions.seek_due(0)
+    assert positions.should_seek(0) == 7
+    assert not positions.seek_due(0)
+    clock.now += 1.5
+    assert positions.seek_due(0)

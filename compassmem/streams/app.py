@@ -241,8 +241,8 @@ class StreamingWorker:
         a partition that only looked stalled (nothing exists at or after its next offset, e.g. its end offset
         counts a transaction marker) is left alone."""
         expected = self.positions.next_offset(partition)
-        if expected is None:
-            return
+        if expected is None or not self.positions.seek_due(partition):
+            return  # a seek there is recent: no broker probe for every held record until it takes effect
         loop = asyncio.get_running_loop()
         topic = self.settings.turns_topic
         first = await loop.run_in_executor(None, first_offset_at_or_after, self.bootstrap, topic, partition, expected)
@@ -274,7 +274,8 @@ class StreamingWorker:
         Faust had already fetched can arrive first and make it drop the re-fetched ones), or a partition behind
         the broker's end offset that has not moved while no batch ran (records dropped before they reached the
         agent, with no later record to reveal the gap)."""
-        for partition in self.positions.pending_repairs():
+        repairing = self.positions.pending_repairs()
+        for partition in repairing:
             if partition in self.assigned_partitions:
                 await self._seek_back(partition)
         now = time.monotonic()
@@ -290,7 +291,7 @@ class StreamingWorker:
             return
         end_offsets = {tp.partition: int(offset) for tp, offset in ends.items() if offset is not None}
         for partition in self.positions.stalled(end_offsets, _STALL_S):
-            if partition not in self.assigned_partitions or partition in self.positions.pending_repairs():
+            if partition not in self.assigned_partitions or partition in repairing:
                 continue
             log.error("stream.partition_stalled", partition=partition,
                       next_offset=self.positions.next_offset(partition), end_offset=end_offsets[partition],

@@ -127,6 +127,12 @@ class PartitionPositions:
             log.warning("stream.offsets_do_not_exist", partition=partition, first=expected, last=first_existing - 1,
                         effect="stepped over (retention, compaction or transaction markers)")
 
+    def seek_due(self, partition: int) -> bool:
+        """False while the last seek back to this partition's next offset is recent (nothing to do yet)."""
+        repair = self._repairs.get(partition)
+        return (repair is None or repair.offset != self._next.get(partition)
+                or self._clock() - repair.last_seek >= self.reseek_interval_s)
+
     def should_seek(self, partition: int) -> int | None:
         """The offset to seek ``partition`` back to, or None while the last seek there is recent.
 
