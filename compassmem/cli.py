@@ -12,7 +12,7 @@ import structlog
 from pydantic import ValidationError
 
 from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
-from compassmem.importers import ImportFormatError, read_turns
+from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import IngestSummary
 from compassmem.query_api.schemas import QueryResponse
@@ -67,7 +67,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.sinks.factory import open_stores
 
     try:
-        turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant))
+        turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant,
+                                subject_id=args.subject))
     except ImportFormatError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -135,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", help="build memory from a LoCoMo JSON or JSONL turns file")
     ingest.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
     ingest.add_argument("--tenant", default="default")
+    ingest.add_argument("--subject", metavar="ID", help=SUBJECT_HELP)
     ingest.set_defaults(handler=cmd_ingest)
     ask = commands.add_parser("ask", help="answer questions from a conversation's memory, with evidence")
     ask.add_argument("conversation_id")

@@ -3,12 +3,14 @@
 JSONL format: one JSON object per line, exactly the Turn message schema (the same one Kafka producers and
 ``POST /v1/turns`` use): ``{"tenant": "default", "conversation_id": "c1", "turn_id": "D1:1",
 "speaker": "Ann", "text": "...", "timestamp": "2023-05-08T13:56:00+00:00", "session_id": "1",
-"attachments": [{"kind": "image", "caption": "a dog"}], "metadata": {}}``. Blank lines are skipped.
+"subject_id": "customer-42", "attachments": [{"kind": "image", "caption": "a dog"}], "metadata": {}}``. Blank lines
+are skipped.
 
 LoCoMo: conversation_id = sample_id, turn_id = dia_id. LoCoMo gives one date-time per session and no zone:
 it is read in ``timezone`` (UTC by default), given to the session's first turn, and each following turn
 gets one more second so the order is kept. Only the turns and session dates are read; ``qa`` and the
-annotation fields (observation, session_summary, event_summary) are never touched.
+annotation fields (observation, session_summary, event_summary) are never touched. LoCoMo has no subject: an
+optional ``subject_id`` (the customer, user or account the conversations are about) is stamped on every turn.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from zoneinfo import ZoneInfo
 
 from pydantic import ValidationError
 
-from compassmem.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn
+from compassmem.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn, check_id
+
+
+# The --subject option of the commands that import files (ingest, produce).
+SUBJECT_HELP = ("the customer, user or account the conversations are about, stamped on every turn of a LoCoMo "
+                "file (JSONL turns carry their own subject_id)")
 
 
 class ImportFormatError(ValueError):
@@ -81,7 +88,8 @@ def _first_url(value: Any) -> str | None:
     return url
 
 
-def _locomo_sample_turns(sample: dict[str, Any], zone: ZoneInfo, tenant: str, where: str) -> Iterator[Turn]:
+def _locomo_sample_turns(sample: dict[str, Any], zone: ZoneInfo, tenant: str, subject_id: str | None,
+                         where: str) -> Iterator[Turn]:
     sample_id = sample.get("sample_id")
     conversation = sample.get("conversation")
     if not isinstance(sample_id, str) or not isinstance(conversation, dict):
@@ -112,6 +120,7 @@ def _locomo_sample_turns(sample: dict[str, Any], zone: ZoneInfo, tenant: str, wh
                     text=raw.get("text"),
                     timestamp=started + timedelta(seconds=offset),
                     session_id=str(number),
+                    subject_id=subject_id,
                     attachments=attachments,
                 )
             except ValidationError as error:
@@ -120,7 +129,20 @@ def _locomo_sample_turns(sample: dict[str, Any], zone: ZoneInfo, tenant: str, wh
                 ) from error
 
 
-def read_locomo_turns(path: Path, timezone: str = "UTC", tenant: str = DEFAULT_TENANT) -> Iterator[Turn]:
+def check_subject(subject_id: str | None) -> str | None:
+    """A subject id given for a whole import, checked once: the rules of ``Turn.subject_id``."""
+    if subject_id is None:
+        return None
+    try:
+        return check_id(subject_id)
+    except ValueError as error:
+        raise ImportFormatError(f"subject id {subject_id!r}: {error}") from None
+
+
+def read_locomo_turns(path: Path, timezone: str = "UTC", tenant: str = DEFAULT_TENANT,
+                      subject_id: str | None = None) -> Iterator[Turn]:
+    """LoCoMo turns; ``subject_id``, when given, is stamped on every turn."""
+    subject_id = check_subject(subject_id)
     try:
         samples = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
@@ -133,13 +155,21 @@ def read_locomo_turns(path: Path, timezone: str = "UTC", tenant: str = DEFAULT_T
     for index, sample in enumerate(samples):
         if not isinstance(sample, dict):
             raise ImportFormatError(f"{path}: sample {index}: expected an object")
-        yield from _locomo_sample_turns(sample, zone, tenant, f"{path}: sample {index}")
+        yield from _locomo_sample_turns(sample, zone, tenant, subject_id, f"{path}: sample {index}")
 
 
-def read_turns(path: Path, timezone: str = "UTC", tenant: str = DEFAULT_TENANT) -> Iterator[Turn]:
-    """Turns from a file, by format: ``.jsonl``/``.ndjson`` is the JSONL turn format, anything else LoCoMo JSON."""
+def read_turns(path: Path, timezone: str = "UTC", tenant: str = DEFAULT_TENANT,
+               subject_id: str | None = None) -> Iterator[Turn]:
+    """Turns from a file, by format: ``.jsonl``/``.ndjson`` is the JSONL turn format, anything else LoCoMo JSON.
+
+    ``tenant`` and ``subject_id`` apply to LoCoMo files; a JSONL line carries its own. A ``subject_id`` given
+    with a JSONL file is refused rather than ignored: it would not reach the turns.
+    """
     if not path.exists():
         raise ImportFormatError(f"{path}: no such file")
     if path.suffix.lower() in {".jsonl", ".ndjson"}:
+        if subject_id is not None:
+            raise ImportFormatError(f"{path}: a subject id is stamped only on LoCoMo imports; in a JSONL file each "
+                                    "line carries its own optional 'subject_id'")
         return read_jsonl_turns(path)
-    return read_locomo_turns(path, timezone=timezone, tenant=tenant)
+    return read_locomo_turns(path, timezone=timezone, tenant=tenant, subject_id=subject_id)

@@ -65,7 +65,7 @@ def check_storable(value: str, *, multiline: bool) -> str:
 
 
 def check_id(value: str) -> str:
-    """Conversation and turn ids: 1-128 printable characters without '/' (the key separator); not blank, and
+    """Conversation, turn and subject ids: 1-128 printable characters without '/' (the key separator); not blank, and
     neither '.' nor '..' (they read as path segments wherever an id becomes part of a path or URL)."""
     if not 1 <= len(value) <= MAX_ID_CHARS:
         raise ValueError(f"must be 1-{MAX_ID_CHARS} characters, got {len(value)}")
@@ -207,6 +207,12 @@ class Turn(BaseModel):
                                    json_schema_extra={"pattern": NAME_PATTERN},
                                    description=f"Optional session: at most {MAX_SESSION_ID_CHARS} characters, no "
                                                "control characters.")
+    subject_id: str | None = Field(default=None,
+                                   json_schema_extra={"pattern": ID_PATTERN, "minLength": 1,
+                                                      "maxLength": MAX_ID_CHARS},
+                                   description="Optional: the customer, user or account the conversation is about, "
+                                               "so that memory can be queried across all of that subject's "
+                                               f"conversations: {ID_RULE}.")
     attachments: list[Attachment] = Field(default_factory=list, max_length=MAX_ATTACHMENTS,
                                           description=f"At most {MAX_ATTACHMENTS}.")
     metadata: dict[str, Any] = Field(
@@ -220,6 +226,11 @@ class Turn(BaseModel):
     @classmethod
     def _ids(cls, value: str) -> str:
         return check_id(value)
+
+    @field_validator("subject_id")
+    @classmethod
+    def _subject(cls, value: str | None) -> str | None:
+        return value if value is None else check_id(value)
 
     @field_validator("speaker")
     @classmethod
@@ -335,6 +346,8 @@ class Event(BaseModel):
     tenant: str = DEFAULT_TENANT
     event_id: str
     conversation_id: str
+    # The subject (customer, user, account) of the event's first turn that names one; see ``Turn.subject_id``.
+    subject_id: str | None = None
     observations: list[Observation]
     summary: str
     participants: list[str]
@@ -365,6 +378,7 @@ class IndexedTurn(BaseModel):
     conversation_id: str
     turn_id: str
     event_id: str
+    subject_id: str | None = None
     speaker: str
     text: str
     timestamp: datetime

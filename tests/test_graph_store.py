@@ -80,6 +80,49 @@ def test_conversation_graph_view(
     assert graph_store.conversation_graph(store_tenant, "missing").number_of_nodes() == 0
 
 
+def test_subject_id_is_an_indexed_event_property(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, store_tenant: str
+) -> None:
+    about, nobody = _chain(event_builder, store_tenant, n=2)
+    about = about.model_copy(update={"subject_id": "cust-42"})
+    graph_store.upsert_events([about, nobody])
+    graph = graph_store.db.select_graph(graph_store.graph_name(store_tenant))
+
+    found = graph.ro_query("MATCH (e:Event {subject_id: $s}) RETURN e.event_id", {"s": "cust-42"}).result_set
+    assert found == [[about.event_id]]
+    view = graph_store.conversation_graph(store_tenant, "c1")
+    assert view.nodes[about.event_id]["subject_id"] == "cust-42"
+    assert "subject_id" not in view.nodes[nobody.event_id]  # none named: no property, not a stored null
+    indexed = graph.ro_query("CALL db.indexes() YIELD label, properties RETURN label, properties").result_set
+    assert any(label == "Event" and "subject_id" in properties for label, properties in indexed)
+
+    # An event that had no subject gets one when a later write names it (a merge that brought the subject in).
+    graph_store.upsert_events([nobody.model_copy(update={"subject_id": "cust-42", "version": 2})])
+    found = graph.ro_query("MATCH (e:Event {subject_id: 'cust-42'}) RETURN e.event_id ORDER BY e.event_id")
+    assert sorted(row[0] for row in found.result_set) == sorted([about.event_id, nobody.event_id])
+
+
+def test_a_graph_made_before_the_subject_index_gets_it_on_the_next_write(
+    embedded_falkordb: EmbeddedFalkorDB, graph_store: FalkorDBGraphStore, event_builder: EventBuilder,
+    store_tenant: str,
+) -> None:
+    first, second = _chain(event_builder, store_tenant, n=2)
+    graph_store.upsert_events([first])
+    graph = graph_store.db.select_graph(graph_store.graph_name(store_tenant))
+    graph.query("DROP INDEX FOR (e:Event) ON (e.subject_id)")  # as an older compassmem left it
+    indexes = "CALL db.indexes() YIELD label, properties RETURN label, properties"
+    assert not any("subject_id" in properties for _, properties in graph.ro_query(indexes).result_set)
+
+    reopened = FalkorDBGraphStore.from_embedded(embedded_falkordb)
+    try:
+        reopened.upsert_events([second.model_copy(update={"subject_id": "cust-42"})])
+    finally:
+        reopened.close()
+    assert any(label == "Event" and "subject_id" in properties
+               for label, properties in graph.ro_query(indexes).result_set)
+    assert graph_store.conversation_graph(store_tenant, "c1").number_of_nodes() == 2
+
+
 def test_a_superseded_relation_is_kept_with_superseded_by(
     graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder, store_tenant: str
 ) -> None:

@@ -92,3 +92,58 @@ def test_locomo_invalid_json_names_the_line(tmp_path: Path) -> None:
     path.write_text('[\n  {"sample_id": "x",\n  oops\n]')
     with pytest.raises(ImportFormatError, match="line 3"):
         list(read_turns(path))
+
+
+# -- subject_id: the customer, user or account the conversation is about -------------------------------------
+
+
+def test_jsonl_lines_carry_an_optional_subject_id(tmp_path: Path) -> None:
+    lines = [{**GOOD, "subject_id": "cust-42"}, {**GOOD, "turn_id": "D1:2"}]
+    turns = list(read_turns(write_jsonl(tmp_path / "t.jsonl", lines)))
+    assert [t.subject_id for t in turns] == ["cust-42", None]
+
+
+def test_a_bad_subject_id_in_jsonl_names_the_line_and_field(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "bad.jsonl", [GOOD, {**GOOD, "turn_id": "D1:2", "subject_id": "cust/42"}])
+    with pytest.raises(ImportFormatError, match=r"line 2: field 'subject_id': .*'/'"):
+        list(read_turns(path))
+
+
+def test_locomo_import_stamps_the_subject_on_every_turn(tmp_path: Path) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([locomo_sample("conv-x"), locomo_sample("conv-y")]))
+    assert {t.subject_id for t in read_turns(path)} == {None}
+    turns = list(read_turns(path, subject_id="acct-0017"))
+    assert len(turns) == 6 and {t.subject_id for t in turns} == {"acct-0017"}
+    assert {t.conversation_id for t in turns} == {"conv-x", "conv-y"}
+
+
+@pytest.mark.parametrize("bad", ["", " ", "..", "a/b", "x" * 129, "a\u0000"])
+def test_locomo_import_refuses_a_bad_subject_before_reading(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([locomo_sample()]))
+    with pytest.raises(ImportFormatError, match="subject id"):
+        list(read_turns(path, subject_id=bad))
+
+
+def test_a_subject_for_a_jsonl_file_is_refused_not_ignored(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "t.jsonl", [GOOD])
+    with pytest.raises(ImportFormatError, match="each line carries its own optional 'subject_id'"):
+        list(read_turns(path, subject_id="cust-42"))
+
+
+def test_ingest_and_produce_take_a_subject_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from compassmem.cli import build_parser
+    from compassmem.config import Settings
+
+    parser = build_parser()
+    assert parser.parse_args(["ingest", "x.json", "--subject", "cust-42"]).subject == "cust-42"
+    assert parser.parse_args(["ingest", "x.json"]).subject is None
+    # The option reaches the importer: a bad subject fails the command before anything is loaded or written.
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([locomo_sample()]))
+    settings = Settings(data_dir=tmp_path / "data")
+    for command in ("ingest", "produce"):
+        args = parser.parse_args([command, str(path), "--subject", "a/b"])
+        assert args.handler(args, settings) == 2
+        assert "subject id 'a/b': must not contain '/'" in capsys.readouterr().err

@@ -33,6 +33,7 @@ from compassmem.query_api.decomposition import MAX_SUBGOALS, analyse, with_subgo
 from compassmem.query_api.schemas import MAX_QUESTION_CHARS, QueryRequest
 from compassmem.streams.decoding import RawRecord, TurnItem, decode_turns_record
 from compassmem.streams.messages import DeadLetter, DeadLetterReason
+from compassmem.streams.producer import encode_turn
 
 GOOD: dict[str, Any] = {"tenant": "acme", "conversation_id": "c1", "turn_id": "t1", "speaker": "Ann",
                         "text": "We moved the launch to May.", "timestamp": "2024-03-04T09:15:00+00:00"}
@@ -139,7 +140,7 @@ def test_the_largest_valid_turn_stays_far_below_the_kafka_record_limit() -> None
     # Worst cases for JSON size: quotes double when escaped, 4-byte characters where only characters are counted.
     worst = Turn.model_validate({
         **GOOD, "conversation_id": "\U0001f600" * 128, "turn_id": "\U0001f600" * 128, "speaker": "\U0001f600" * 100,
-        "session_id": "\U0001f600" * 128, "text": '"' * MAX_TEXT_BYTES,
+        "session_id": "\U0001f600" * 128, "subject_id": "\U0001f600" * 128, "text": '"' * MAX_TEXT_BYTES,
         "attachments": [{"kind": "\U0001f600" * 64, "caption": "\U0001f600" * MAX_CAPTION_CHARS,
                          "url": "\U0001f600" * MAX_URL_CHARS}] * MAX_ATTACHMENTS,
         "metadata": {"m": '"' * (MAX_METADATA_BYTES // 2 - 10)},
@@ -174,13 +175,35 @@ def test_ordinary_ids_pass(good: str) -> None:
     assert check_id(good) == good
 
 
+@pytest.mark.parametrize("bad", ["", " ", "\t", ".", "..", "cust/42", "x" * 129, "a\u0000", "a\nb", "\u200b"])
+def test_bad_subject_ids_are_refused_naming_the_field(bad: str) -> None:
+    [(field, message)] = errors_of(subject_id=bad)
+    assert field == "subject_id"
+    assert any(rule in message for rule in ("characters", "'/'", "printable", "blank", "'.' or '..'")), message
+
+
+@pytest.mark.parametrize("bad", [42, 4.2, True, ["cust-42"], {"id": "cust-42"}])
+def test_a_subject_id_must_be_a_string(bad: object) -> None:
+    [(field, _)] = errors_of(subject_id=bad)
+    assert field == "subject_id"
+
+
+@pytest.mark.parametrize("good", ["cust-42", "acct:0017", "user@example.test", "Ünïcode kunde", "...", "x" * 128])
+def test_ordinary_subject_ids_pass_and_the_field_is_optional(good: str) -> None:
+    assert Turn.model_validate({**GOOD, "subject_id": good}).subject_id == good
+    assert Turn.model_validate(GOOD).subject_id is None
+    assert Turn.model_validate({**GOOD, "subject_id": None}).subject_id is None
+
+
 def test_the_json_schema_states_the_rules() -> None:
     schema = Turn.model_json_schema()
     props = schema["properties"]
-    for name in ("conversation_id", "turn_id"):
+    for name in ("conversation_id", "turn_id", "subject_id"):
         assert props[name]["pattern"] == ID_PATTERN
         assert (props[name]["minLength"], props[name]["maxLength"]) == (1, 128)
         assert "printable" in props[name]["description"]
+    assert "subject_id" not in schema["required"]
+    assert "customer, user or account" in props["subject_id"]["description"]
     assert props["text"]["pattern"] == TEXT_PATTERN and props["text"]["maxLength"] == MAX_TEXT_BYTES
     assert props["speaker"]["maxLength"] == 100 and "pattern" in props["speaker"]
     assert props["timestamp"]["format"] == "date-time" and props["timestamp"]["type"] == "string"
@@ -211,8 +234,12 @@ def test_the_turns_topic_decoder_dead_letters_a_nul_turn() -> None:
                          value=json.dumps(turn).encode("utf-8"))
 
     assert isinstance(decode_turns_record(record(GOOD)), TurnItem)
+    # What producers, `compassmem produce` and POST /v1/turns write (encode_turn) comes back with its subject.
+    key, value = encode_turn(Turn.model_validate({**GOOD, "subject_id": "cust-42"}))
+    item = decode_turns_record(RawRecord(topic="turns", partition=0, offset=1, key=key, value=value))
+    assert isinstance(item, TurnItem) and item.turn.subject_id == "cust-42"
     for bad in ({**GOOD, "text": "hello\u0000world"}, {**GOOD, "metadata": {"k": "\ud800"}},
-                {**GOOD, "timestamp": 1700000000000}, {**GOOD, "turn_id": ".."}):
+                {**GOOD, "timestamp": 1700000000000}, {**GOOD, "turn_id": ".."}, {**GOOD, "subject_id": "a/b"}):
         letter = decode_turns_record(record(bad))
         assert isinstance(letter, DeadLetter) and letter.reason_code == DeadLetterReason.INVALID_FIELDS
         letter.model_dump_json()  # the dead letter itself can be produced

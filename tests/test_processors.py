@@ -1,4 +1,5 @@
-"""Behaviour of the pure processors on the real embedder (no Kafka, no stores)."""
+"""Behaviour of the pure processors on the real embedder (no Kafka; no stores, except the embedded qdrant-edge
+store where a test follows a field all the way into it)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,19 @@ from compassmem.models import Relation, RelationType, Turn, relation_id_for
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory
+from compassmem.processors.event_frames import build_event, indexed_turns, merge_into
 from compassmem.processors.merging import EventMerger
 from compassmem.processors.relation_ledger import RelationLedger
 from compassmem.processors.relations import RelationExtractor
-from compassmem.processors.segmentation import BoundaryDetector, SegmentationConfig
+from compassmem.processors.segmentation import (
+    BoundaryDetector,
+    BoundaryReason,
+    Segment,
+    SegmentationConfig,
+    SegmentTurn,
+)
+from compassmem.sinks.batching import VectorSink
+from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 
 TOPICS: list[list[str]] = json.loads((Path(__file__).parent / "data" / "topics.json").read_text())
 START = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
@@ -189,3 +199,55 @@ def test_boundaries_are_decided_incrementally(embedder, delta: float) -> None:
     many.ingest(turns)
     ids = lambda p: [e.turn_ids for m in p.memories.values() for e in m.events.values()]  # noqa: E731
     assert ids(one) == ids(many)
+
+
+# -- subject_id: the customer, user or account a conversation is about -------------------------------------
+
+
+def _segment(turns: list[Turn], first_vector: int = 0) -> Segment:
+    vectors = [[1.0 if i == (first_vector + n) % 4 else 0.0 for i in range(4)] for n in range(len(turns))]
+    return Segment(turns=[SegmentTurn(turn=t, embedding=v) for t, v in zip(turns, vectors, strict=True)],
+                   boundary_reason=BoundaryReason.SESSION)
+
+
+def test_an_event_takes_the_subject_of_its_first_turn_that_has_one() -> None:
+    plain, about, other = make_turns([["Hello.", "My order is late.", "Let me check."]])
+    about = about.model_copy(update={"subject_id": "cust-42"})
+    other = other.model_copy(update={"subject_id": "cust-7"})
+    segment = _segment([plain, about, other])
+
+    event = build_event(segment)
+    assert event.subject_id == "cust-42"
+    assert [t.subject_id for t in indexed_turns(segment, event.event_id)] == [None, "cust-42", "cust-7"]
+    assert build_event(_segment([plain])).subject_id is None
+
+
+def test_a_merged_event_keeps_its_subject_unless_it_had_none() -> None:
+    first, second, third, fourth = make_turns([["Hello.", "My order is late.", "Still late.", "Any news?"]])
+    nobody = build_event(_segment([first, second]))
+    merged = merge_into(nobody, _segment([third.model_copy(update={"subject_id": "cust-42"}), fourth], 2))
+    assert merged.subject_id == "cust-42" and merged.version == 2
+
+    about = build_event(_segment([first.model_copy(update={"subject_id": "cust-42"}), second]))
+    for later in (None, "cust-7"):
+        update = {"subject_id": later}
+        kept = merge_into(about, _segment([third.model_copy(update=update), fourth.model_copy(update=update)], 2))
+        assert kept.subject_id == "cust-42"
+
+
+def test_subject_id_flows_from_turns_into_the_stored_events_and_turns(embedder, tmp_path: Path) -> None:
+    subject = {"subject_id": "cust-42"}
+    turns = [t.model_copy(update=subject) for t in make_turns(TOPICS[:3])]
+    turns += make_turns(TOPICS[3:5], conversation_id="c2")  # no subject
+    store = EdgeVectorStore(tmp_path / "edge", dim=embedder.dim)
+    try:
+        MemoryPipeline(embedder, [VectorSink(store)]).ingest(turns)
+        stored_turns = store.conversation_turns("default", "c1")
+        assert len(stored_turns) == sum(len(topic) for topic in TOPICS[:3])
+        assert {t.subject_id for t in stored_turns} == {"cust-42"}
+        events = store.conversation_events("default", "c1")
+        assert len(events) >= 3 and {e.subject_id for e in events} == {"cust-42"}
+        assert {t.subject_id for t in store.conversation_turns("default", "c2")} == {None}
+        assert {e.subject_id for e in store.conversation_events("default", "c2")} == {None}
+    finally:
+        store.close()

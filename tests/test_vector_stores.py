@@ -499,3 +499,81 @@ def test_turn_payload_mapping(turn_builder: TurnBuilder, event_builder: EventBui
     assert payload["tenant"] == "default" and payload["conversation_id"] == "c1" and payload["event_id"] == "e-1"
     assert isinstance(payload["timestamp"], str)
     assert turn_from_payload(payload, turn.embedding) == turn
+
+
+# --- subject_id: the customer, user or account a conversation is about ----------------------------------------
+
+
+def test_subject_id_round_trips_on_events_and_turns(
+    put: Put, put_turns: Put, open_store: Opener, event_builder: EventBuilder, turn_builder: TurnBuilder
+) -> None:
+    from compassmem.sinks.event_payload import SUBJECT_FIELD
+
+    event = event_builder("c1", 1).model_copy(update={"subject_id": "cust-42"})
+    turn = turn_builder("c1", 1, event_id=event.event_id).model_copy(update={"subject_id": "cust-42"})
+    assert event_to_payload(event)[SUBJECT_FIELD] == turn_to_payload(turn)[SUBJECT_FIELD] == "cust-42"
+    assert event_from_payload(event_to_payload(event), event.embedding) == event
+    assert turn_from_payload(turn_to_payload(turn), turn.embedding) == turn
+
+    store = open_store()
+    put(store, event, event_builder("c1", 5))
+    put_turns(store, turn, turn_builder("c1", 5))
+    assert [e.subject_id for e in store.conversation_events("default", "c1")] == ["cust-42", None]
+    assert [t.subject_id for t in store.conversation_turns("default", "c1")] == ["cust-42", None]
+    assert store.get_events("default", [event.event_id])[0].subject_id == "cust-42"
+
+
+def test_edge_store_made_before_subject_ids_gets_the_index_on_reopen(
+    store_dim: int, tmp_path: Path, put: Put, event_builder: EventBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compassmem.sinks import event_payload as layout
+
+    current = layout.KEYWORD_INDEX_FIELDS
+    monkeypatch.setattr(layout, "KEYWORD_INDEX_FIELDS", tuple(f for f in current if f != layout.SUBJECT_FIELD))
+    old = EdgeVectorStore(tmp_path / "edge", dim=store_dim)
+    assert layout.SUBJECT_FIELD not in old.shard.info().payload_schema
+    put(old, event_builder("c1", 1).model_copy(update={"subject_id": "cust-42"}), event_builder("c1", 5))
+    old.close()
+
+    monkeypatch.setattr(layout, "KEYWORD_INDEX_FIELDS", current)
+    for _ in range(2):  # creating an index that exists changes nothing
+        store = EdgeVectorStore(tmp_path / "edge", dim=store_dim)
+        try:
+            assert set(store.shard.info().payload_schema) == {layout.TENANT_FIELD, *current}
+            about = layout.Scope({layout.TENANT_FIELD: "default", layout.SUBJECT_FIELD: "cust-42"})
+            assert store._count(about) == 1  # points written before the index are in it
+            assert [e.subject_id for e in store.conversation_events("default", "c1")] == ["cust-42", None]
+        finally:
+            store.close()
+
+
+def test_server_backend_creates_the_subject_index_and_only_missing_ones(store_dim: int, tmp_path: Path) -> None:
+    """qdrant-client's local mode keeps no payload indexes, so the calls are recorded (no Qdrant server here)."""
+    from compassmem.sinks import event_payload as layout
+
+    client = QdrantClient(path=str(tmp_path / "qdrant-local"))
+    schema: dict[str, object] = {}
+    created: list[str] = []
+    real_get_collection = client.get_collection
+
+    def get_collection(name: str):  # noqa: ANN202
+        return real_get_collection(name).model_copy(update={"payload_schema": dict(schema)})
+
+    def create_payload_index(collection: str, field: str, field_schema: object, **_: object) -> None:
+        created.append(field)
+        schema[field] = field_schema
+
+    client.get_collection = get_collection  # type: ignore[method-assign]
+    client.create_payload_index = create_payload_index  # type: ignore[method-assign]
+    QdrantServerVectorStore(client, "events", dim=store_dim)
+    assert sorted(created) == sorted([layout.TENANT_FIELD, *layout.KEYWORD_INDEX_FIELDS])
+    assert layout.SUBJECT_FIELD in created
+
+    # A collection made before subject ids: reopening adds that index alone; once there, nothing is created.
+    del schema[layout.SUBJECT_FIELD]
+    created.clear()
+    QdrantServerVectorStore(client, "events", dim=store_dim)
+    assert created == [layout.SUBJECT_FIELD]
+    created.clear()
+    QdrantServerVectorStore(client, "events", dim=store_dim, owns_client=True).close()
+    assert created == []

@@ -121,6 +121,11 @@ def _observations(turns: list[SegmentTurn]) -> list[Observation]:
     ]
 
 
+def segment_subject(segment: Segment) -> str | None:
+    """The subject of the segment's first turn that names one (a conversation is normally about one subject)."""
+    return next((t.turn.subject_id for t in segment.turns if t.turn.subject_id is not None), None)
+
+
 def segment_event_id(segment: Segment) -> str:
     first = segment.first
     return event_id_for(first.tenant, first.conversation_id, first.turn_id)
@@ -133,6 +138,7 @@ def build_event(segment: Segment) -> Event:
         tenant=first.tenant,
         event_id=segment_event_id(segment),
         conversation_id=first.conversation_id,
+        subject_id=segment_subject(segment),
         embedding=segment.centroid().tolist(),
         **_frame_fields(observations, segment_texts(segment), segment_anchors(segment), segment_event_id(segment)),
     )
@@ -141,7 +147,8 @@ def build_event(segment: Segment) -> Event:
 def merge_into(event: Event, segment: Segment) -> Event:
     """The event with the segment's turns appended: summary, anchors and embedding updated, version bumped.
 
-    The embedding is the turn-count-weighted mean, so a merged event stays the centroid of all its turns.
+    The embedding is the turn-count-weighted mean, so a merged event stays the centroid of all its turns. The
+    event keeps its subject; one without a subject takes the segment's.
     """
     observations = event.observations + _observations(segment.turns)
     texts = [o.text for o in observations]
@@ -151,6 +158,7 @@ def merge_into(event: Event, segment: Segment) -> Event:
         update={
             **_frame_fields(observations, texts, event.time_anchors + segment_anchors(segment), event.event_id),
             "embedding": unit(own + added).tolist(),
+            "subject_id": event.subject_id if event.subject_id is not None else segment_subject(segment),
             "version": event.version + 1,
             "merged_from": event.merged_from + [segment_event_id(segment)],
         }
@@ -164,6 +172,7 @@ def indexed_turns(segment: Segment, event_id: str) -> list[IndexedTurn]:
             conversation_id=t.turn.conversation_id,
             turn_id=t.turn.turn_id,
             event_id=event_id,
+            subject_id=t.turn.subject_id,
             speaker=t.turn.speaker,
             text=t.turn.indexed_text(),
             timestamp=t.turn.timestamp,

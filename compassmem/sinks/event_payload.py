@@ -7,7 +7,9 @@ among turns for turn search. A point carries only its own sparse vector.
 
 The payload is the record without its embedding (datetimes and dates as ISO strings), plus ``kind`` and, for
 events, a few derived filterable fields. Tenant and conversation_id stay top-level keyword fields: every query
-filters on them. A turn's payload keeps its ``event_id``, so deleting an event can delete its turns by filter.
+filters on them. ``subject_id`` (null when the turns named none) is an indexed top-level keyword field too, for
+queries across one subject's conversations. A turn's payload keeps its ``event_id``, so deleting an event can delete
+its turns by filter.
 
 ``PointStore`` implements the whole ``VectorStore`` interface on this layout, in terms of five engine primitives
 (upsert, scroll, query, delete, count) taking backend-neutral ``PointData`` and ``Scope`` values; each backend
@@ -36,10 +38,13 @@ TENANT_FIELD = "tenant"
 CONVERSATION_FIELD = "conversation_id"
 KIND_FIELD = "kind"
 EVENT_ID_FIELD = "event_id"
+# The customer, user or account a conversation is about (``Turn.subject_id``), on events and turns alike; absent
+# (null) when the turns named none.
+SUBJECT_FIELD = "subject_id"
 EVENT_KIND = "event"
 TURN_KIND = "turn"
 # Keyword payload indexes besides the tenant one (which the backends create with is_tenant=True).
-KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD)
+KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD)
 
 # Added to the event for filtering (e.g. "which event holds turn D3:5", time ranges); dropped on the way back.
 DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts", KIND_FIELD)

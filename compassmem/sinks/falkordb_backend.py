@@ -1,8 +1,8 @@
 """The event graph in FalkorDB: one graph per tenant, written with batched ``UNWIND $rows AS r MERGE ...``.
 
 Layout (graph ``compassmem__<tenant>``):
-  (:Event {event_id, conversation_id, summary, participants, actions, entities, keywords, turn_ids, session_ids,
-           start, end, start_ts, end_ts, time_anchors, anchor_starts, anchor_ends, cluster_id, version,
+  (:Event {event_id, conversation_id, subject_id, summary, participants, actions, entities, keywords, turn_ids,
+           session_ids, start, end, start_ts, end_ts, time_anchors, anchor_starts, anchor_ends, cluster_id, version,
            merged_from, provisional, stub})
   (:Cluster {cluster_id, conversation_id, label, size, centroid})
   (:Event)-[:REL {relation_id, type, subtype, confidence, evidence, created_at, superseded_by, conversation_id}]->
@@ -41,6 +41,7 @@ _Row = TypeVar("_Row")
 _INDEXES = (
     "CREATE INDEX FOR (e:Event) ON (e.event_id)",
     "CREATE INDEX FOR (e:Event) ON (e.conversation_id)",
+    "CREATE INDEX FOR (e:Event) ON (e.subject_id)",
     "CREATE INDEX FOR (c:Cluster) ON (c.cluster_id)",
     "CREATE INDEX FOR (c:Cluster) ON (c.conversation_id)",
     "CREATE INDEX FOR ()-[r:REL]-() ON (r.relation_id)",
@@ -303,6 +304,8 @@ def _event_props(event: Event) -> dict[str, Any]:
     return {
         "tenant": event.tenant,
         "conversation_id": event.conversation_id,
+        # Null when no turn named a subject: FalkorDB then stores no property (and a later subject sets it).
+        "subject_id": event.subject_id,
         "summary": event.summary,
         "participants": event.participants,
         "actions": event.actions,

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 from compassmem.config import Settings
-from compassmem.importers import ImportFormatError, read_turns
+from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 
 MEMORY_ONLY = ("The dev broker is MEMORY-ONLY (Tansu with --storage-engine memory://): topics, offsets and consumer "
                "groups vanish when it stops. Use it for development and tests; set COMPASSMEM_KAFKA_BOOTSTRAP to a "
@@ -53,7 +53,8 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
         return _fail("--rate must be a positive number of turns per second")
     try:
         # Validate the whole file first: a bad line fails the command before anything reaches the topic.
-        turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant))
+        turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant,
+                                subject_id=args.subject))
     except ImportFormatError as error:
         return _fail(error)
     bootstrap = settings.bootstrap_servers
@@ -137,6 +138,7 @@ def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # typ
     produce.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
     produce.add_argument("--rate", type=float, help="turns per second, to simulate live traffic (default: max)")
     produce.add_argument("--tenant", default="default", help="tenant for LoCoMo files (JSONL turns carry their own)")
+    produce.add_argument("--subject", metavar="ID", help=SUBJECT_HELP)
     produce.set_defaults(handler=cmd_produce)
 
     worker = commands.add_parser(
