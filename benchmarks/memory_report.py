@@ -18,13 +18,32 @@ from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, require_data, write_res
 from compassmem.cli import print_summary
 from compassmem.embedding import SentenceTransformerEmbedder
 from compassmem.importers import read_turns
-from compassmem.models import Event, RelationType
+from compassmem.models import Event, Relation, RelationType
 from compassmem.pipeline import MemoryPipeline
+from compassmem.sinks.batching import Record
 
 
 def event_text(event: Event, limit: int = 400) -> str:
     text = " | ".join(f"{o.turn_id} {o.speaker}: {o.text}" for o in event.observations)
     return text if len(text) <= limit else text[:limit] + " ..."
+
+
+class LatestRecords:
+    """The latest version of every event and relation written: a memory holds only its most recent events."""
+
+    def __init__(self) -> None:
+        self.events: dict[tuple[str, str], Event] = {}
+        self.relations: dict[tuple[str, str], Relation] = {}
+
+    def add(self, record: Record) -> None:
+        key = f"{record.tenant}/{record.conversation_id}"
+        if isinstance(record, Event):
+            self.events[(key, record.event_id)] = record
+        elif isinstance(record, Relation):
+            self.relations[(key, record.relation_id)] = record
+
+    def flush(self) -> None:
+        """Nothing to write."""
 
 
 def main() -> None:
@@ -35,13 +54,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "memory_report.json")
     args = parser.parse_args()
     turns = list(read_turns(require_data(args.data)))
-    pipeline = MemoryPipeline(SentenceTransformerEmbedder(), [])
+    written = LatestRecords()
+    pipeline = MemoryPipeline(SentenceTransformerEmbedder(), [written])
     summary = pipeline.ingest(turns)
 
-    membership = Counter(
-        (m_key, turn_id) for m_key, memory in pipeline.memories.items()
-        for event in memory.events.values() for turn_id in event.turn_ids
-    )
+    membership = Counter((key, turn_id) for (key, _), event in written.events.items() for turn_id in event.turn_ids)
     expected = {(f"{t.tenant}/{t.conversation_id}", t.turn_id) for t in turns}
     missing = expected - set(membership)
     repeated = [key for key, count in membership.items() if count > 1]
@@ -55,15 +72,16 @@ def main() -> None:
         merges.update(memory.stats.merge_reasons)
     print(f"boundaries by reason: {dict(boundary)}; merges by reason: {dict(merges)}")
 
-    causal = [
-        (memory, relation) for memory in pipeline.memories.values()
-        for relation in memory.ledger.active.values() if relation.type is RelationType.CAUSAL
-    ]
+    # Conversation by conversation (the last events of all of them are closed at the end of the input).
+    order = {key: number for number, key in enumerate(pipeline.memories)}
+    causal = sorted(((key, relation) for (key, _), relation in written.relations.items()
+                     if relation.type is RelationType.CAUSAL and relation.superseded_by is None),
+                    key=lambda item: order[item[0]])
     picked = random.Random(args.seed).sample(causal, min(args.samples, len(causal)))
     samples = []
     print(f"\n{len(picked)} random causal relations of {len(causal)} (seed {args.seed}):")
-    for number, (memory, relation) in enumerate(picked, start=1):
-        cause, effect = memory.events[relation.source], memory.events[relation.target]
+    for number, (key, relation) in enumerate(picked, start=1):
+        cause, effect = written.events[(key, relation.source)], written.events[(key, relation.target)]
         samples.append({"cue": relation.evidence, "confidence": relation.confidence,
                         "cause": event_text(cause), "effect": event_text(effect)})
         print(f"\n[{number}] confidence {relation.confidence:.2f}; cue: {relation.evidence!r}")

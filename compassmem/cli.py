@@ -62,7 +62,7 @@ def print_summary(summary: IngestSummary) -> None:
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.embedding import SentenceTransformerEmbedder
-    from compassmem.pipeline import MemoryPipeline
+    from compassmem.pipeline import MemoryPipeline, PipelineConfig
     from compassmem.sinks.batching import GraphSink, VectorSink
     from compassmem.sinks.factory import open_stores
 
@@ -75,7 +75,9 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     print(f"read {len(turns)} turns from {args.path}")
     embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
     with open_stores(settings, dim=embedder.dim) as stores:
-        pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)])
+        # The worker's window too, so that ingesting a conversation builds the memory streaming it would.
+        pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)],
+                                  PipelineConfig(hot_events=settings.worker_hot_events))
         summary = pipeline.ingest(turns, progress=Progress(len(turns)))
     print(f"memory built in {settings.data_dir}:")
     print_summary(summary)

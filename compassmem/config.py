@@ -119,6 +119,12 @@ class Settings(BaseSettings):
         default=120.0, gt=0,
         description="An open segment of a conversation with no new turn for this long is closed into an event.",
     )
+    # At least 8: the window must hold the previous event and a few merge and follow-up candidates.
+    worker_hot_events: int = Field(
+        default=256, ge=8, le=1_000_000,
+        description="Most recent events of a conversation its memory holds (worker table state and `ingest`): "
+        "merging, relation extraction and reclustering look at no older event, and the state stops growing.",
+    )
     dev_broker_port: int = Field(default=9092, ge=0, le=65535,
                                  description="Loopback port of the memory-only dev broker (0 = any free port).")
     # Optional LLM: any OpenAI-compatible chat endpoint. Unset = every step runs its offline path.

@@ -17,7 +17,12 @@ from pydantic import BaseModel, Field
 from compassmem.embedding import Embedder
 from compassmem.models import RelationType, Turn, partition_key
 from compassmem.processors.clustering import Reclusterer
-from compassmem.processors.conversation_memory import ConversationMemory, MemoryUpdate
+from compassmem.processors.conversation_memory import (
+    DEFAULT_HOT_EVENTS,
+    MIN_HOT_EVENTS,
+    ConversationMemory,
+    MemoryUpdate,
+)
 from compassmem.processors.merging import EventMerger, MergeConfig
 from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, SegmentationConfig
@@ -29,6 +34,8 @@ class PipelineConfig(BaseModel):
     merging: MergeConfig = Field(default_factory=MergeConfig)
     relations: RelationConfig = Field(default_factory=RelationConfig)
     recluster_window: int = Field(default=50, ge=1)
+    # Events of a conversation its memory holds (COMPASSMEM_WORKER_HOT_EVENTS): the most recent ones.
+    hot_events: int = Field(default=DEFAULT_HOT_EVENTS, ge=MIN_HOT_EVENTS)
     batch_turns: int = Field(default=256, ge=1)
 
 
@@ -86,6 +93,7 @@ class MemoryPipeline:
                 EventMerger(config.merging),
                 RelationExtractor(config.relations),
                 Reclusterer(config.recluster_window),
+                config.hot_events,
             )
         return self.memories[key]
 
@@ -142,7 +150,10 @@ class MemoryPipeline:
         merged = sum(h.merged_segments for h in health)
         relations = sum(h.relations for h in health)
         adjacency = sum(h.adjacency_relations for h in health)
-        by_type = Counter(r.type.value for m in memories for r in m.ledger.active.values())
+        # Running totals: a memory holds only its conversation's most recent events and relations.
+        by_type: Counter[str] = Counter()
+        for memory in memories:
+            by_type.update(memory.ledger.active_by_type)
         return IngestSummary(
             turns=self._turns,
             conversations=len(memories),
@@ -150,12 +161,11 @@ class MemoryPipeline:
             segments=segments,
             merged_segments=merged,
             duplicate_rate=merged / segments if segments else 0.0,
-            mean_turns_per_event=sum(len(e.observations) for m in memories for e in m.events.values()) / events
-            if events else 0.0,
+            mean_turns_per_event=sum(m.stats.turns for m in memories) / events if events else 0.0,
             relations_by_type={t.value: by_type.get(t.value, 0) for t in RelationType},
             superseded_relations=sum(m.ledger.superseded for m in memories),
             rejected_relations=sum(m.stats.rejected_relations for m in memories),
-            clusters=sum(len(set(m.clusters.assignment.values())) for m in memories),
+            clusters=sum(1 for m in memories for count in m.clusters.counts if count),
             average_degree=2 * relations / events if events else 0.0,
             average_degree_without_adjacency=2 * (relations - adjacency) / events if events else 0.0,
             seconds=round(self._seconds, 3),

@@ -142,7 +142,7 @@ def test_a_superseded_relation_is_kept_with_superseded_by(
     assert view.number_of_edges() == 2
 
 
-def test_cluster_membership_is_replaced_as_a_whole(
+def test_cluster_upsert_adds_and_moves_members_and_keeps_unlisted_ones(
     graph_store: FalkorDBGraphStore,
     event_builder: EventBuilder,
     cluster_builder: ClusterBuilder,
@@ -151,17 +151,18 @@ def test_cluster_membership_is_replaced_as_a_whole(
     e1, e2, e3, e4 = _chain(event_builder, store_tenant)
     graph_store.upsert_events([e1, e2, e3, e4])
     graph_store.upsert_clusters([cluster_builder([e1, e2, e3], "cl-a"), cluster_builder([e4], "cl-b")])
+    # A writer holding only recent events lists those: e1 and e2 are not mentioned, e4 joins.
     graph_store.upsert_clusters([cluster_builder([e3, e4], "cl-a", label=["hiking"])])
 
     view = graph_store.conversation_graph(store_tenant, "c1")
     assert view.nodes["cl-a"]["kind"] == "cluster"
-    assert view.nodes["cl-a"]["members"] == sorted([e3.event_id, e4.event_id])
-    assert view.nodes["cl-a"]["size"] == 2
+    assert view.nodes["cl-a"]["members"] == sorted(e.event_id for e in (e1, e2, e3, e4))
+    assert view.nodes["cl-a"]["size"] == 4
     assert view.nodes["cl-a"]["label"] == ["hiking"]
     # e4 moved from cl-b to cl-a: an event belongs to one topic.
     assert view.nodes["cl-b"]["members"] == [] and view.nodes["cl-b"]["size"] == 0
     assert view.nodes[e4.event_id]["cluster_id"] == "cl-a"
-    assert "cluster_id" not in view.nodes[e1.event_id] or view.nodes[e1.event_id]["cluster_id"] is None
+    assert view.nodes[e1.event_id]["cluster_id"] == "cl-a"
     # Re-upserting an event that carries no cluster keeps the membership.
     graph_store.upsert_events([e3])
     assert graph_store.conversation_graph(store_tenant, "c1").nodes[e3.event_id]["cluster_id"] == "cl-a"

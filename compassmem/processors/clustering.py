@@ -3,6 +3,12 @@
 Incremental mini-batch k-means, so the cost per window stays proportional to the window, not to the whole
 history: new events are assigned to the nearest centroid and centroids move by running means; when the
 target k = round(sqrt(n / 2)) grows, the cluster with the largest spread is split in two.
+
+The reclusterer sees only the events a conversation memory still holds (its hot window, and events that left
+the window before their first clustering), not the whole conversation: ``counts`` and n count every event ever
+clustered, while ``assignment`` and a published cluster's ``members`` cover the held events only. A split
+re-centres on the held members and moves some of them to the new cluster; members no longer held stay where they
+were (the graph store keeps memberships that a cluster record does not mention).
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ LABEL_TERMS = 5
 
 class ClusterState(BaseModel):
     centroids: list[list[float]] = Field(default_factory=list)
+    # Events ever assigned to each cluster, including those the memory no longer holds.
     counts: list[int] = Field(default_factory=list)
+    # The cluster of each held event that has been clustered.
     assignment: dict[str, int] = Field(default_factory=dict)
+    # Events created since the last run.
     pending: list[str] = Field(default_factory=list)
     runs: int = 0
 
@@ -73,7 +82,8 @@ class Reclusterer:
         return len(state.pending) >= self.window
 
     def recluster(self, state: ClusterState, events: dict[str, Event]) -> ReclusterResult:
-        """Fold the pending events into the clusters; ``events`` holds the conversation's current events."""
+        """Fold the pending events into the clusters; ``events`` holds the current version of every event the
+        memory holds (every pending event among them)."""
         pending = [events[e] for e in state.pending if e in events]
         state.pending = []
         state.runs += 1
@@ -96,15 +106,21 @@ class Reclusterer:
             moved[event.event_id] = cluster_id_for(event.tenant, event.conversation_id, index)
             touched.add(index)
         live = {e: i for e, i in state.assignment.items() if e in events}
-        target = max(1, round(math.sqrt(len(live) / 2)))
+        # Every event ever clustered (the held ones are only the most recent).
+        target = max(1, round(math.sqrt(sum(state.counts) / 2)))
         while len(centroids) < target:
-            centroids = self._split_widest(state, centroids, live, events, moved, touched)
+            split = self._split_widest(state, centroids, live, events, moved, touched)
+            if split is None:
+                break
+            centroids = split
         state.centroids = centroids.tolist()
         state.assignment = live
         return ReclusterResult(clusters=self._clusters(state, events, touched, sample), moved=moved)
 
     def _split_widest(self, state: ClusterState, centroids: np.ndarray, live: dict[str, int],
-                      events: dict[str, Event], moved: dict[str, str], touched: set[int]) -> np.ndarray:
+                      events: dict[str, Event], moved: dict[str, str], touched: set[int]) -> np.ndarray | None:
+        """Split the cluster whose held members spread widest; None when no cluster holds two members to split
+        (only possible once the memory holds fewer events than were clustered: the split waits for more)."""
         spreads = []
         groups = _members(live)
         for index in range(len(centroids)):
@@ -116,6 +132,8 @@ class Reclusterer:
             spreads.append(float(len(members) - (vectors @ centroids[index]).sum()))
         widest = int(np.argmax(spreads))
         members = groups.get(widest, [])
+        if len(members) < 2:
+            return None
         vectors = np.asarray([events[e].embedding for e in members], dtype=np.float32)
         labels = _two_means(vectors)
         new_index = len(centroids)
@@ -123,9 +141,11 @@ class Reclusterer:
         for side, index in ((0, widest), (1, new_index)):
             chosen = vectors[labels == side]
             centroids[index] = unit(chosen.mean(axis=0)) if len(chosen) else centroids[widest]
+        split_off = int(np.sum(labels == 1))
         state.counts = state.counts + [0]
-        state.counts[widest] = int(np.sum(labels == 0))
-        state.counts[new_index] = int(np.sum(labels == 1))
+        # Members no longer held stay in the widest cluster (all of its members are held in a short conversation).
+        state.counts[widest] -= split_off
+        state.counts[new_index] = split_off
         for event_id, label in zip(members, labels, strict=True):
             if label == 1:
                 live[event_id] = new_index

@@ -1,16 +1,24 @@
-"""One conversation's memory-building state: segmenter, events, relation ledger, clusters.
+"""One conversation's memory-building state: segmenter, a hot window of recent events, relation ledger, clusters.
 
 This is the single implementation of the write path: the in-process pipeline and the streaming worker both
 feed turns (with their embeddings) through ``add_turn`` and write the returned updates to their sinks.
+
+The memory holds what the next decisions need, not the whole conversation (the stores hold that): the open
+segment, the ``hot_events`` most recent events (merging, relation extraction and reclustering look at no others),
+the relations that can still change, the cluster centroids and keyword document frequencies. So the state a
+worker writes to its table every batch, and its RAM, stop growing with the conversation; the counts behind the
+health figures are running totals. A conversation of at most ``hot_events`` events is processed exactly as if
+everything were held.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn
 from compassmem.processors.clustering import ClusterState, Reclusterer
@@ -20,6 +28,11 @@ from compassmem.processors.merging import EventMerger, MergeDecision, nearest_ev
 from compassmem.processors.relation_ledger import RelationLedger
 from compassmem.processors.relations import ADJACENCY_EVIDENCE, KeywordStats, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryReason, Segment, SegmenterState
+
+DEFAULT_HOT_EVENTS = 256
+# A window must hold the previous event (adjacency, continuation merges) and a few candidates for merging and
+# follow-ups; below this the memory would hardly relate anything.
+MIN_HOT_EVENTS = 8
 
 
 class MemoryUpdate(BaseModel):
@@ -76,22 +89,45 @@ class ConversationStats(BaseModel):
     boundary_reasons: Counter[str] = Field(default_factory=Counter)
     rejected_relations: int = 0
     recluster_runs: int = 0
+    # Totals over the whole conversation, which the memory no longer holds in full.
+    events: int = 0
+    turns: int = Field(default=0, description="turns closed into events")
+    adjacency_relations: int = Field(default=0, description="active relations that only link consecutive events")
 
 
 class ConversationMemoryState(BaseModel):
     """Everything a ConversationMemory holds, as one pydantic record: what a stream processor keeps in a table
     so that a restarted worker resumes a conversation exactly where it stopped.
 
-    ``events`` is a list because creation order is chronology (relation extraction relies on it). The record
-    shares objects with the live memory it came from: serialise it before the memory takes its next turn.
+    ``events`` (the hot window) is a list because creation order is chronology (relation extraction relies on it).
+    The record shares objects with the live memory it came from: serialise it before the memory takes its next turn.
     """
 
     segmenter: SegmenterState
     events: list[Event]
+    # Events that left the window before their first clustering (only with a window shorter than the
+    # reclustering window): the next run assigns and publishes them, then they are dropped.
+    evicted_pending: list[Event] = Field(default_factory=list)
     ledger: RelationLedger
     keyword_stats: KeywordStats
     clusters: ClusterState
     stats: ConversationStats
+
+    @model_validator(mode="before")
+    @classmethod
+    def _totals_of_an_earlier_record(cls, data: Any) -> Any:  # noqa: ANN401 - raw input, dict when decoded
+        """A record written before the memory kept running totals held every event and every active relation:
+        its totals are counted off those (once; the memory keeps them from then on)."""
+        if not isinstance(data, dict) or not isinstance(data.get("stats"), dict) or "events" in data["stats"]:
+            return data
+        events, ledger = data.get("events") or [], data.get("ledger") or {}
+        active = list((ledger.get("active") or {}).values())
+        data["stats"] = {
+            **data["stats"], "events": len(events), "turns": sum(len(e.get("observations", [])) for e in events),
+            "adjacency_relations": sum(1 for r in active if r.get("evidence") in ADJACENCY_EVIDENCE),
+        }
+        data["ledger"] = {**ledger, "active_by_type": Counter(r.get("type") for r in active)}
+        return data
 
 
 class ConversationMemory:
@@ -101,14 +137,20 @@ class ConversationMemory:
         merger: EventMerger,
         extractor: RelationExtractor,
         reclusterer: Reclusterer,
+        hot_events: int = DEFAULT_HOT_EVENTS,
     ) -> None:
+        if hot_events < MIN_HOT_EVENTS:
+            raise ValueError(f"hot_events must be at least {MIN_HOT_EVENTS}, got {hot_events}")
         self._detector = detector
         self._merger = merger
         self._extractor = extractor
         self._reclusterer = reclusterer
+        self._hot_events = hot_events
         self.segmenter = SegmenterState()
-        # Insertion order is creation order: the chronology relation extraction relies on.
+        # The hot window: the ``hot_events`` most recent events. Insertion order is creation order: the
+        # chronology relation extraction relies on.
         self.events: dict[str, Event] = {}
+        self.evicted_pending: dict[str, Event] = {}
         self.ledger = RelationLedger()
         self.keyword_stats = KeywordStats()
         self.clusters = ClusterState()
@@ -118,12 +160,20 @@ class ConversationMemory:
     def _derive(self) -> None:
         """Rebuild the derived indexes from the state (never stored: a restored memory rebuilds them).
 
-        ``_index``: the events in creation order with their embedding matrix and entity, participant and session
-        indexes, kept up to date as events are added or merged, so one step does not scan every event.
-        ``_adjacency``: the ids of the active relations that only link consecutive events (health counts).
+        ``_index``: the hot window in creation order with its embedding matrix and entity, participant and session
+        indexes, kept up to date as events are added, merged or leave the window, so one step does not scan every
+        event. ``_adjacency``: the ids of the held active relations that only link consecutive events.
+        ``_incident``: event id -> the ids of the held active relations it is an end of, released when it leaves
+        the window. A state written with a longer window (another setting) is cut to this memory's.
         """
-        self._index = EventIndex(self.events.values())
         self._adjacency = {r.relation_id for r in self.ledger.active.values() if r.evidence in ADJACENCY_EVIDENCE}
+        self._incident: dict[str, set[str]] = {}
+        for relation in self.ledger.active.values():
+            self._incident.setdefault(relation.source, set()).add(relation.relation_id)
+            self._incident.setdefault(relation.target, set()).add(relation.relation_id)
+        for event_id in list(self.events)[: max(0, len(self.events) - self._hot_events)]:
+            self._leave_window(event_id)
+        self._index = EventIndex(self.events.values())
 
     @classmethod
     def from_state(
@@ -133,8 +183,9 @@ class ConversationMemory:
         merger: EventMerger,
         extractor: RelationExtractor,
         reclusterer: Reclusterer,
+        hot_events: int = DEFAULT_HOT_EVENTS,
     ) -> ConversationMemory:
-        memory = cls(detector, merger, extractor, reclusterer)
+        memory = cls(detector, merger, extractor, reclusterer, hot_events)
         memory.restore(state)
         return memory
 
@@ -142,6 +193,7 @@ class ConversationMemory:
         return ConversationMemoryState(
             segmenter=self.segmenter,
             events=list(self.events.values()),
+            evicted_pending=list(self.evicted_pending.values()),
             ledger=self.ledger,
             keyword_stats=self.keyword_stats,
             clusters=self.clusters,
@@ -152,6 +204,7 @@ class ConversationMemory:
         """Replace this memory's state (the configured processors stay)."""
         self.segmenter = state.segmenter
         self.events = {event.event_id: event for event in state.events}
+        self.evicted_pending = {event.event_id: event for event in state.evicted_pending}
         self.ledger = state.ledger
         self.keyword_stats = state.keyword_stats
         self.clusters = state.clusters
@@ -160,9 +213,9 @@ class ConversationMemory:
 
     def health(self) -> ConversationHealth:
         return ConversationHealth(
-            events=len(self.events),
-            relations=len(self.ledger.active),
-            adjacency_relations=len(self._adjacency),
+            events=self.stats.events,
+            relations=self.ledger.active_total,
+            adjacency_relations=self.stats.adjacency_relations,
             segments=self.stats.segments,
             merged_segments=self.stats.merged,
         )
@@ -204,13 +257,13 @@ class ConversationMemory:
             self.keyword_stats.add(sorted(set(event.keywords) - set(self.events[event.event_id].keywords)), False)
         self.events[event.event_id] = event
         self._index.put(event)
+        self.stats.events += 1 if decision is None else 0
+        self.stats.turns += len(segment.turns)
         ledger_result = self.ledger.apply(relations)
-        for written in ledger_result.writes:  # every change to the active relations is among the writes
-            current = self.ledger.active.get(written.relation_id)
-            if current is not None and current.evidence in ADJACENCY_EVIDENCE:
-                self._adjacency.add(written.relation_id)
-            else:
-                self._adjacency.discard(written.relation_id)
+        self._track(ledger_result.writes)
+        # After the ledger: this step's relations may name the event that now leaves the window.
+        while len(self._index) > self._hot_events:
+            self._leave_window(self._index.evict_oldest().event_id)
         update.relations.extend(ledger_result.writes)
         update.rejected_relations = len(ledger_result.rejected)
         self.stats.rejected_relations += len(ledger_result.rejected)
@@ -222,16 +275,60 @@ class ConversationMemory:
             _lap(update, "recluster", mark)
         return update
 
+    def _track(self, writes: list[Relation]) -> None:
+        """Keep the adjacency total and the held relations' ends current; every change to the active relations
+        is among the ledger's writes."""
+        for written in writes:
+            relation_id = written.relation_id
+            current = self.ledger.active.get(relation_id)
+            adjacent = current is not None and current.evidence in ADJACENCY_EVIDENCE
+            if adjacent and relation_id not in self._adjacency:
+                self._adjacency.add(relation_id)
+                self.stats.adjacency_relations += 1
+            elif not adjacent and relation_id in self._adjacency:
+                self._adjacency.discard(relation_id)
+                self.stats.adjacency_relations -= 1
+            for end in (written.source, written.target):
+                if current is not None:
+                    self._incident.setdefault(end, set()).add(relation_id)
+                elif end in self._incident:
+                    self._incident[end].discard(relation_id)
+
+    def _leave_window(self, event_id: str) -> None:
+        """The event is no longer among the most recent: no relation can be proposed for it any more, so its
+        relations are released from the ledger (both of a relation's events must be in the window for it to be
+        proposed again or contradicted), and the event is forgotten unless its first clustering is still due.
+        The caller takes it out of ``_index``."""
+        released = self._incident.pop(event_id, set())
+        for relation_id in released:
+            relation = self.ledger.active[relation_id]
+            other = relation.target if relation.source == event_id else relation.source
+            self._incident.get(other, set()).discard(relation_id)
+        self.ledger.release(released)
+        self._adjacency -= released
+        event = self.events.pop(event_id)
+        if event_id in self.clusters.pending:
+            self.evicted_pending[event_id] = event
+        else:
+            self.clusters.assignment.pop(event_id, None)
+
     def _recluster(self) -> MemoryUpdate:
         started = time.perf_counter()
-        result = self._reclusterer.recluster(self.clusters, self.events)
+        result = self._reclusterer.recluster(self.clusters, {**self.evicted_pending, **self.events})
         self.stats.recluster_runs += 1
         moved = []
         for event_id, cluster_id in result.moved.items():
-            event = self.events[event_id].model_copy(update={"cluster_id": cluster_id})
-            self.events[event_id] = event
-            self._index.put(event)
+            if event_id in self.events:
+                event = self.events[event_id].model_copy(update={"cluster_id": cluster_id})
+                self.events[event_id] = event
+                self._index.put(event)
+            else:
+                event = self.evicted_pending[event_id].model_copy(update={"cluster_id": cluster_id})
             moved.append(event)
+        # Now clustered and published, the events that had left the window are not needed any more.
+        for event_id in self.evicted_pending:
+            self.clusters.assignment.pop(event_id, None)
+        self.evicted_pending = {}
         return MemoryUpdate(events=moved, clusters=result.clusters, reclustered=True,
                             recluster_seconds=[time.perf_counter() - started])
 

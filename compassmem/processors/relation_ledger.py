@@ -4,9 +4,17 @@ Two relations contradict when they make opposite claims about the same pair of e
 causal B->A, or two different temporal orderings of A and B. A contradicting relation replaces the active one
 only when its confidence exceeds the old by 20%; the old one is kept with ``superseded_by`` (history, not a
 hard delete). A repeat of the same relation (same id) keeps the higher confidence.
+
+Relations are only ever proposed between events of a conversation memory's hot window (its most recent events),
+so a relation one of whose events has left the window can no longer be repeated or contradicted: the memory
+``release``s it, and the ledger keeps only what can still change. The counts per type cover every active relation
+of the conversation, released or not.
 """
 
 from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
@@ -29,10 +37,17 @@ class LedgerResult(BaseModel):
 
 
 class RelationLedger(BaseModel):
+    # The active relations that can still change (both events in the hot window).
     active: dict[str, Relation] = Field(default_factory=dict)
-    # For contradictable types: the active relation id per unordered pair and type.
+    # For contradictable types: the active relation id per unordered pair and type (pairs in ``active`` only).
     by_pair: dict[str, str] = Field(default_factory=dict)
     superseded: int = 0
+    # Active relations of the whole conversation per type, released ones included: the totals health reports.
+    active_by_type: Counter[str] = Field(default_factory=Counter)
+
+    @property
+    def active_total(self) -> int:
+        return sum(self.active_by_type.values())
 
     def apply(self, relations: list[Relation]) -> LedgerResult:
         result = LedgerResult()
@@ -58,8 +73,19 @@ class RelationLedger(BaseModel):
                     return
                 retired = rival.model_copy(update={"superseded_by": relation.relation_id})
                 del self.active[rival_id]
+                self.active_by_type[rival.type.value] -= 1
                 self.superseded += 1
                 result.writes.append(retired)
             self.by_pair[key] = relation.relation_id
         self.active[relation.relation_id] = relation
+        self.active_by_type[relation.type.value] += 1
         result.writes.append(relation)
+
+    def release(self, relation_ids: Iterable[str]) -> None:
+        """Stop holding these relations (still active, and still counted): nothing can change them any more."""
+        for relation_id in relation_ids:
+            relation = self.active.pop(relation_id, None)
+            if relation is not None and relation.type in _CONTRADICTABLE:
+                key = _pair_key(relation)
+                if self.by_pair.get(key) == relation_id:
+                    del self.by_pair[key]

@@ -263,7 +263,8 @@ class RelationExtractor:
         """Relations between ``event`` and earlier ``history`` (chronological), from the turn ``texts`` just added.
 
         ``history`` is the conversation's events before this step, in creation order: a conversation memory
-        passes its ``EventIndex`` (kept up to date as events are added, so nothing here scans every event).
+        passes the ``EventIndex`` of its hot window (the most recent events, kept up to date as events are added,
+        so nothing here scans every event); relations are only proposed between ``event`` and those events.
         ``adjacent`` is False when the texts were merged into an older event: then no adjacency edges.
         """
         index = history if isinstance(history, EventIndex) else EventIndex(history)
@@ -405,13 +406,13 @@ class RelationExtractor:
         ranked = sorted((name for name in own if frequency[name] > 0), key=lambda n: frequency[n])
         relations: list[Relation] = []
         for name in ranked[: self.config.entity_links_max]:
-            latest = index.events[index.latest_except(index.rows_naming(name), own_row)]
+            latest = index.event_at(index.latest_except(index.rows_naming(name), own_row))
             confidence = 0.4 + 0.5 / frequency[name]
             relations.append(make_relation(latest, event, RelationType.SAME_ENTITY, confidence, f"both name {name}"))
         if previous.participants != event.participants:
             row = index.latest_except(index.rows_with_participants(event.participants), own_row)
             if row is not None:
-                same = index.events[row]
+                same = index.event_at(row)
                 relations.append(make_relation(same, event, RelationType.SAME_PARTICIPANT, 0.6,
                                                "same participants: " + ", ".join(event.participants)))
         return relations
@@ -440,7 +441,7 @@ class RelationExtractor:
         if not len(rows):
             return []
         scores = index.scores(rows, np.asarray(event.embedding, dtype=np.float32))
-        return self._follow_up_relations(event, lambda at: index.events[rows[at]], scores)
+        return self._follow_up_relations(event, lambda at: index.event_at(rows[at]), scores)
 
     def _follow_ups_among(self, event: Event, earlier: Sequence[Event]) -> list[Relation]:
         """``_semantic_follow_ups`` by a scan of the earlier events (events without a usable embedding)."""

@@ -90,12 +90,6 @@ MATCH (x:Event {event_id: id})
 WHERE x.stub = true
 DETACH DELETE x
 """
-_CLEAR_OLD_MEMBERSHIP = """
-UNWIND $ids AS id
-MATCH (e:Event)-[m:MEMBER_OF]->(:Cluster {cluster_id: id})
-DELETE m
-SET e.cluster_id = null
-"""
 # An event belongs to one topic, so joining a cluster leaves any other.
 _LEAVE_OTHER_CLUSTERS = """
 UNWIND $rows AS r
@@ -192,6 +186,7 @@ class FalkorDBGraphStore(GraphStore):
                 graph.query(_UPSERT_RELATIONS_TO_CLUSTERS, {"rows": chunk})
 
     def upsert_clusters(self, clusters: Sequence[Cluster]) -> None:
+        # Listed members join (leaving any other cluster); members not listed keep their MEMBER_OF edge.
         for tenant, batch in _by_tenant(clusters):
             graph = self._writable(tenant)
             ids = [c.cluster_id for c in batch]
@@ -206,7 +201,6 @@ class FalkorDBGraphStore(GraphStore):
             for id_chunk in _chunks(ids):
                 graph.query(_MOVE_STUB_EDGES_TO_CLUSTERS, {"ids": id_chunk})
                 graph.query(_DELETE_CLUSTER_STUBS, {"ids": id_chunk})
-                graph.query(_CLEAR_OLD_MEMBERSHIP, {"ids": id_chunk})
             for member_chunk in _chunks(members):
                 graph.query(_LEAVE_OTHER_CLUSTERS, {"rows": member_chunk})
                 graph.query(_ADD_MEMBERSHIP, {"rows": member_chunk})

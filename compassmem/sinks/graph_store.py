@@ -25,7 +25,10 @@ class GraphStore(ABC):
 
     @abstractmethod
     def upsert_clusters(self, clusters: Sequence[Cluster]) -> None:
-        """Cluster nodes and their member edges; a cluster's membership is replaced as a whole."""
+        """Cluster nodes and their member edges. The listed members join the cluster, leaving any other (an event
+        belongs to one topic); members not listed keep their membership: a writer that holds only a conversation's
+        recent events lists those (every member of a short conversation), and older members stay where they are.
+        The cluster's size is its members in the store."""
 
     @abstractmethod
     def conversation_graph(self, tenant: str, conversation_id: str) -> nx.MultiDiGraph:

@@ -123,7 +123,8 @@ class StreamingWorker:
         self.stores = stores
         self.metrics = metrics or MemoryMetrics(conversation_labels=settings.metrics_conversation_labels,
                                                     api_keys=settings.api_keys)
-        self.processor = MemoryStreamProcessor(embedder, stores, pipeline_config, observer=self.metrics)
+        config = pipeline_config or PipelineConfig(hot_events=settings.worker_hot_events)
+        self.processor = MemoryStreamProcessor(embedder, stores, config, observer=self.metrics)
         # Turns partition -> the next offset this worker will process there (for the lag gauge).
         self._next_offsets: dict[int, int] = {}
         # One thread: batches and forgets reach the stores strictly one at a time, in arrival order.

@@ -122,6 +122,11 @@ class ChangeFeed(Sink):
             event_id=event.event_id, event=event.model_copy(update={"embedding": None}),
         )
 
+    def wrote_event(self, event_id: str) -> bool:
+        """Whether this batch upserted a final (not provisional) version of the event."""
+        change = self.events.get(f"event:{event_id}")
+        return change is not None and change.event is not None and not change.event.provisional
+
     def delete_event(self, tenant: str, conversation_id: str, event_id: str) -> None:
         self.events[f"event:{event_id}"] = EventChange(
             op=ChangeOp.DELETE, tenant=tenant, conversation_id=conversation_id, event_id=event_id
@@ -517,8 +522,10 @@ class MemoryStreamProcessor:
                 fresh_turns.extend(indexed_turns(open_segment(memory), current.event_id))
                 self.feed.upsert_event(current)
             if previous and previous != (current.event_id if current else None) and memory is not None \
-                    and previous not in memory.events:
-                # Its segment was merged into an older event: the provisional point would otherwise linger.
+                    and not self.feed.wrote_event(previous):
+                # Its segment closed in this batch (it was open at the end of the last one) but no event of that
+                # id was written: it was merged into an older event, and the provisional point would otherwise
+                # linger. (The memory cannot say: the event may already have left its hot window.)
                 stale.append((header.tenant, header.conversation_id, previous))
             header.provisional_event_id = current.event_id if current is not None else None
         try:

@@ -1,15 +1,18 @@
 """What the worker keeps per conversation in its Faust table, and how that is laid out as bytes.
 
-A table value is one ``ConversationRecord``: the conversation's whole memory-building state plus the position in
-the turns log it reflects (``last_offset``). The position is what makes a replay harmless: after a kill -9 the
-table may hold state written for turns whose offsets were never committed, and those turns come again; any
-record at or below ``last_offset`` is already in the state and is skipped (see ``processor.py``).
+A table value is one ``ConversationRecord``: the conversation's memory-building state plus the position in the
+turns log it reflects (``last_offset``). The state is what the next decisions need, not the whole memory (the
+stores hold that): the open segment, a bounded hot window of recent events, the relations that can still change,
+the cluster centroids and running totals (see ``conversation_memory.py``), so a record stops growing once its
+conversation is past the window. The position is what makes a replay harmless: after a kill -9 the table may hold
+state written for turns whose offsets were never committed, and those turns come again; any record at or below
+``last_offset`` is already in the state and is skipped (see ``processor.py``).
 
 Layout: ``MAGIC`` + 4-byte header length + header JSON + zlib(body JSON). The header is small (ids, offsets,
 the open segment's size, when it last changed, the health counts), so the worker's timer reads it for every
-conversation without decoding the body. The body is zlib of the state as JSON with the event embeddings (most of the bytes) in one
-binary block: JSON digits would triple the size, and the restored state must be bit-identical for a resumed
-worker to decide exactly as an uninterrupted one would.
+conversation without decoding the body. The body is zlib of the state as JSON with the event embeddings and the
+cluster centroids (most of the bytes) in one binary block: JSON digits would triple the size, and the restored
+state must be bit-identical for a resumed worker to decide exactly as an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import zlib
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import partition_key
+from compassmem.models import Event, partition_key
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemoryState
 
 MAGIC = b"CMS1"
@@ -69,6 +72,11 @@ def _vector_block(vectors: list[list[float] | None]) -> tuple[str, list[int], by
     return "f8", lengths, flat.tobytes()
 
 
+def _events(memory: ConversationMemoryState) -> list[Event]:
+    """The events whose embeddings go in the binary block, in block order (the centroids follow them)."""
+    return [*memory.events, *memory.evicted_pending]
+
+
 def _frame(*parts: bytes) -> bytes:
     return b"".join(_HEADER_LENGTH.pack(len(part)) + part for part in parts)
 
@@ -87,11 +95,14 @@ def encode_record(record: ConversationRecord) -> bytes:
     header = record.header.model_dump_json().encode("utf-8")
     body = b""
     if record.memory is not None:
-        # pydantic's Rust serialiser for the structure; the event embeddings (most of the bytes) go binary.
-        state_json = record.memory.model_dump_json(exclude={"events": {"__all__": {"embedding"}}}).encode("utf-8")
-        dtype, lengths, block = _vector_block([event.embedding for event in record.memory.events])
-        meta = json.dumps({"dtype": dtype, "lengths": lengths}).encode("utf-8")
-        body = zlib.compress(_frame(state_json, meta, block), _ZLIB_LEVEL)
+        # pydantic's Rust serialiser for the structure; the embeddings and centroids (most of the bytes) go binary.
+        without = {"__all__": {"embedding"}}
+        state_json = record.memory.model_dump_json(
+            exclude={"events": without, "evicted_pending": without, "clusters": {"centroids"}})
+        centroids = record.memory.clusters.centroids
+        dtype, lengths, block = _vector_block([event.embedding for event in _events(record.memory)] + centroids)
+        meta = json.dumps({"dtype": dtype, "lengths": lengths, "centroids": len(centroids)}).encode("utf-8")
+        body = zlib.compress(_frame(state_json.encode("utf-8"), meta, block), _ZLIB_LEVEL)
     return MAGIC + _HEADER_LENGTH.pack(len(header)) + header + body
 
 
@@ -100,11 +111,18 @@ def _decode_memory(body: bytes) -> ConversationMemoryState:
     memory = ConversationMemoryState.model_validate_json(state_json)
     meta = json.loads(meta_json)
     flat = np.frombuffer(block, dtype=np.float32 if meta["dtype"] == "f4" else np.float64).astype(np.float64)
+    vectors: list[list[float] | None] = []
     position = 0
-    for event, length in zip(memory.events, meta["lengths"], strict=True):
-        if length >= 0:
-            event.embedding = flat[position : position + length].tolist()
-            position += length
+    for length in meta["lengths"]:
+        vectors.append(flat[position : position + length].tolist() if length >= 0 else None)
+        position += max(length, 0)
+    # A record written before the centroids went binary has them in its JSON (and no "centroids" count).
+    centroids = meta.get("centroids", 0)
+    if centroids:
+        memory.clusters.centroids = [vector for vector in vectors[-centroids:] if vector is not None]
+    for event, vector in zip(_events(memory), vectors[: len(vectors) - centroids], strict=True):
+        if vector is not None:
+            event.embedding = vector
     return memory
 
 
