@@ -28,8 +28,8 @@ from compassmem.evaluation.recall import BUDGETS
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import MemoryPipeline
-from compassmem.query_api.conversation_view import ViewCache
 from compassmem.query_api.engine import QueryEngine
+from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
@@ -84,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         data_dir = args.data_dir or Path(scratch)
         with open_stores(Settings(data_dir=data_dir), dim=embedder.dim) as stores:
             ingest_seconds = 0.0 if args.reuse else build_memory(data, stores, embedder)
-            engine = QueryEngine(embedder, stores.vectors, ViewCache(stores.vectors, stores.graph, max_age_s=1e9))
+            hot = HotTier(stores.vectors, stores.graph, max_age_s=1e9)
+            engine = QueryEngine(embedder, stores.vectors, stores.graph, hot)
             retriever = EngineRetriever(engine, budget=max(BUDGETS))
             results = [evaluate_retriever("compassmem", retriever, questions, text_of=corpus.text_of)]
     if not args.no_baselines:

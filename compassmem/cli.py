@@ -93,7 +93,8 @@ def print_answer(question: str, response: QueryResponse, shown: int) -> None:
         path = " -> ".join(f"{step.type}" + (f"/{step.subtype}" if step.subtype else "") for step in item.path)
         anchors = ", ".join(f"{a.expression} = {a.start}" + (f"..{a.end}" if a.end != a.start else "")
                             for a in item.time_anchors[:3])
-        print(f"   event {item.event_id[:8]} score {item.score:.2f}" + (f" via {path}" if path else " (seed)")
+        print(f"   event {item.event_id[:8]} of {item.conversation_id} score {item.score:.2f}"
+              + (f" via {path}" if path else " (seed)")
               + (f"; time: {anchors}" if anchors else ""))
         for turn in item.turns:
             print(f"      {turn.turn_id} {turn.timestamp:%Y-%m-%d} {turn.speaker}: {turn.text}")
@@ -102,23 +103,40 @@ def print_answer(question: str, response: QueryResponse, shown: int) -> None:
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.embedding import SentenceTransformerEmbedder
     from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
-    from compassmem.query_api.conversation_view import ViewCache
     from compassmem.query_api.engine import QueryEngine
+    from compassmem.query_api.hot_tier import HotTier
     from compassmem.query_api.schemas import QueryRequest
     from compassmem.sinks.factory import open_stores
 
+    scope: dict[str, object]
+    words = list(args.words)
+    if args.subject:
+        scope = {"subject_id": args.subject}
+    elif args.conversations:
+        scope = {"conversation_ids": [c for c in args.conversations.split(",") if c]}
+    elif args.all:
+        scope = {"all_conversations": True}
+    else:
+        scope = {"conversation_id": words.pop(0)}
+    if not words:
+        print("error: give at least one question", file=sys.stderr)
+        return 2
+    try:
+        requests = [QueryRequest(**scope, question=q, tenant=args.tenant, budget_turns=args.budget) for q in words]
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
     client = ChatClient.from_settings(settings)
     with open_stores(settings, dim=embedder.dim) as stores:
-        engine = QueryEngine(embedder, stores.vectors, ViewCache(stores.vectors, stores.graph),
+        engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph),
                              answerer=LlmAnswerer(client) if client else None,
                              decomposer=LlmDecomposer(client).decompose if client else None)
-        for question in args.questions:
-            response = engine.query(QueryRequest(conversation_id=args.conversation_id, question=question,
-                                                 tenant=args.tenant, budget_turns=args.budget))
+        for request in requests:
+            question = request.question
+            response = engine.query(request)
             if not response.turn_ids:
-                print(f"error: no memory for conversation {args.conversation_id!r} of tenant {args.tenant!r}",
-                      file=sys.stderr)
+                print(f"error: no memory for {request.scope_label} of tenant {args.tenant!r}", file=sys.stderr)
                 return 1
             print_answer(question, response, args.budget)
     return 0
@@ -140,9 +158,15 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("--tenant", default="default")
     ingest.add_argument("--subject", metavar="ID", help=SUBJECT_HELP)
     ingest.set_defaults(handler=cmd_ingest)
-    ask = commands.add_parser("ask", help="answer questions from a conversation's memory, with evidence")
-    ask.add_argument("conversation_id")
-    ask.add_argument("questions", nargs="+", help="one or more questions")
+    ask = commands.add_parser("ask", help="answer questions from memory, with evidence",
+                              usage="compassmem ask [--subject ID | --conversations A,B | --all] "
+                                    "[CONVERSATION_ID] QUESTION [QUESTION ...]")
+    ask.add_argument("words", nargs="+", metavar="[CONVERSATION_ID] QUESTION",
+                     help="the conversation to ask (unless a scope option is given), then one or more questions")
+    scope = ask.add_mutually_exclusive_group()
+    scope.add_argument("--subject", help="ask every conversation about this subject (the turns' subject_id)")
+    scope.add_argument("--conversations", help="ask these conversations together (comma-separated ids)")
+    scope.add_argument("--all", action="store_true", help="ask every conversation of the tenant")
     ask.add_argument("--tenant", default="default")
     ask.add_argument("--budget", type=int, default=5, help="ranked turns to return per question")
     ask.set_defaults(handler=cmd_ask)

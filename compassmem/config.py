@@ -61,11 +61,15 @@ class Settings(BaseSettings):
         "'Authorization: Bearer <key>', tenants not listed stay open.",
     )
     api_view_max_age_s: float = Field(
-        default=5.0, gt=0, description="A separate API process reloads a conversation's view after this long."
+        default=30.0, gt=0, description="The hot tier reloads an event (its turns, summary, cluster, relations) after "
+        "this long at the latest. An API that follows the worker's change feeds (dev, or api with "
+        "COMPASSMEM_KAFKA_BOOTSTRAP) drops changed events at once; this bounds staleness without a feed (e.g. "
+        "`compassmem ingest` into shared store servers). New turns are searchable at once regardless."
     )
-    api_view_cache_size: int = Field(
-        default=64, ge=1, le=100_000,
-        description="Most conversation views an API process keeps loaded (least recently used evicted first).",
+    api_hot_turns: int = Field(
+        default=50_000, ge=100, le=10_000_000,
+        description="Most turns (with their events and vectors, about 3 KB each) the API's hot tier keeps; least "
+        "recently used events are evicted first. Bounds the API's memory whatever the tenant holds.",
     )
     api_torch_threads: int = Field(
         default=1, ge=1, le=256,

@@ -392,7 +392,7 @@ def _openapi() -> dict[str, Any]:
     """The app's OpenAPI document; it depends on no service, so an app over placeholders gives the same one. Built
     at import time: schemathesis parametrizes from a schema at collection (its fixture-based lazy loader does not
     work with pytest 9)."""
-    placeholders = ApiServices(engine=None, stores=None, views=None,  # type: ignore[arg-type]
+    placeholders = ApiServices(engine=None, stores=None, hot=None,  # type: ignore[arg-type]
                                settings=Settings.model_construct(), metrics=MemoryMetrics(process_collectors=False))
     return create_app(placeholders).openapi()
 

@@ -80,6 +80,38 @@ def test_conversation_graph_view(
     assert graph_store.conversation_graph(store_tenant, "missing").number_of_nodes() == 0
 
 
+def test_edges_and_clusters_around_some_events_only(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder,
+    cluster_builder: ClusterBuilder, store_tenant: str
+) -> None:
+    e1, e2, e3, e4 = _chain(event_builder, store_tenant)
+    into, out_of, far = (relation_builder(e1, e2.event_id), relation_builder(e2, e3.event_id),
+                         relation_builder(e3, e4.event_id))
+    rival = relation_builder(e3, e2.event_id, confidence=0.99)  # contradicts out_of: out_of is superseded
+    graph_store.upsert_events([e1, e2, e3, e4])
+    graph_store.upsert_relations([into, out_of, far])
+    graph_store.upsert_relations([out_of.model_copy(update={"superseded_by": rival.relation_id}), rival])
+    graph_store.upsert_clusters([cluster_builder([e2, e4], "cl-n")])
+    other_tenant = f"{store_tenant}-other"  # the same event ids under another tenant must never show
+    graph_store.upsert_events([e.model_copy(update={"tenant": other_tenant}) for e in (e2, e3)])
+    graph_store.upsert_relations([relation_builder(e2.model_copy(update={"tenant": other_tenant}), e3.event_id,
+                                                   RelationType.TEMPORAL, subtype="before")])
+
+    around = graph_store.edges_touching(store_tenant, [e2.event_id])
+
+    assert {edge.relation_id for edge in around} == {into.relation_id, rival.relation_id}  # active ones only
+    edge = next(edge for edge in around if edge.relation_id == into.relation_id)
+    assert (edge.source, edge.target, edge.type, edge.confidence) == (e1.event_id, e2.event_id, "causal",
+                                                                      pytest.approx(0.8))
+    both = graph_store.edges_touching(store_tenant, [e2.event_id, e3.event_id])
+    assert sorted(edge.relation_id for edge in both) == sorted({into.relation_id, rival.relation_id,
+                                                               far.relation_id})  # each edge once
+    assert graph_store.clusters_of(store_tenant, [e2.event_id]) == {"cl-n": sorted([e2.event_id, e4.event_id])}
+    assert graph_store.clusters_of(store_tenant, [e1.event_id]) == {}
+    assert graph_store.edges_touching("nobody-here", [e2.event_id]) == []
+    assert graph_store.edges_touching(store_tenant, []) == []
+
+
 def test_subject_id_is_an_indexed_event_property(
     graph_store: FalkorDBGraphStore, event_builder: EventBuilder, store_tenant: str
 ) -> None:

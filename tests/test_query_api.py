@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from compassmem.config import Settings
@@ -27,11 +27,14 @@ from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import ApiServices, create_app
+from compassmem.query_api.change_listener import ChangeFeedListener
+from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.server import ApiSidecar, BackgroundServer, run_api
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
+from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
 from prometheus_text import parse_samples, total
 
 ACME, GLOBEX = "acme-api", "globex-api"
@@ -39,14 +42,14 @@ T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
 
 
 def _turns(tenant: str, conversation_id: str, prefix: str, sessions: list[list[tuple[str, str]]],
-           start: datetime = T0) -> list[Turn]:
+           start: datetime = T0, subject_id: str | None = None) -> list[Turn]:
     turns = []
     for number, session in enumerate(sessions, start=1):
         began = start + timedelta(days=14 * (number - 1))
         for index, (speaker, text) in enumerate(session, start=1):
             turns.append(Turn(tenant=tenant, conversation_id=conversation_id, turn_id=f"{prefix}{number}:{index}",
                               speaker=speaker, text=text, timestamp=began + timedelta(minutes=index),
-                              session_id=str(number)))
+                              session_id=str(number), subject_id=subject_id))
     return turns
 
 
@@ -80,6 +83,25 @@ GRAPH_TURNS = _turns(ACME, "c-graph", "R", [
     [("Priya", "The audit went well thanks to the early billing release."),
      ("Tom", "Great, the auditors liked the new invoices.")],
 ])
+
+# Support tickets: customer cust-42 has three conversations, cust-7 one; globex has a cust-42 and a t-1 of its own.
+TICKETS = [
+    *_turns(ACME, "t-1", "K", [[("Dana", "My router keeps dropping the wifi connection every evening."),
+                                ("Agent", "I reset the router channel; tell us if the wifi drops again.")]],
+            subject_id="cust-42"),
+    *_turns(ACME, "t-2", "K", [[("Dana", "The invoice for March charged me twice for the fibre plan."),
+                                ("Agent", "I refunded the duplicate fibre charge to your card.")]],
+            start=T0 + timedelta(days=30), subject_id="cust-42"),
+    *_turns(ACME, "t-3", "K", [[("Dana", "The wifi dropped again last night, same router as before."),
+                                ("Agent", "We are sending a replacement router by courier.")]],
+            start=T0 + timedelta(days=60), subject_id="cust-42"),
+    *_turns(ACME, "t-4", "K", [[("Eli", "My router wifi drops whenever the microwave is on."),
+                                ("Agent", "Switch the router to the 5 GHz band.")]], subject_id="cust-7"),
+    *_turns(GLOBEX, "t-1", "K", [[("Zed", "The router wifi at the greenhouse drops out every evening."),
+                                  ("Agent", "A technician will check the greenhouse router.")]],
+            subject_id="cust-42"),
+]
+TICKET_KEYS = {(t.tenant, t.conversation_id, t.turn_id) for t in TICKETS}
 
 
 def _free_port() -> int:
@@ -149,7 +171,7 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_fa
     graph = FalkorDBGraphStore.from_embedded(embedded_falkordb)
     stores = Stores(vectors=vectors, graph=graph)
     MemoryPipeline(embedder, [VectorSink(vectors), GraphSink(graph)]).ingest(
-        [*ACME_TURNS, *GLOBEX_TURNS, *DELETE_TURNS, *GRAPH_TURNS])
+        [*ACME_TURNS, *GLOBEX_TURNS, *DELETE_TURNS, *GRAPH_TURNS, *TICKETS])
     settings = Settings(api_port=0, turns_topic="turns", control_topic="control")
     try:
         metrics = MemoryMetrics()
@@ -237,6 +259,134 @@ def test_unknown_conversation_is_404_with_a_message(api: httpx.Client) -> None:
     response = _ask(api, ACME, "never-seen", "anything?")
     assert response.status_code == 404
     assert "never-seen" in response.json()["detail"]
+
+
+# -- query scopes: one conversation, a list, a subject, the whole tenant ---------------------------------------
+
+
+def _scoped(client: httpx.Client, tenant: str, question: str, **scope: Any) -> dict[str, Any]:
+    response = client.post("/v1/query", json={"tenant": tenant, "question": question, "budget_turns": 10, **scope})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    refs = [(r["conversation_id"], r["turn_id"]) for r in body["turn_refs"]]
+    assert [turn_id for _, turn_id in refs] == body["turn_ids"] and len(set(refs)) == len(refs)
+    for item in body["evidence"]:  # every evidence item names its conversation, and its turns are of it
+        assert all(t["conversation_id"] == item["conversation_id"] for t in item["turns"])
+    return body
+
+
+def _conversations(body: dict[str, Any]) -> set[str]:
+    return {r["conversation_id"] for r in body["turn_refs"]}
+
+
+def test_a_subject_scope_ranks_across_that_subjects_conversations_only(api: httpx.Client) -> None:
+    body = _scoped(api, ACME, "Has the customer's wifi router dropped the connection before?", subject_id="cust-42")
+    found = _conversations(body)
+    assert {"t-1", "t-3"} <= found  # both wifi tickets, told 60 days apart
+    assert found <= {"t-1", "t-2", "t-3"}  # never cust-7's ticket, never another subject's conversation
+    assert ("t-1", "K1:1") in {(r["conversation_id"], r["turn_id"]) for r in body["turn_refs"]}
+    texts = {t.text for t in TICKETS if t.tenant == ACME}
+    assert all(t["text"] in texts for item in body["evidence"] for t in item["turns"])
+
+
+def test_a_list_scope_covers_exactly_the_listed_conversations(api: httpx.Client) -> None:
+    body = _scoped(api, ACME, "What happened with the router?", conversation_ids=["t-3", "t-4"])
+    assert _conversations(body) == {"t-3", "t-4"}
+    one = _scoped(api, ACME, "What happened with the router?", conversation_id="t-4")
+    assert _conversations(one) == {"t-4"}
+
+
+def test_the_tenant_scope_searches_every_conversation_of_the_tenant_and_no_other(api: httpx.Client) -> None:
+    body = _scoped(api, ACME, "Which customers had wifi router problems?", all_conversations=True)
+    assert {"t-1", "t-4"} <= _conversations(body)
+    acme_keys = {(t.conversation_id, t.turn_id) for t in [*ACME_TURNS, *DELETE_TURNS, *GRAPH_TURNS, *TICKETS]
+                 if t.tenant == ACME}
+    assert {(r["conversation_id"], r["turn_id"]) for r in body["turn_refs"]} <= acme_keys
+    assert "greenhouse" not in json.dumps(body)  # globex's router ticket, same ids and subject
+
+
+@pytest.mark.parametrize("scope", [{"conversation_id": "t-1"}, {"conversation_ids": ["t-1", "t-3"]},
+                                   {"subject_id": "cust-42"}, {"all_conversations": True}])
+def test_every_scope_keeps_tenants_apart(api: httpx.Client, locked_api: httpx.Client, scope: dict[str, Any]) -> None:
+    globex = _scoped(api, GLOBEX, "Did the router wifi drop?", **scope)
+    assert "Dana" not in json.dumps(globex)  # acme's customer, under the same conversation ids and subject
+    if "conversation_ids" not in scope:  # globex has no t-3: the list scope may find only t-1
+        assert ("t-1", "K1:1") in {(r["conversation_id"], r["turn_id"]) for r in globex["turn_refs"]}
+    nobody = api.post("/v1/query", json={"tenant": "nobody", "question": "router?", **scope})
+    assert nobody.status_code == 404 and "nobody" in nobody.json()["detail"]
+    locked = locked_api.post("/v1/query", json={"tenant": ACME, "question": "router?", **scope},
+                             headers={"Authorization": "Bearer the-key-of-another-tenant"})
+    assert locked.status_code == 403
+
+
+@pytest.mark.parametrize("scope", [{}, {"conversation_id": "t-1", "subject_id": "cust-42"},
+                                   {"conversation_ids": ["t-1"], "all_conversations": True},
+                                   {"all_conversations": False}])
+def test_a_query_needs_exactly_one_scope(api: httpx.Client, scope: dict[str, Any]) -> None:
+    response = api.post("/v1/query", json={"tenant": ACME, "question": "router?", **scope})
+    assert response.status_code == 422, response.text
+    assert "exactly one scope" in response.text
+
+
+def test_scope_lists_and_subject_ids_are_bounded_and_checked(api: httpx.Client) -> None:
+    too_many = api.post("/v1/query", json={"tenant": ACME, "question": "router?",
+                                           "conversation_ids": [f"c{i}" for i in range(101)]})
+    assert too_many.status_code == 422 and _fields(too_many) == ["conversation_ids"] and "100" in too_many.text
+    empty = api.post("/v1/query", json={"tenant": ACME, "question": "router?", "conversation_ids": []})
+    assert empty.status_code == 422 and _fields(empty) == ["conversation_ids"]
+    bad_id = api.post("/v1/query", json={"tenant": ACME, "question": "router?", "conversation_ids": ["ok", "a/b"]})
+    assert bad_id.status_code == 422 and _fields(bad_id)[0].startswith("conversation_ids")
+    bad_subject = api.post("/v1/query", json={"tenant": ACME, "question": "router?", "subject_id": " "})
+    assert bad_subject.status_code == 422 and _fields(bad_subject) == ["subject_id"]
+
+
+def test_the_change_feed_drops_the_hot_tier_entries_it_names(broker: str, services: ApiServices) -> None:
+    admin = KafkaAdminClient(bootstrap_servers=broker)
+    admin.create_topics([NewTopic("feed-events", num_partitions=2, replication_factor=1),
+                         NewTopic("feed-relations", num_partitions=1, replication_factor=1)])
+    admin.close()
+    vectors = services.stores.vectors
+    events = [e.event_id for e in vectors.conversation_events(ACME, "t-1")] + \
+             [e.event_id for e in vectors.conversation_events(ACME, "c1")]
+    hot = HotTier(vectors, services.stores.graph, max_age_s=1e9)  # no age limit: only the feed can drop entries
+    held = hot.events(ACME, events)
+    assert len(held) == len(events) >= 3
+    first, second, third = events[0], events[1], events[-1]
+    listener = ChangeFeedListener(broker, Settings(events_topic="feed-events", relations_topic="feed-relations"),
+                                  hot).start()
+    producer = KafkaProducer(bootstrap_servers=broker)
+    try:
+        deadline = time.monotonic() + 20
+        while not listener.following:
+            assert time.monotonic() < deadline, "the listener never found the change-feed topics"
+            time.sleep(0.05)
+        relation = Relation(tenant=ACME, conversation_id="c1", relation_id="r-feed", source=second, target=third,
+                            type=RelationType.CAUSAL, confidence=0.5, evidence="because", created_at=T0)
+        producer.send("feed-events", b"not a change record")  # skipped, and the feed goes on
+        producer.send("feed-events", EventChange(op=ChangeOp.UPSERT, tenant=ACME, conversation_id="t-1",
+                                                 event_id=first).model_dump_json().encode())
+        producer.send("feed-relations", RelationChange(relation=relation).model_dump_json().encode())
+        producer.send("feed-events", EventChange(op=ChangeOp.UPSERT, tenant=GLOBEX, conversation_id="c1",
+                                                 event_id=events[2]).model_dump_json().encode())
+        producer.flush()
+        deadline = time.monotonic() + 20
+        while listener.applied < 3:
+            assert time.monotonic() < deadline, f"only {listener.applied} changes applied"
+            time.sleep(0.05)
+        again = hot.events(ACME, events)
+        reloaded = {e for e in events if again[e] is not held[e]}
+        assert reloaded == {first, second, third}  # globex's change named acme's event id: acme's entry stays
+        producer.send("feed-events", EventChange(op=ChangeOp.FORGET, tenant=ACME, conversation_id="c1")
+                      .model_dump_json().encode())
+        producer.flush()
+        deadline = time.monotonic() + 20
+        while listener.applied < 4:
+            assert time.monotonic() < deadline, "the forget was not applied"
+            time.sleep(0.05)
+        assert hot.turns == sum(len(held[e].turns) for e in events if held[e].event.conversation_id == "t-1")
+    finally:
+        producer.close()
+        listener.stop()
 
 
 # -- bad requests ---------------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ import pytest
 from compassmem.config import Settings
 from compassmem.importers import read_turns
 from compassmem.pipeline import MemoryPipeline
-from compassmem.query_api.conversation_view import ViewCache
 from compassmem.query_api.decomposition import analyse
 from compassmem.query_api.engine import QueryEngine, asked_speakers
+from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import open_stores
@@ -28,7 +28,7 @@ def engine(embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Query
         other_tenant = [t.model_copy(update={"tenant": "other", "text": "Unrelated chat about gardening."})
                         for t in turns]
         MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns + other_tenant)
-        yield QueryEngine(embedder, stores.vectors, ViewCache(stores.vectors, stores.graph))
+        yield QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph))
 
 
 def ask(engine: QueryEngine, question: str, **fields) -> list[str]:  # noqa: ANN003
@@ -86,7 +86,7 @@ def test_a_configured_decomposer_adds_subgoals(engine: QueryEngine) -> None:
     def llm_like(question: str) -> list[str]:
         return ["Biscuit puppy class graduation", question]  # a repeat of the question is not added twice
 
-    with_llm = QueryEngine(engine.embedder, engine.vectors, engine.views, decomposer=llm_like)
+    with_llm = QueryEngine(engine.embedder, engine.vectors, engine.graph, engine.hot, decomposer=llm_like)
     response = with_llm.query(QueryRequest(conversation_id="priya-tom", question="How is the dog doing?",
                                            budget_turns=6))
     assert response.subgoals == ["How is the dog doing?", "Biscuit puppy class graduation"]
@@ -94,13 +94,17 @@ def test_a_configured_decomposer_adds_subgoals(engine: QueryEngine) -> None:
     assert "S3:7" in response.turn_ids  # "he graduated from puppy class the week before"
 
 
-def test_the_view_cache_is_bounded_and_evicts_the_least_recently_used(engine: QueryEngine) -> None:
-    views = ViewCache(engine.vectors, engine.views._graph, max_age_s=1e9, max_views=2)  # noqa: SLF001
-    first = views.get("default", "priya-tom")
-    other = views.get("other", "priya-tom")
-    assert views.get("default", "priya-tom") is first  # a hit, and now the most recently used
-    views.get("default", "someone-else")  # a third view: the least recently used ("other") goes
-    assert len(views) == 2
-    assert views.get("default", "priya-tom") is first
-    reloaded = views.get("other", "priya-tom")
-    assert reloaded is not other and set(reloaded.events) == set(other.events)  # loaded again from the stores
+def test_the_hot_tier_is_bounded_by_turns_and_evicts_the_least_recently_used(engine: QueryEngine) -> None:
+    events = engine.vectors.conversation_events("default", "priya-tom")
+    sizes = {e.event_id: len(e.observations) for e in events}
+    first, second, third = (e.event_id for e in events[:3])
+    hot = HotTier(engine.vectors, engine.graph, max_turns=sizes[first] + sizes[second], max_age_s=1e9)
+    held = hot.events("default", [first, second])
+    assert hot.turns == sizes[first] + sizes[second] and len(hot) == 2
+    assert hot.events("default", [first])[first] is held[first]  # a hit, and now the most recently used
+    hot.events("default", [third])  # past the bound: the least recently used (second) goes
+    assert hot.turns <= sizes[first] + sizes[second]
+    assert hot.events("default", [first])[first] is held[first]
+    reloaded = hot.events("default", [second])[second]
+    assert reloaded is not held[second] and reloaded.turn_ids == held[second].turn_ids  # loaded again
+    assert hot.events("other", [first]) == {}  # another tenant never sees these events

@@ -23,7 +23,7 @@ from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import SparseVector, VectorStore
+from compassmem.sinks.vector_store import SearchScope, SparseVector, VectorStore
 
 Opener = Callable[[], VectorStore]
 EventBuilder = Callable[..., Event]
@@ -337,6 +337,49 @@ def test_turn_search_is_scoped_to_tenant_and_conversation(
     assert store.search_turns("alice", "c1", mine[2].embedding or [], limit=0) == []
     with pytest.raises(ValueError, match="dimensions"):
         store.search_turns("alice", "c1", [1.0, 0.0], limit=3)
+
+
+def test_scoped_turn_search_covers_a_list_a_subject_or_the_tenant_and_nothing_else(
+    put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+
+    def turns(tenant: str, conversation_id: str, subject: str | None) -> list[IndexedTurn]:
+        return [turn_builder(conversation_id, i, tenant=tenant).model_copy(update={"subject_id": subject})
+                for i in range(1, 4)]
+
+    # Identical embeddings everywhere: only the scope filter can tell these apart.
+    put_turns(store, *turns("alice", "t1", "cust-1"), *turns("alice", "t2", "cust-1"), *turns("alice", "t3", "cust-2"),
+              *turns("alice", "t4", None), *turns("bob", "t1", "cust-1"))
+    query = turn_builder("t1", 2).embedding or []
+
+    def found(scope: SearchScope) -> set[tuple[str, str]]:
+        hits = store.search_turns_in(scope, query, limit=50)
+        keyword_hits = store.keyword_search_turns_in(scope, SparseVector(indices=[1], values=[1.0]), limit=50)
+        assert all(h.turn.tenant == scope.tenant for h in [*hits, *keyword_hits])
+        assert store.count_turns(scope) == len(hits)
+        return {(h.turn.conversation_id, h.turn.turn_id) for h in hits}
+
+    assert {c for c, _ in found(SearchScope(tenant="alice", conversation_ids=("t1", "t3")))} == {"t1", "t3"}
+    assert {c for c, _ in found(SearchScope(tenant="alice", subject_id="cust-1"))} == {"t1", "t2"}
+    assert {c for c, _ in found(SearchScope(tenant="alice"))} == {"t1", "t2", "t3", "t4"}
+    assert {c for c, _ in found(SearchScope(tenant="bob", subject_id="cust-1"))} == {"t1"}
+    assert found(SearchScope(tenant="carol")) == set()
+    assert found(SearchScope(tenant="alice", subject_id="cust-9")) == set()
+
+
+def test_turns_of_events_returns_only_those_events_turns_of_the_tenant(
+    put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    first = [turn_builder("c1", i, event_id="e-1") for i in (3, 1, 2)]
+    put_turns(store, *first, turn_builder("c1", 4, event_id="e-2"), turn_builder("c1", 5, tenant="bob", event_id="e-1"))
+
+    assert [t.turn_id for t in store.turns_of_events("default", ["e-1"])] == ["D1:1", "D1:2", "D1:3"]
+    assert all(t.embedding is not None for t in store.turns_of_events("default", ["e-1"]))
+    assert len(store.turns_of_events("default", ["e-1", "e-2"])) == 4
+    assert [t.turn_id for t in store.turns_of_events("bob", ["e-1"])] == ["D1:5"]
+    assert store.turns_of_events("default", []) == []
 
 
 def test_turn_keyword_search_ranks_a_shared_rare_term_first(

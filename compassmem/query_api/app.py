@@ -39,7 +39,7 @@ from compassmem.query_api.api_models import (
     ValidationErrorResponse,
 )
 from compassmem.query_api.body_limit import BodyLimitMiddleware
-from compassmem.query_api.conversation_view import ViewCache
+from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.engine import QueryDeadlineExceeded, QueryEngine
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
 from compassmem.query_api.turn_publisher import ControlPublisher, PublishError, RecordTooLargeError, TurnPublisher
@@ -59,7 +59,7 @@ class ApiServices:
 
     engine: QueryEngine
     stores: Stores
-    views: ViewCache
+    hot: HotTier
     settings: Settings
     # In `compassmem dev` the worker's own: one /metrics shows both.
     metrics: MemoryMetrics
@@ -192,8 +192,11 @@ def create_app(services: ApiServices) -> FastAPI:
     Tenant = Annotated[str, Depends(authorized_tenant)]
 
     @app.post("/v1/query", response_model=QueryResponse, tags=["query"],
-              summary="Answer a question from a conversation's memory",
-              description="Decomposes the question into subgoals (at most 8: the whole question, then its "
+              summary="Answer a question from the memory of one conversation, several, a subject's, or all",
+              description="Searches one conversation (conversation_id), several (conversation_ids), every "
+                          "conversation about one subject (subject_id) or the whole tenant (all_conversations); "
+                          "results rank across them and every evidence item names its conversation. "
+                          "Decomposes the question into subgoals (at most 8: the whole question, then its "
                           "clauses, then an LLM's), seeds each from hybrid search, walks the event "
                           "graph and returns ranked evidence events with their source turns, the relation path "
                           "that reached them and their resolved time anchors; plus an answer when an LLM "
@@ -203,14 +206,15 @@ def create_app(services: ApiServices) -> FastAPI:
               responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID, **_TOO_LARGE, **_DEADLINE})
     def query(body: QueryRequest, request: Request) -> QueryResponse:
         authorize(request, body.tenant)
-        if services.views.get(body.tenant, body.conversation_id).empty:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(body.tenant, body.conversation_id))
+        if services.stores.vectors.count_turns(body.scope) == 0:
+            raise HTTPException(status.HTTP_404_NOT_FOUND,
+                                detail=f"no memory for {body.scope_label} of tenant {body.tenant!r}")
         started = time.perf_counter()
         try:
             response = services.engine.query(body, deadline_s=services.settings.api_query_deadline_s)
         except QueryDeadlineExceeded as error:
             services.metrics.query_failed()
-            log.warning("api.query_deadline", tenant=body.tenant, conversation_id=body.conversation_id,
+            log.warning("api.query_deadline", tenant=body.tenant, scope=body.scope_label,
                         phase=error.phase, deadline_s=error.deadline_s)
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
                                 detail=f"{error} (COMPASSMEM_API_QUERY_DEADLINE_S); retry later or ask a simpler "
@@ -219,7 +223,7 @@ def create_app(services: ApiServices) -> FastAPI:
             services.metrics.query_failed()
             raise
         services.metrics.query_answered(response, time.perf_counter() - started)
-        log.debug("api.query", tenant=body.tenant, conversation_id=body.conversation_id,
+        log.debug("api.query", tenant=body.tenant, scope=body.scope_label,
                   turns=len(response.turn_ids), ms=response.timings_ms.get("total"))
         return response
 
@@ -307,7 +311,7 @@ def create_app(services: ApiServices) -> FastAPI:
         events = services.stores.vectors.count(tenant, conversation_id)
         services.stores.vectors.delete_conversation(tenant, conversation_id)
         services.stores.graph.delete_conversation(tenant, conversation_id)
-        services.views.invalidate(tenant, conversation_id)
+        services.hot.invalidate(tenant, conversation_id)
         log.info("api.conversation_deleted", tenant=tenant, conversation_id=conversation_id, events=events,
                  forget_published=published)
         return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,

@@ -1,10 +1,13 @@
-"""BM25 over a small in-memory corpus (one conversation's turns or windows), with bm25s.
+"""BM25 over a small corpus assembled per query: windows of turns whose tokens were counted once, when cached.
 
-Parameters: k1 1.5, b 0.75, English stop words, Snowball English stemmer.
+Scores follow bm25s' "lucene" variant (k1 1.5, b 0.75, English stop words, Snowball English stemmer, a query token
+repeated counts again), but only the query's terms are looked at, so scoring a few hundred windows costs well under
+a millisecond and no index is built: the corpus is whatever the query's candidate turns are.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 import bm25s
@@ -14,25 +17,49 @@ import Stemmer
 BM25_K1 = 1.5
 BM25_B = 0.75
 
+_STEMMER = Stemmer.Stemmer("english")
+
+
+def bm25_tokens(texts: Sequence[str]) -> list[list[str]]:
+    """Stemmed, stop-word-free tokens of each text, as BM25 indexes them."""
+    tokenized = bm25s.tokenize(list(texts), stopwords="en", stemmer=_STEMMER.stemWords, return_ids=False,
+                               show_progress=False)
+    return [list(tokens) for tokens in tokenized]
+
+
+def token_counts(texts: Sequence[str]) -> list[Counter[str]]:
+    return [Counter(tokens) for tokens in bm25_tokens(texts)]
+
+
+def window_bm25(query: str, turn_counts: Sequence[Counter[str]], window_rows: np.ndarray, window_of_row: np.ndarray,
+                windows: int, k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
+    """BM25 score of each window for ``query``; window ``window_of_row[i]`` holds turn ``window_rows[i]``."""
+    scores = np.zeros(windows, dtype=np.float64)
+    query_tokens = bm25_tokens([query])[0]
+    if not query_tokens or windows == 0:
+        return scores
+    terms = sorted(set(query_tokens))
+    per_turn = np.asarray([[counts.get(term, 0) for term in terms] for counts in turn_counts],
+                          dtype=np.float64).reshape(len(turn_counts), len(terms))
+    lengths = np.asarray([sum(counts.values()) for counts in turn_counts], dtype=np.float64)
+    tf = np.zeros((windows, len(terms)), dtype=np.float64)
+    np.add.at(tf, window_of_row, per_turn[window_rows])
+    length = np.zeros(windows, dtype=np.float64)
+    np.add.at(length, window_of_row, lengths[window_rows])
+    average = float(length.mean()) or 1.0
+    df = (tf > 0).sum(axis=0)
+    idf = np.log(1 + (windows - df + 0.5) / (df + 0.5))
+    saturation = tf / (k1 * ((1 - b) + b * length[:, None] / average) + tf)
+    repeats = np.asarray([query_tokens.count(term) for term in terms], dtype=np.float64)
+    return (saturation * idf * repeats).sum(axis=1)
+
 
 class Bm25Index:
-    """bm25s over a list of texts; ``scores`` gives one BM25 score per text."""
+    """BM25 over a fixed list of texts (each its own document); ``scores`` gives one score per text."""
 
-    def __init__(self, texts: Sequence[str], k1: float = BM25_K1, b: float = BM25_B) -> None:
-        self._stemmer = Stemmer.Stemmer("english")
-        self._size = len(texts)
-        self._model = bm25s.BM25(k1=k1, b=b)
-        tokens = self._tokenize(list(texts))
-        self._model.index(tokens, show_progress=False)
-
-    def _tokenize(self, texts: list[str]) -> list[list[str]]:
-        tokenized = bm25s.tokenize(
-            texts, stopwords="en", stemmer=self._stemmer.stemWords, return_ids=False, show_progress=False
-        )
-        return [list(t) for t in tokenized]
+    def __init__(self, texts: Sequence[str]) -> None:
+        self._counts = token_counts(texts) if texts else []
+        self._rows = np.arange(len(self._counts), dtype=np.int64)
 
     def scores(self, query: str) -> np.ndarray:
-        query_tokens = self._tokenize([query])[0]
-        if not query_tokens:
-            return np.zeros(self._size, dtype=np.float32)
-        return np.asarray(self._model.get_scores(query_tokens), dtype=np.float32)
+        return window_bm25(query, self._counts, self._rows, self._rows, len(self._counts))

@@ -15,18 +15,27 @@ from pydantic import BaseModel, Field
 
 from compassmem.embedding import Embedder
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
-from compassmem.query_api.conversation_view import ConversationView, ViewCache
 from compassmem.query_api.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
+from compassmem.query_api.hot_tier import HotTier
+from compassmem.query_api.memory_view import MemoryView, TurnKey
 from compassmem.query_api.navigation import NavigationConfig, Reached, walk
-from compassmem.query_api.schemas import EvidenceItem, QueryRequest, QueryResponse, TurnOut
-from compassmem.sinks.vector_store import VectorStore
+from compassmem.query_api.schemas import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
+from compassmem.sinks.graph_store import GraphStore
+from compassmem.sinks.vector_store import SearchScope, VectorStore
 
 log = structlog.get_logger(__name__)
 
 
 class RankingConfig(BaseModel):
     rrf_constant: int = Field(default=60, ge=1)
+    # Candidates come from the stores, per subgoal: nearest turns, best keyword turns, nearest events. Their events
+    # (at most max_candidate_events, best first) and the events one relation away from them (at most
+    # neighbour_events) are what is ranked, so a query's cost follows these numbers, not the memory's size.
+    dense_candidates: int = Field(default=100, ge=1)
     keyword_candidates: int = Field(default=100, ge=1)
+    event_candidates: int = Field(default=20, ge=0)
+    max_candidate_events: int = Field(default=300, ge=1)
+    neighbour_events: int = Field(default=50, ge=0)
     # Event-level keyword search (sparse over whole events); off by default: turn-level keyword hits already
     # reach their events, and it cost a third of the query time for no recall on the dev split.
     event_keyword_candidates: int = Field(default=0, ge=0)
@@ -106,14 +115,15 @@ class SubgoalScores(BaseModel, arbitrary_types_allowed=True):
 
 
 class QueryEngine:
-    def __init__(self, embedder: Embedder, vectors: VectorStore, views: ViewCache,
+    def __init__(self, embedder: Embedder, vectors: VectorStore, graph: GraphStore, hot: HotTier,
                  config: EngineConfig | None = None,
                  answerer: Callable[[str, list[EvidenceItem]], str | None] | None = None,
                  decomposer: Callable[[str], list[str] | None] | None = None) -> None:
         self.embedder = embedder
         self.decomposer = decomposer
         self.vectors = vectors
-        self.views = views
+        self.graph = graph
+        self.hot = hot
         self.config = config or EngineConfig()
         self.answerer = answerer
 
@@ -123,11 +133,6 @@ class QueryEngine:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         deadline = _Deadline(deadline_s)
-        view = self.views.get(request.tenant, request.conversation_id)
-        timings["load"] = _elapsed(started)
-        if view.empty:
-            return QueryResponse(turn_ids=[], evidence=[], subgoals=[], timings_ms=timings)
-        deadline.check("load")
         analysis = analyse(request.question)
         if self.decomposer is not None:
             mark = time.perf_counter()
@@ -137,6 +142,14 @@ class QueryEngine:
         mark = time.perf_counter()
         vectors = self.embedder.embed([s.text for s in analysis.subgoals])
         timings["embed"] = _elapsed(mark)
+        mark = time.perf_counter()
+        view = self._candidates(request.scope, [s.text for s in analysis.subgoals], vectors)
+        timings["load"] = _elapsed(mark)
+        if view.empty:
+            timings["total"] = _elapsed(started)
+            return QueryResponse(turn_ids=[], evidence=[], subgoals=[s.text for s in analysis.subgoals],
+                                 timings_ms=timings)
+        deadline.check("load")
         mark = time.perf_counter()
         scored = []
         for subgoal, vector in zip(analysis.subgoals, vectors, strict=True):
@@ -155,36 +168,85 @@ class QueryEngine:
                                                              deadline)
         timings["navigate"] = _elapsed(mark)
         deadline.check("navigate")
-        turn_ids, evidence = self._rank(view, analysis, scored, event_scores, reached, best_subgoal,
-                                        request.budget_turns)
+        refs, evidence = self._rank(view, analysis, scored, event_scores, reached, best_subgoal,
+                                    request.budget_turns)
         answer = None
         if self.answerer is not None and not deadline.passed:
             mark = time.perf_counter()
             answer = self.answerer(request.question, evidence)
             timings["answer"] = _elapsed(mark)
         timings["total"] = _elapsed(started)
-        return QueryResponse(turn_ids=turn_ids, evidence=evidence, subgoals=[s.text for s in analysis.subgoals],
-                             answer=answer, timings_ms=timings)
+        return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
+                             subgoals=[s.text for s in analysis.subgoals], answer=answer, timings_ms=timings)
 
-    def _score_subgoal(self, view: ConversationView, text: str, vector: np.ndarray) -> SubgoalScores:
+    def _candidates(self, scope: SearchScope, texts: list[str], vectors: np.ndarray) -> MemoryView:
+        """The events worth ranking for these subgoals, from store searches within the scope, with their turns
+        and the events one relation away; everything else stays in the stores."""
+        ranking = self.config.ranking
+        best_rank: dict[str, int] = {}
+        must_hold: dict[str, set[str]] = {}
+        keyword_hits: dict[str, list[TurnKey]] = {}
+
+        def found(event_id: str, rank: int) -> None:
+            best_rank[event_id] = min(rank, best_rank.get(event_id, rank))
+
+        for text, vector in zip(texts, vectors, strict=True):
+            ranked = [self.vectors.turn_hits(scope, vector, ranking.dense_candidates)]
+            for query_text in dict.fromkeys([text, keyword_query(text) or text]):
+                sparse = sparse_keyword_vector(keyword_stems(query_text))
+                ranked.append(self.vectors.turn_hits(scope, sparse, ranking.keyword_candidates))
+                keyword_hits[query_text] = [(hit.conversation_id, hit.turn_id) for hit in ranked[-1]]
+            for hits in ranked:
+                for rank, hit in enumerate(hits):
+                    found(hit.event_id, rank)
+                    must_hold.setdefault(hit.event_id, set()).add(hit.turn_id)
+            for rank, event_hit in enumerate(self.vectors.search_events_in(scope, vector, ranking.event_candidates,
+                                                                           with_vectors=False)):
+                found(event_hit.event.event_id, rank)
+        chosen = sorted(best_rank, key=lambda e: (best_rank[e], e))[: ranking.max_candidate_events]
+        hot = self.hot.events(scope.tenant, chosen, must_hold)
+        links: dict[str, int] = {}
+        for entry in hot.values():
+            for other, _ in entry.links:
+                if other not in hot:
+                    links[other] = links.get(other, 0) + 1
+        nearby = sorted(links, key=lambda e: (-links[e], e))[: ranking.neighbour_events]
+        # A far end that is no event (a part_of edge's cluster id) loads as nothing.
+        hot.update(self.hot.events(scope.tenant, nearby))
+        clusters = self.graph.clusters_of(scope.tenant, list(hot))
+        view = MemoryView(scope.tenant, hot.values(), clusters, self.embedder.dim)
+        view.keyword_hits.update(keyword_hits)
+        return view
+
+    def _keyword_hits(self, view: MemoryView, text: str) -> list[TurnKey]:
+        """Keyword hits of a text: the ones the candidate search made, else a store search in the view's scope."""
+        if text not in view.keyword_hits:
+            sparse = sparse_keyword_vector(keyword_stems(text))
+            scope = SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations))
+            view.keyword_hits[text] = [(h.conversation_id, h.turn_id) for h in self.vectors.turn_hits(
+                scope, sparse, self.config.ranking.keyword_candidates)]
+        return view.keyword_hits[text]
+
+    def _score_subgoal(self, view: MemoryView, text: str, vector: np.ndarray) -> SubgoalScores:
         """Hybrid (dense + keyword, reciprocal-rank fused) scores of every turn and event for one subgoal."""
         ranking = self.config.ranking
         k = ranking.rrf_constant
         dense_turns = view.turn_matrix @ vector
         turn_rrf = 1.0 / (k + 1 + _rank_scores(dense_turns))
-        sparse = sparse_keyword_vector(keyword_stems(text))
-        for rank, hit in enumerate(self.vectors.keyword_search_turns(
-                view.tenant, view.conversation_id, sparse, ranking.keyword_candidates)):
-            row = view.turn_row.get(hit.turn.turn_id)
+        for rank, key in enumerate(self._keyword_hits(view, text)):
+            row = view.turn_row.get(key)
             if row is not None:
                 turn_rrf[row] += 1.0 / (k + 1 + rank)
         dense_events = view.event_matrix @ vector
         event_rrf = 1.0 / (k + 1 + _rank_scores(dense_events))
-        for rank, event_hit in enumerate(self.vectors.keyword_search(
-                view.tenant, view.conversation_id, sparse, ranking.event_keyword_candidates)):
-            row = view.event_row.get(event_hit.event.event_id)
-            if row is not None:
-                event_rrf[row] += 1.0 / (k + 1 + rank)
+        if ranking.event_keyword_candidates:
+            sparse = sparse_keyword_vector(keyword_stems(text))
+            scope = SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations))
+            for rank, event_hit in enumerate(self.vectors.keyword_search_events_in(
+                    scope, sparse, ranking.event_keyword_candidates, with_vectors=False)):
+                row = view.event_row.get(event_hit.event.event_id)
+                if row is not None:
+                    event_rrf[row] += 1.0 / (k + 1 + rank)
         if ranking.window_weight > 0:
             window = view.window_scores(text)
             turn_rrf += ranking.window_weight / (k + 1 + _rank_scores(window))
@@ -196,7 +258,7 @@ class QueryEngine:
         return SubgoalScores(text=text, turns=turns, events=events,
                              best_similarity=float(dense_events.max()) if len(dense_events) else 0.0)
 
-    def _with_feedback(self, view: ConversationView, result: SubgoalScores, vector: np.ndarray) -> SubgoalScores:
+    def _with_feedback(self, view: MemoryView, result: SubgoalScores, vector: np.ndarray) -> SubgoalScores:
         ranking = self.config.ranking
         best = np.argsort(-result.turns)[: ranking.feedback_turns]
         expanded = vector + ranking.feedback_weight * view.turn_matrix[best].mean(axis=0)
@@ -205,7 +267,7 @@ class QueryEngine:
         return SubgoalScores(text=result.text, turns=0.5 * (result.turns + again.turns),
                              events=0.5 * (result.events + again.events), best_similarity=result.best_similarity)
 
-    def _retry_unmet(self, view: ConversationView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
+    def _retry_unmet(self, view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
                      deadline: _Deadline | None = None) -> list[SubgoalScores]:
         """Rewrite a subgoal that found nothing strong to its content words, and search again."""
         retried = list(scored)
@@ -225,7 +287,7 @@ class QueryEngine:
                                                best_similarity=again.best_similarity)
         return retried
 
-    def _navigate(self, view: ConversationView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
+    def _navigate(self, view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
                   vectors: np.ndarray, max_hops: int,
                   deadline: _Deadline | None = None) -> tuple[np.ndarray, dict[str, Reached], dict[str, str]]:
         """Per subgoal: seed from the best events, walk the graph; event score = hybrid + walk bonus."""
@@ -256,9 +318,9 @@ class QueryEngine:
             event_scores = np.maximum(event_scores, combined)
         return event_scores, reached_all, best_subgoal
 
-    def _rank(self, view: ConversationView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
+    def _rank(self, view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
               event_scores: np.ndarray, reached: dict[str, Reached], best_subgoal: dict[str, str],
-              budget: int) -> tuple[list[str], list[EvidenceItem]]:
+              budget: int) -> tuple[list[TurnRef], list[EvidenceItem]]:
         ranking = self.config.ranking
         turn_scores = np.max(np.vstack([s.turns for s in scored]), axis=0)
         event_part = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
@@ -274,10 +336,11 @@ class QueryEngine:
             final = final + ranking.speaker_boost * np.isin(view.turn_speakers, sorted(asked))
         diversity = ranking.aggregate_session_diversity if analysis.aggregate else ranking.session_diversity
         order = self._diversified(view, final, budget, diversity)
-        turn_ids = [view.turns[row].turn_id for row in order]
-        return turn_ids, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
+        refs = [TurnRef(conversation_id=view.turns[row].conversation_id, turn_id=view.turns[row].turn_id)
+                for row in order]
+        return refs, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
 
-    def _diversified(self, view: ConversationView, final: np.ndarray, budget: int, penalty: float) -> np.ndarray:
+    def _diversified(self, view: MemoryView, final: np.ndarray, budget: int, penalty: float) -> np.ndarray:
         ranked = np.argsort(-final, kind="stable")
         if penalty == 0:
             return ranked[:budget]
@@ -291,7 +354,7 @@ class QueryEngine:
             per_session[view.session_of[best]] = per_session.get(view.session_of[best], 0) + 1
         return np.asarray(taken, dtype=np.int64)
 
-    def _evidence(self, view: ConversationView, order: np.ndarray, final: np.ndarray, event_scores: np.ndarray,
+    def _evidence(self, view: MemoryView, order: np.ndarray, final: np.ndarray, event_scores: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],
                   analysis: QuestionAnalysis) -> list[EvidenceItem]:
         grouped: dict[str, list[int]] = {}
@@ -302,10 +365,11 @@ class QueryEngine:
             event = view.events.get(event_id)
             hit = reached.get(event_id)
             evidence.append(EvidenceItem(
+                conversation_id=view.turns[rows[0]].conversation_id,
                 event_id=event_id,
                 score=round(float(event_scores[view.event_row[event_id]]) if event_id in view.event_row else 0.0, 4),
                 subgoal=best_subgoal.get(event_id, analysis.question),
-                turns=[TurnOut(turn_id=view.turns[r].turn_id, speaker=view.turns[r].speaker,
+                turns=[TurnOut(conversation_id=view.turns[r].conversation_id, turn_id=view.turns[r].turn_id, speaker=view.turns[r].speaker,
                                text=view.turns[r].text, timestamp=view.turns[r].timestamp) for r in rows],
                 path=hit.path if hit is not None else [],
                 time_anchors=event.time_anchors if event is not None else [],

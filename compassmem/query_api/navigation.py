@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from compassmem.models import RelationType
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
-from compassmem.query_api.conversation_view import ConversationView
+from compassmem.query_api.memory_view import MemoryView
 from compassmem.query_api.schemas import PathStep
 
 CLUSTER_HOP = "cluster"
@@ -51,7 +51,7 @@ class Reached(BaseModel):
     path: list[PathStep]
 
 
-def walk(view: ConversationView, query: np.ndarray, seeds: dict[str, float], max_hops: int,
+def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops: int,
          config: NavigationConfig, temporal: bool = False) -> dict[str, Reached]:
     """Events reached from ``seeds`` (event id -> seed score in [0, 1]) with their best score and path."""
     weights = dict(config.type_weights)
@@ -97,7 +97,7 @@ def _path_step(edge: dict | None, parent: str, event_id: str) -> PathStep:
                     confidence=float(data.get("confidence", 0.5)))
 
 
-def _steps(view: ConversationView, event_id: str) -> list[tuple[str, str, float, dict]]:
+def _steps(view: MemoryView, event_id: str) -> list[tuple[str, str, float, dict]]:
     """(neighbour, weight key, confidence, edge) for every way out of an event."""
     steps: list[tuple[str, str, float, dict]] = []
     for neighbour, data in view.neighbours(event_id):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from compassmem.models import (
     DEFAULT_TENANT,
@@ -17,17 +17,32 @@ from compassmem.models import (
     check_id,
     check_storable,
 )
+from compassmem.sinks.vector_store import SearchScope
 
 # A question is one short sentence or a few; longer ones only cost more (every clause can become a subgoal).
 MAX_QUESTION_CHARS = 1000
+# A list scope is for "these tickets"; a customer's whole history is a subject scope, not a list of ids.
+MAX_SCOPE_CONVERSATIONS = 100
+_ID_SCHEMA = {"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS}
 
 
 class QueryRequest(BaseModel):
+    """A question and where to look: exactly one of ``conversation_id``, ``conversation_ids``, ``subject_id`` or
+    ``all_conversations``, always within one tenant."""
+
     model_config = ConfigDict(extra="forbid")
 
-    conversation_id: str = Field(description=f"The conversation to search; queries never cross conversations. "
-                                             f"{ID_RULE[0].upper()}{ID_RULE[1:]}.",
-                                 json_schema_extra={"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS})
+    conversation_id: str | None = Field(
+        default=None, json_schema_extra=_ID_SCHEMA,
+        description=f"Search one conversation. {ID_RULE[0].upper()}{ID_RULE[1:]}.")
+    conversation_ids: list[str] | None = Field(
+        default=None, min_length=1, max_length=MAX_SCOPE_CONVERSATIONS, json_schema_extra={"items": _ID_SCHEMA},
+        description=f"Search these conversations together (1-{MAX_SCOPE_CONVERSATIONS} ids); results rank across them.")
+    subject_id: str | None = Field(
+        default=None, json_schema_extra=_ID_SCHEMA,
+        description="Search every conversation about this subject (the customer, user or account turns name in "
+                    "their subject_id).")
+    all_conversations: bool = Field(default=False, description="Search every conversation of the tenant.")
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, json_schema_extra={"pattern": TEXT_PATTERN},
                           description=f"1-{MAX_QUESTION_CHARS} characters, not blank, no control characters except "
                                       "tab, newline and carriage return.")
@@ -35,10 +50,15 @@ class QueryRequest(BaseModel):
     budget_turns: int = Field(default=20, ge=1, le=200, description="How many ranked source turns to return.")
     max_hops: int = Field(default=5, ge=0, le=10, description="Graph walk depth from the seed events.")
 
-    @field_validator("conversation_id")
+    @field_validator("conversation_id", "subject_id")
     @classmethod
-    def _conversation(cls, value: str) -> str:
-        return check_id(value)
+    def _one_id(cls, value: str | None) -> str | None:
+        return value if value is None else check_id(value)
+
+    @field_validator("conversation_ids")
+    @classmethod
+    def _ids(cls, value: list[str] | None) -> list[str] | None:
+        return value if value is None else [check_id(v) for v in value]
 
     @field_validator("question")
     @classmethod
@@ -47,8 +67,44 @@ class QueryRequest(BaseModel):
             raise ValueError("must not be blank")
         return check_storable(value, multiline=True)
 
+    @model_validator(mode="after")
+    def _one_scope(self) -> QueryRequest:
+        given = [name for name, value in (("conversation_id", self.conversation_id),
+                                          ("conversation_ids", self.conversation_ids),
+                                          ("subject_id", self.subject_id),
+                                          ("all_conversations", self.all_conversations or None)) if value is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one scope: conversation_id, conversation_ids, subject_id or "
+                             f"all_conversations=true (got {', '.join(given) if given else 'none'})")
+        return self
+
+    @property
+    def scope(self) -> SearchScope:
+        if self.conversation_id is not None:
+            return SearchScope.conversation(self.tenant, self.conversation_id)
+        if self.conversation_ids is not None:
+            return SearchScope(tenant=self.tenant, conversation_ids=tuple(self.conversation_ids))
+        return SearchScope(tenant=self.tenant, subject_id=self.subject_id)
+
+    @property
+    def scope_label(self) -> str:
+        """The scope in words, for messages and logs."""
+        if self.conversation_id is not None:
+            return f"conversation {self.conversation_id!r}"
+        if self.conversation_ids is not None:
+            return f"conversations {', '.join(repr(c) for c in self.conversation_ids)}"
+        if self.subject_id is not None:
+            return f"subject {self.subject_id!r}"
+        return "any conversation"
+
+
+class TurnRef(BaseModel):
+    conversation_id: str
+    turn_id: str
+
 
 class TurnOut(BaseModel):
+    conversation_id: str
     turn_id: str
     speaker: str
     text: str
@@ -65,6 +121,7 @@ class PathStep(BaseModel):
 
 
 class EvidenceItem(BaseModel):
+    conversation_id: str
     event_id: str
     score: float
     subgoal: str
@@ -75,7 +132,10 @@ class EvidenceItem(BaseModel):
 
 
 class QueryResponse(BaseModel):
-    turn_ids: list[str] = Field(description="Ranked distinct source turn ids, at most budget_turns.")
+    turn_ids: list[str] = Field(description="Ranked source turn ids, at most budget_turns (with several "
+                                            "conversations in scope, read them with turn_refs).")
+    turn_refs: list[TurnRef] = Field(default_factory=list,
+                                     description="The same ranking, each turn with its conversation.")
     evidence: list[EvidenceItem]
     subgoals: list[str]
     answer: str | None = None

@@ -26,8 +26,9 @@ from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import ApiServices, create_app
-from compassmem.query_api.conversation_view import ViewCache
+from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.engine import QueryEngine
+from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.turn_publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
 from compassmem.sinks.factory import Stores, open_stores
 
@@ -59,17 +60,15 @@ def check_api_topology(settings: Settings) -> None:
 
 
 def build_services(settings: Settings, stores: Stores, embedder: Embedder, metrics: MemoryMetrics, *,
-                   views: ViewCache | None = None, turn_publisher: TurnPublisher | None = None,
+                   turn_publisher: TurnPublisher | None = None,
                    control_publisher: ControlPublisher | None = None) -> ApiServices:
-    """The engine and its view cache over open stores; ``compassmem dev`` passes the view cache its pipeline
-    invalidates, a separate API process lets views expire after ``api_view_max_age_s``."""
-    if views is None:
-        views = ViewCache(stores.vectors, stores.graph, max_age_s=settings.api_view_max_age_s,
-                          max_views=settings.api_view_cache_size)
+    """The engine and its hot tier over open stores."""
+    hot = HotTier(stores.vectors, stores.graph, max_turns=settings.api_hot_turns,
+                  max_age_s=settings.api_view_max_age_s)
     client = ChatClient.from_settings(settings)
-    engine = QueryEngine(embedder, stores.vectors, views, answerer=LlmAnswerer(client) if client else None,
+    engine = QueryEngine(embedder, stores.vectors, stores.graph, hot, answerer=LlmAnswerer(client) if client else None,
                          decomposer=LlmDecomposer(client).decompose if client else None)
-    return ApiServices(engine=engine, stores=stores, views=views, settings=settings, metrics=metrics,
+    return ApiServices(engine=engine, stores=stores, hot=hot, settings=settings, metrics=metrics,
                        turn_publisher=turn_publisher, control_publisher=control_publisher)
 
 
@@ -102,10 +101,17 @@ def run_api(settings: Settings) -> int:
         use_serving_threads(settings)
         metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
         with open_stores(settings, dim=embedder.dim) as stores:
-            app = create_app(build_services(settings, measure_stores(stores, metrics), embedder, metrics,
-                                            turn_publisher=publisher, control_publisher=publisher))
-            log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
-            uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=settings.log_level.lower())
+            services = build_services(settings, measure_stores(stores, metrics), embedder, metrics,
+                                      turn_publisher=publisher, control_publisher=publisher)
+            listener = (ChangeFeedListener(settings.kafka_bootstrap, settings, services.hot).start()
+                        if settings.kafka_bootstrap else None)
+            try:
+                log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
+                uvicorn.run(create_app(services), host=settings.api_host, port=settings.api_port,
+                            log_level=settings.log_level.lower())
+            finally:
+                if listener is not None:
+                    listener.stop()
     finally:
         if publisher is not None:
             publisher.close()
@@ -124,12 +130,14 @@ class ApiSidecar:
                                            control_publisher=self.publisher)
             self.server = BackgroundServer(create_app(self.services), settings.api_host, settings.api_port,
                                            log_level=settings.log_level.lower())
+            self.listener = ChangeFeedListener(bootstrap, settings, self.services.hot)
         except BaseException:
             self.publisher.close()
             raise
         self.url = self.server.url
 
     def start(self) -> ApiSidecar:
+        self.listener.start()
         self.server.start()
         log.info("api.listening", url=self.url)
         return self
@@ -138,6 +146,7 @@ class ApiSidecar:
         try:
             self.server.stop()
         finally:
+            self.listener.stop()
             self.publisher.close()
 
 

@@ -27,7 +27,14 @@ from typing import Any
 import structlog
 
 from compassmem.models import Event, IndexedTurn, turn_point_id
-from compassmem.sinks.vector_store import ScoredEvent, ScoredTurn, SparseVector, VectorStore
+from compassmem.sinks.vector_store import (
+    ScoredEvent,
+    ScoredTurn,
+    SearchScope,
+    SparseVector,
+    TurnHit,
+    VectorStore,
+)
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "keywords"
@@ -207,6 +214,21 @@ def scope(tenant: str, conversation_id: str | None = None, kind: str | None = No
     return Scope(match)
 
 
+def search_scope(where: SearchScope, kind: str) -> Scope:
+    """One kind of point of a search scope: a list of conversations, one subject, or the whole tenant."""
+    match: dict[str, str | tuple[str, ...]] = {TENANT_FIELD: where.tenant, KIND_FIELD: kind}
+    if where.conversation_ids is not None:
+        ids = tuple(sorted(set(where.conversation_ids)))
+        match[CONVERSATION_FIELD] = ids[0] if len(ids) == 1 else ids
+    if where.subject_id is not None:
+        match[SUBJECT_FIELD] = where.subject_id
+    return Scope(match)
+
+
+def turns_of(tenant: str, event_ids: Sequence[str]) -> Scope:
+    return Scope({TENANT_FIELD: tenant, KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
+
+
 def events_by_id(tenant: str, event_ids: Sequence[str]) -> Scope:
     # Tenant-filtered, never by bare id, so one tenant can never read or delete another tenant's points.
     ids = tuple(sorted({point_id(event_id) for event_id in event_ids}))
@@ -263,9 +285,10 @@ class PointStore(VectorStore):
 
     @abstractmethod
     def _query(
-        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int
+        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int, with_vectors: bool
     ) -> list[tuple[Payload, Any, float]]:
-        """(payload, vectors, score) of the best ``limit`` (> 0) points in scope by vector ``using``, best first.
+        """(payload, vectors (the dense one, or none without ``with_vectors``), score) of the best ``limit`` (> 0)
+        points in scope by vector ``using``, best first.
 
         ``query`` is never an empty sparse vector."""
 
@@ -290,12 +313,14 @@ class PointStore(VectorStore):
         records = self._scroll(scope(tenant, conversation_id, EVENT_KIND))
         return in_time_order([event_from_point(*record) for record in records])
 
-    def search(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
-        hits = self._nearest(scope(tenant, conversation_id, EVENT_KIND), vector, DENSE_VECTOR, limit)
+    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
+                         with_vectors: bool = True) -> list[ScoredEvent]:
+        hits = self._nearest(search_scope(scope, EVENT_KIND), vector, DENSE_VECTOR, limit, with_vectors)
         return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
-    def keyword_search(self, tenant: str, conversation_id: str, query: SparseVector, limit: int) -> list[ScoredEvent]:
-        hits = self._nearest(scope(tenant, conversation_id, EVENT_KIND), query, SPARSE_VECTOR, limit)
+    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int,
+                                 with_vectors: bool = True) -> list[ScoredEvent]:
+        hits = self._nearest(search_scope(scope, EVENT_KIND), query, SPARSE_VECTOR, limit, with_vectors)
         return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
     # --- turns -----------------------------------------------------------------------------------------------
@@ -307,14 +332,28 @@ class PointStore(VectorStore):
         records = self._scroll(scope(tenant, conversation_id, TURN_KIND))
         return in_turn_order([turn_from_point(*record) for record in records])
 
-    def search_turns(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
-        hits = self._nearest(scope(tenant, conversation_id, TURN_KIND), vector, DENSE_VECTOR, limit)
+    def turns_of_events(self, tenant: str, event_ids: Sequence[str]) -> list[IndexedTurn]:
+        if not event_ids:
+            return []
+        return in_turn_order([turn_from_point(*record) for record in self._scroll(turns_of(tenant, event_ids))])
+
+    def count_turns(self, scope: SearchScope) -> int:
+        return self._count(search_scope(scope, TURN_KIND))
+
+    def turn_hits(self, scope: SearchScope, query: Sequence[float] | SparseVector, limit: int) -> list[TurnHit]:
+        using = TURN_SPARSE_VECTOR if isinstance(query, SparseVector) else DENSE_VECTOR
+        hits = self._nearest(search_scope(scope, TURN_KIND), query, using, limit, with_vectors=False)
+        return [TurnHit(p["conversation_id"], p["turn_id"], p[EVENT_ID_FIELD], score)
+                for p, _, score in ((_required(payload), vector, score) for payload, vector, score in hits)]
+
+    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
+                        with_vectors: bool = True) -> list[ScoredTurn]:
+        hits = self._nearest(search_scope(scope, TURN_KIND), vector, DENSE_VECTOR, limit, with_vectors)
         return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
-    def keyword_search_turns(
-        self, tenant: str, conversation_id: str, query: SparseVector, limit: int
-    ) -> list[ScoredTurn]:
-        hits = self._nearest(scope(tenant, conversation_id, TURN_KIND), query, TURN_SPARSE_VECTOR, limit)
+    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int,
+                                with_vectors: bool = True) -> list[ScoredTurn]:
+        hits = self._nearest(search_scope(scope, TURN_KIND), query, TURN_SPARSE_VECTOR, limit, with_vectors)
         return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
     # --- deletes and counts ----------------------------------------------------------------------------------
@@ -340,7 +379,7 @@ class PointStore(VectorStore):
             self._upsert(points)
 
     def _nearest(
-        self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int
+        self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int, with_vectors: bool = True
     ) -> list[tuple[Payload, Any, float]]:
         engine_query: list[float] | SparseVector
         if isinstance(query, SparseVector):
@@ -350,7 +389,7 @@ class PointStore(VectorStore):
         else:
             check_query_vector(query, self.dim)
             engine_query = [float(x) for x in query]
-        return self._query(engine_query, using, where, limit) if limit > 0 else []
+        return self._query(engine_query, using, where, limit, with_vectors) if limit > 0 else []
 
     def _scroll(self, where: Scope) -> list[tuple[Payload, Any]]:
         found: list[tuple[Payload, Any]] = []

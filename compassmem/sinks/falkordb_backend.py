@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
-from compassmem.sinks.graph_store import GraphStore
+from compassmem.sinks.graph_store import GraphEdge, GraphStore
 
 log = structlog.get_logger(__name__)
 
@@ -119,6 +119,28 @@ RETURN properties(c), collect(e.event_id)
 _CONVERSATION_RELATIONS = """
 MATCH (s:Event {conversation_id: $c})-[r:REL]->(t)
 RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
+"""
+# Active relations around some events, as a walk needs them (fields, not properties(r): parsing whole property maps
+# costs more than the query). Outgoing, then incoming from events not in the list, so each edge comes once.
+_EDGE_FIELDS = "r.relation_id, r.type, r.subtype, r.confidence, r.evidence"
+_OUT_EDGES = f"""
+UNWIND $ids AS id
+MATCH (s:Event {{event_id: id}})-[r:REL]->(t)
+WHERE r.superseded_by IS NULL
+RETURN s.event_id, coalesce(t.event_id, t.cluster_id), {_EDGE_FIELDS}
+"""
+_IN_EDGES = f"""
+UNWIND $ids AS id
+MATCH (t:Event {{event_id: id}})<-[r:REL]-(s:Event)
+WHERE r.superseded_by IS NULL AND NOT s.event_id IN $ids
+RETURN s.event_id, t.event_id, {_EDGE_FIELDS}
+"""
+_CLUSTERS_OF = """
+UNWIND $ids AS id
+MATCH (:Event {event_id: id})-[:MEMBER_OF]->(c:Cluster)
+WITH DISTINCT c
+MATCH (e:Event)-[:MEMBER_OF]->(c)
+RETURN c.cluster_id, collect(e.event_id)
 """
 _DELETE_EVENTS = "MATCH (e:Event {conversation_id: $c}) WHERE e.event_id IN $ids DETACH DELETE e"
 _DELETE_CONVERSATION = (
@@ -219,6 +241,21 @@ class FalkorDBGraphStore(GraphStore):
             relation = _relation_from(tenant, source, target, props)
             graph.add_edge(source, target, key=relation.relation_id, **relation.model_dump())
         return graph
+
+    def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[GraphEdge]:
+        ids = sorted(set(event_ids))
+        if not ids:
+            return []
+        # One call for all ids: the incoming half must see the whole list to leave out edges the outgoing half has.
+        params = {"ids": ids}
+        rows = [*self._read(tenant, _OUT_EDGES, params), *self._read(tenant, _IN_EDGES, params)]
+        return [GraphEdge(source, target, relation_id, kind, subtype, float(confidence), evidence or "")
+                for source, target, relation_id, kind, subtype, confidence, evidence in rows]
+
+    def clusters_of(self, tenant: str, event_ids: Sequence[str]) -> dict[str, list[str]]:
+        ids = sorted(set(event_ids))
+        rows = self._read(tenant, _CLUSTERS_OF, {"ids": ids}) if ids else []
+        return {cluster_id: sorted(members) for cluster_id, members in rows}
 
     def relations(self, tenant: str, conversation_id: str) -> list[Relation]:
         rows = self._read(tenant, _CONVERSATION_RELATIONS, {"c": conversation_id})

@@ -8,10 +8,27 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import networkx as nx
 
 from compassmem.models import Cluster, Event, Relation
+
+
+class GraphEdge(NamedTuple):
+    """An active relation as a walk needs it: its ends (the target may be a cluster id) and what it says."""
+
+    source: str
+    target: str
+    relation_id: str
+    type: str
+    subtype: str | None
+    confidence: float
+    evidence: str
+
+    def attributes(self) -> dict[str, str | float | None]:
+        """The edge as networkx attributes, the way ``conversation_graph`` labels them."""
+        return self._asdict()
 
 
 class GraphStore(ABC):
@@ -34,6 +51,15 @@ class GraphStore(ABC):
     def conversation_graph(self, tenant: str, conversation_id: str) -> nx.MultiDiGraph:
         """Event nodes (attributes: the stored event properties) and relation edges (key = relation_id,
         attributes: the relation fields), including superseded relations; cluster nodes carry kind="cluster"."""
+
+    @abstractmethod
+    def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[GraphEdge]:
+        """The active relations with one end (or both) among these events, each once: what a walk from them can
+        take, without loading whole conversations."""
+
+    @abstractmethod
+    def clusters_of(self, tenant: str, event_ids: Sequence[str]) -> dict[str, list[str]]:
+        """The clusters these events belong to: cluster id -> every member event id (sorted)."""
 
     @abstractmethod
     def relations(self, tenant: str, conversation_id: str) -> list[Relation]: ...

@@ -118,12 +118,13 @@ class EdgeVectorStore(PointStore):
         return [(record.payload, record.vector) for record in records], next_offset
 
     def _query(
-        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int
+        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int, with_vectors: bool
     ) -> list[tuple[Payload, Any, float]]:
         nearest = Query.Nearest(_sparse(query) if isinstance(query, SparseVector) else query, using=using)
         hits = self.shard.query(
             QueryRequest(
-                limit=limit, query=nearest, filter=_filter(where), with_payload=True, with_vector=[layout.DENSE_VECTOR]
+                limit=limit, query=nearest, filter=_filter(where), with_payload=True,
+                with_vector=[layout.DENSE_VECTOR] if with_vectors else False,
             )
         )
         return [(hit.payload, hit.vector, float(hit.score)) for hit in hits]

@@ -136,7 +136,7 @@ class QdrantServerVectorStore(PointStore):
         return [(record.payload, record.vector) for record in records], next_offset
 
     def _query(
-        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int
+        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int, with_vectors: bool
     ) -> list[tuple[Payload, Any, float]]:
         response = self.client.query_points(
             self.collection,
@@ -145,7 +145,7 @@ class QdrantServerVectorStore(PointStore):
             query_filter=_filter(where),
             limit=limit,
             with_payload=True,
-            with_vectors=[layout.DENSE_VECTOR],
+            with_vectors=[layout.DENSE_VECTOR] if with_vectors else False,
         )
         return [(hit.payload, hit.vector, float(hit.score)) for hit in response.points]
 

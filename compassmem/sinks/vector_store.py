@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from compassmem.models import Event, IndexedTurn
 
@@ -32,6 +33,30 @@ class ScoredTurn(BaseModel):
     score: float
 
 
+class TurnHit(NamedTuple):
+    """A turn found by a search, as candidate generation needs it: where it is, not what it says."""
+
+    conversation_id: str
+    turn_id: str
+    event_id: str
+    score: float
+
+
+class SearchScope(BaseModel):
+    """What a search covers: always one tenant; within it a list of conversations, one subject's conversations,
+    or (neither given) all of the tenant's conversations."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant: str
+    conversation_ids: tuple[str, ...] | None = None
+    subject_id: str | None = None
+
+    @classmethod
+    def conversation(cls, tenant: str, conversation_id: str) -> SearchScope:
+        return cls(tenant=tenant, conversation_ids=(conversation_id,))
+
+
 class VectorStore(ABC):
     """Events of every tenant and conversation; each call is scoped by tenant (and conversation)."""
 
@@ -48,12 +73,23 @@ class VectorStore(ABC):
         """Every event of one conversation, with embeddings."""
 
     @abstractmethod
-    def search(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
-        """Nearest events by cosine similarity within one conversation."""
+    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
+                         with_vectors: bool = True) -> list[ScoredEvent]:
+        """Nearest events by cosine similarity within a scope; without ``with_vectors`` their embeddings are None
+        (cheaper when only ids and payloads are needed). The same holds for the other ``*_in`` searches."""
 
     @abstractmethod
+    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int,
+                                 with_vectors: bool = True) -> list[ScoredEvent]:
+        """Best events by sparse keyword score (IDF-weighted) within a scope."""
+
+    def search(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
+        """Nearest events by cosine similarity within one conversation."""
+        return self.search_events_in(SearchScope.conversation(tenant, conversation_id), vector, limit)
+
     def keyword_search(self, tenant: str, conversation_id: str, query: SparseVector, limit: int) -> list[ScoredEvent]:
         """Best events by sparse keyword score (IDF-weighted) within one conversation."""
+        return self.keyword_search_events_in(SearchScope.conversation(tenant, conversation_id), query, limit)
 
     @abstractmethod
     def upsert_turns(self, turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector]) -> None:
@@ -64,14 +100,36 @@ class VectorStore(ABC):
         """Every turn of one conversation, with embeddings, in timestamp order."""
 
     @abstractmethod
-    def search_turns(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
-        """Nearest turns by cosine similarity within one conversation."""
+    def turns_of_events(self, tenant: str, event_ids: Sequence[str]) -> list[IndexedTurn]:
+        """The turns that belong to these events, with embeddings, in timestamp order."""
 
     @abstractmethod
+    def count_turns(self, scope: SearchScope) -> int: ...
+
+    @abstractmethod
+    def turn_hits(self, scope: SearchScope, query: Sequence[float] | SparseVector, limit: int) -> list[TurnHit]:
+        """Best turns within a scope, by cosine similarity to a dense query or by keyword score for a sparse one,
+        without building whole records: the query path's candidate search."""
+
+    @abstractmethod
+    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
+                        with_vectors: bool = True) -> list[ScoredTurn]:
+        """Nearest turns by cosine similarity within a scope."""
+
+    @abstractmethod
+    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int,
+                                with_vectors: bool = True) -> list[ScoredTurn]:
+        """Best turns by sparse keyword score (IDF over turns) within a scope."""
+
+    def search_turns(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
+        """Nearest turns by cosine similarity within one conversation."""
+        return self.search_turns_in(SearchScope.conversation(tenant, conversation_id), vector, limit)
+
     def keyword_search_turns(
         self, tenant: str, conversation_id: str, query: SparseVector, limit: int
     ) -> list[ScoredTurn]:
         """Best turns by sparse keyword score (IDF over turns) within one conversation."""
+        return self.keyword_search_turns_in(SearchScope.conversation(tenant, conversation_id), query, limit)
 
     @abstractmethod
     def delete_events(self, tenant: str, event_ids: Sequence[str]) -> None:

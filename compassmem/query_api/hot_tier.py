@@ -1,0 +1,135 @@
+"""The API's hot tier: recently used events with their turns, turn vectors, BM25 token counts and graph edges,
+bounded by turns.
+
+A query finds its candidates with store searches (always fresh), then needs the candidates' events in full: their
+turns for context and windows, vectors for local scoring, relations for the walk. Those come from here, and from the
+stores on a miss (three store calls for all the misses of a query). An entry is dropped when the worker's change
+feed names its event or one of its relations (``change_listener.py``), reloaded when it is older than ``max_age_s``
+(the fallback when no feed is followed), and reloaded when a search returned a turn of its event that the entry does
+not hold (new turns are answerable at once). Least recently used events go first past ``max_turns``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compassmem.models import Event, IndexedTurn, search_text
+from compassmem.query_api.bm25_index import token_counts
+from compassmem.sinks.graph_store import GraphStore
+from compassmem.sinks.vector_store import VectorStore
+
+
+@dataclass(frozen=True)
+class HotEvent:
+    event: Event
+    vector: np.ndarray
+    turns: tuple[IndexedTurn, ...]
+    turn_vectors: np.ndarray
+    turn_counts: tuple[Counter[str], ...]
+    # Every active relation with this event at one end, as (the other end, the edge's attributes): what a walk
+    # from here can take, ready to use.
+    links: tuple[tuple[str, dict[str, str | float | None]], ...]
+    loaded_at: float = field(default_factory=time.monotonic)
+    turn_ids: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "turn_ids", frozenset(t.turn_id for t in self.turns))
+
+
+class HotTier:
+    def __init__(self, vectors: VectorStore, graph: GraphStore, max_turns: int = 50_000,
+                 max_age_s: float = 5.0) -> None:
+        self._vectors = vectors
+        self._graph = graph
+        self.max_turns = max_turns
+        self._max_age_s = max_age_s
+        self._entries: OrderedDict[tuple[str, str], HotEvent] = OrderedDict()
+        self._turns = 0
+        self._lock = threading.Lock()
+
+    @property
+    def turns(self) -> int:
+        """Turns held now (at most ``max_turns``, plus one event's worth while a larger event is being served)."""
+        return self._turns
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def events(self, tenant: str, event_ids: Sequence[str],
+               must_hold: Mapping[str, set[str]] | None = None) -> dict[str, HotEvent]:
+        """The events that exist, by id; ``must_hold[event_id]`` are turn ids the entry must contain to be used."""
+        must_hold = must_hold or {}
+        found: dict[str, HotEvent] = {}
+        now = time.monotonic()
+        with self._lock:
+            for event_id in dict.fromkeys(event_ids):
+                entry = self._entries.get((tenant, event_id))
+                if (entry is not None and now - entry.loaded_at <= self._max_age_s
+                        and must_hold.get(event_id, set()) <= entry.turn_ids):
+                    self._entries.move_to_end((tenant, event_id))
+                    found[event_id] = entry
+        missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in found]
+        if missing:
+            loaded = self._load(tenant, missing)
+            with self._lock:
+                for event_id, entry in loaded.items():
+                    self._put((tenant, event_id), entry)
+            found.update(loaded)
+        return found
+
+    def invalidate_event(self, tenant: str, event_id: str) -> None:
+        with self._lock:
+            self._drop((tenant, event_id))
+
+    def invalidate(self, tenant: str, conversation_id: str | None = None) -> None:
+        """Drop a conversation's events (all of the tenant's without one): a forget, a delete."""
+        with self._lock:
+            for key in [k for k, entry in self._entries.items() if k[0] == tenant
+                        and (conversation_id is None or entry.event.conversation_id == conversation_id)]:
+                self._drop(key)
+
+    def _put(self, key: tuple[str, str], entry: HotEvent) -> None:
+        self._drop(key)
+        self._entries[key] = entry
+        self._turns += len(entry.turns)
+        while self._turns > self.max_turns and len(self._entries) > 1:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._turns -= len(entry.turns)
+
+    def _load(self, tenant: str, event_ids: list[str]) -> dict[str, HotEvent]:
+        events = self._vectors.get_events(tenant, event_ids)
+        by_event: dict[str, list[IndexedTurn]] = {}
+        for turn in self._vectors.turns_of_events(tenant, event_ids):
+            if turn.embedding is not None:
+                by_event.setdefault(turn.event_id, []).append(turn)
+        links: dict[str, list[tuple[str, dict[str, str | float | None]]]] = {}
+        for edge in self._graph.edges_touching(tenant, [e.event_id for e in events]):
+            attributes = edge.attributes()
+            links.setdefault(edge.source, []).append((edge.target, attributes))
+            if edge.target != edge.source:
+                links.setdefault(edge.target, []).append((edge.source, attributes))
+        loaded = {}
+        for event in events:
+            if event.embedding is None:
+                continue
+            turns = by_event.get(event.event_id, [])
+            dim = len(event.embedding)
+            loaded[event.event_id] = HotEvent(
+                event=event.model_copy(update={"embedding": None}),
+                vector=np.asarray(event.embedding, dtype=np.float32),
+                turns=tuple(t.model_copy(update={"embedding": None}) for t in turns),
+                turn_vectors=np.asarray([t.embedding for t in turns], dtype=np.float32).reshape(len(turns), dim),
+                turn_counts=tuple(token_counts([search_text(t.speaker, t.text, t.timestamp) for t in turns])) if turns else (),
+                links=tuple(links.get(event.event_id, ())),
+            )
+        return loaded
