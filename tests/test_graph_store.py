@@ -106,7 +106,9 @@ def test_edges_and_clusters_around_some_events_only(
     both = graph_store.edges_touching(store_tenant, [e2.event_id, e3.event_id])
     assert sorted(edge.relation_id for edge in both) == sorted({into.relation_id, rival.relation_id,
                                                                far.relation_id})  # each edge once
-    assert graph_store.clusters_of(store_tenant, [e2.event_id]) == {"cl-n": sorted([e2.event_id, e4.event_id])}
+    assert graph_store.clusters_of(store_tenant, [e2.event_id, e4.event_id]) == {
+        "cl-n": sorted([e2.event_id, e4.event_id])}
+    assert graph_store.clusters_of(store_tenant, [e2.event_id, e3.event_id]) == {"cl-n": [e2.event_id]}
     assert graph_store.clusters_of(store_tenant, [e1.event_id]) == {}
     assert graph_store.edges_touching("nobody-here", [e2.event_id]) == []
     assert graph_store.edges_touching(store_tenant, []) == []

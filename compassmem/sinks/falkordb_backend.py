@@ -120,26 +120,23 @@ _CONVERSATION_RELATIONS = """
 MATCH (s:Event {conversation_id: $c})-[r:REL]->(t)
 RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
 """
-# Active relations around some events, as a walk needs them (fields, not properties(r): parsing whole property maps
-# costs more than the query). Outgoing, then incoming from events not in the list, so each edge comes once.
-_EDGE_FIELDS = "r.relation_id, r.type, r.subtype, r.confidence, r.evidence"
+# Relations around some events, as a walk needs them (fields, not properties(r): parsing whole property maps costs
+# more than the query). Filters stay out of the Cypher: a WHERE on the far end made FalkorDB's planner start from a
+# scan of every Event (680 ms instead of 13 ms for 130 events of a 1,570-event graph); the caller filters instead.
+_EDGE_FIELDS = "r.relation_id, r.type, r.subtype, r.confidence, r.evidence, r.superseded_by"
 _OUT_EDGES = f"""
 UNWIND $ids AS id
 MATCH (s:Event {{event_id: id}})-[r:REL]->(t)
-WHERE r.superseded_by IS NULL
 RETURN s.event_id, coalesce(t.event_id, t.cluster_id), {_EDGE_FIELDS}
 """
 _IN_EDGES = f"""
 UNWIND $ids AS id
-MATCH (t:Event {{event_id: id}})<-[r:REL]-(s:Event)
-WHERE r.superseded_by IS NULL AND NOT s.event_id IN $ids
+MATCH (t:Event {{event_id: id}})<-[r:REL]-(s)
 RETURN s.event_id, t.event_id, {_EDGE_FIELDS}
 """
 _CLUSTERS_OF = """
 UNWIND $ids AS id
-MATCH (:Event {event_id: id})-[:MEMBER_OF]->(c:Cluster)
-WITH DISTINCT c
-MATCH (e:Event)-[:MEMBER_OF]->(c)
+MATCH (e:Event {event_id: id})-[:MEMBER_OF]->(c:Cluster)
 RETURN c.cluster_id, collect(e.event_id)
 """
 _DELETE_EVENTS = "MATCH (e:Event {conversation_id: $c}) WHERE e.event_id IN $ids DETACH DELETE e"
@@ -246,11 +243,14 @@ class FalkorDBGraphStore(GraphStore):
         ids = sorted(set(event_ids))
         if not ids:
             return []
-        # One call for all ids: the incoming half must see the whole list to leave out edges the outgoing half has.
+        asked = set(ids)
         params = {"ids": ids}
-        rows = [*self._read(tenant, _OUT_EDGES, params), *self._read(tenant, _IN_EDGES, params)]
+        # Incoming edges from one of the asked events already came as that event's outgoing ones.
+        rows = [*self._read(tenant, _OUT_EDGES, params),
+                *(row for row in self._read(tenant, _IN_EDGES, params) if row[0] not in asked)]
         return [GraphEdge(source, target, relation_id, kind, subtype, float(confidence), evidence or "")
-                for source, target, relation_id, kind, subtype, confidence, evidence in rows]
+                for source, target, relation_id, kind, subtype, confidence, evidence, superseded_by in rows
+                if superseded_by is None]
 
     def clusters_of(self, tenant: str, event_ids: Sequence[str]) -> dict[str, list[str]]:
         ids = sorted(set(event_ids))

@@ -59,7 +59,8 @@ class GraphStore(ABC):
 
     @abstractmethod
     def clusters_of(self, tenant: str, event_ids: Sequence[str]) -> dict[str, list[str]]:
-        """The clusters these events belong to: cluster id -> every member event id (sorted)."""
+        """The clusters these events belong to: cluster id -> its members among these events (sorted). A walk can
+        only reach events it holds, so members outside them would only cost transfer."""
 
     @abstractmethod
     def relations(self, tenant: str, conversation_id: str) -> list[Relation]: ...
