@@ -287,6 +287,8 @@ def test_a_subject_scope_ranks_across_that_subjects_conversations_only(api: http
     assert ("t-1", "K1:1") in {(r["conversation_id"], r["turn_id"]) for r in body["turn_refs"]}
     texts = {t.text for t in TICKETS if t.tenant == ACME}
     assert all(t["text"] in texts for item in body["evidence"] for t in item["turns"])
+    event = api.get(f"/v1/events/{body['evidence'][0]['event_id']}", params={"tenant": ACME}).json()
+    assert event["subject_id"] == "cust-42"
 
 
 def test_a_list_scope_covers_exactly_the_listed_conversations(api: httpx.Client) -> None:

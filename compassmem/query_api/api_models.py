@@ -36,6 +36,7 @@ class EventOut(BaseModel):
     tenant: str
     event_id: str
     conversation_id: str
+    subject_id: str | None = Field(default=None, description="The subject (customer, user, account) its turns name.")
     summary: str
     observations: list[Observation]
     participants: list[str]
