@@ -498,3 +498,15 @@ def test_a_turn_is_searchable_at_once_and_an_idle_segment_closes(stream_run: Str
     assert max(latencies) < 3.0, f"slowest produce-to-searchable: {max(latencies):.2f} s"
     assert settings.idle_close_s <= closed_after + 0.5, f"closed after {closed_after:.1f} s, before the idle time"
     assert worker.streaming.totals["idle_closed"] >= 1
+
+
+def test_an_in_process_worker_that_cannot_be_built_says_why_at_once(tmp_path: Path) -> None:
+    from compassmem.config import Settings
+
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="failed to start: .*vectors"):
+        # No stores: building the worker fails on its thread; start() must raise that, not wait out its timeout.
+        worker = InProcessWorker(Settings(_env_file=None, data_dir=tmp_path), "127.0.0.1:1",
+                                 None, None)  # type: ignore[arg-type]
+        worker.start(timeout_s=20)
+    assert time.monotonic() - started < 10

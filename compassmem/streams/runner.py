@@ -154,6 +154,8 @@ class InProcessWorker:
         self.streaming: object | None = None
         self.exit_code: int | None = None
         self._ready = threading.Event()
+        # What ended the thread before the worker was built (bad settings, stores): start() raises it.
+        self._failed: BaseException | None = None
         self._worker: object | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._run, name="compassmem-worker", daemon=True)
@@ -166,7 +168,13 @@ class InProcessWorker:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop
-        streaming = StreamingWorker(self.settings, self.stores, self.embedder, self.bootstrap, metrics=self.metrics)
+        try:
+            streaming = StreamingWorker(self.settings, self.stores, self.embedder, self.bootstrap,
+                                        metrics=self.metrics)
+        except Exception as error:  # noqa: BLE001 - handed to start(), which raises it in the caller's thread
+            self._failed = error
+            self._ready.set()
+            return
         self.streaming = streaming
 
         class _ThreadWorker(faust.Worker):
@@ -189,6 +197,8 @@ class InProcessWorker:
         self._thread.start()
         if not self._ready.wait(timeout_s):
             raise RuntimeError(f"the in-process worker did not start within {timeout_s:g} s")
+        if self._failed is not None:
+            raise RuntimeError(f"the in-process worker failed to start: {self._failed}") from self._failed
         return self
 
     def stop(self, timeout_s: float = 30.0) -> None:
