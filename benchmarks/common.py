@@ -6,9 +6,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The LoCoMo data is not part of the repository (CC BY-NC): its path comes from --data or LOCOMO_DATA.
@@ -47,3 +49,20 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> No
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(0.05)
+
+
+def latency_stats(samples_ms: Sequence[float]) -> dict[str, float]:
+    values = np.asarray(samples_ms, dtype=np.float64)
+    return {"p50": float(np.percentile(values, 50)), "p90": float(np.percentile(values, 90)),
+            "p99": float(np.percentile(values, 99)), "mean": float(values.mean()), "max": float(values.max()),
+            "n": len(values)}
+
+
+def timed(ask: Callable[[str], Any], questions: Sequence[str]) -> list[float]:
+    """Milliseconds of each ``ask(question)``, one after the other."""
+    samples = []
+    for question in questions:
+        started = time.perf_counter()
+        ask(question)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples

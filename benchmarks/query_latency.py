@@ -14,15 +14,21 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
 
-from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
+from benchmarks.common import (
+    DEFAULT_DATA,
+    RESULTS_DIR,
+    latency_stats,
+    print_table,
+    require_data,
+    timed,
+    write_results,
+)
 from compassmem.config import Settings
 from compassmem.embedding import SentenceTransformerEmbedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
@@ -39,21 +45,6 @@ from compassmem.sinks.factory import open_stores
 GOAL_P50_MS = 25.0
 GOAL_P99_MS = 150.0
 WARMUP_QUESTIONS = 5
-
-
-def latency_stats(samples_ms: Sequence[float]) -> dict[str, float]:
-    values = np.asarray(samples_ms, dtype=np.float64)
-    return {"p50": float(np.percentile(values, 50)), "p90": float(np.percentile(values, 90)),
-            "p99": float(np.percentile(values, 99)), "mean": float(values.mean()), "max": float(values.max())}
-
-
-def timed(ask: Callable[[str], Any], questions: Sequence[str]) -> list[float]:
-    samples = []
-    for question in questions:
-        started = time.perf_counter()
-        ask(question)
-        samples.append((time.perf_counter() - started) * 1000)
-    return samples
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -44,7 +44,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,15 @@ from typing import Any
 import httpx
 import numpy as np
 
-from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
+from benchmarks.common import (
+    DEFAULT_DATA,
+    RESULTS_DIR,
+    latency_stats,
+    print_table,
+    require_data,
+    timed,
+    write_results,
+)
 from compassmem.config import Settings
 from compassmem.embedding import SentenceTransformerEmbedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
@@ -434,21 +442,6 @@ def section_many(conversations: dict[str, list[Turn]], embedder: CachedEmbedder,
 
 # -- section 3 ----------------------------------------------------------------------------------------------------
 
-def latency(samples_ms: Sequence[float]) -> dict[str, float]:
-    values = np.asarray(samples_ms, dtype=np.float64)
-    return {"p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99)),
-            "mean": float(values.mean()), "max": float(values.max()), "n": len(values)}
-
-
-def timed(ask: Callable[[str], Any], questions: Sequence[str]) -> list[float]:
-    samples = []
-    for question in questions:
-        started = time.perf_counter()
-        ask(question)
-        samples.append((time.perf_counter() - started) * 1000)
-    return samples
-
-
 def cycle(items: Sequence[str], count: int, offset: int = 0) -> list[str]:
     return [items[(offset + i) % len(items)] for i in range(count)]
 
@@ -486,8 +479,8 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
             asked = cycle(questions, args.queries)
             results[name] = {"scope": scope, "turns": stores.vectors.count_turns(QueryRequest(
                                  tenant=TENANT, question="x", **scope).scope),
-                             "in_process": latency(timed(in_process, asked)),
-                             "http": latency(timed(over_http, asked)),
+                             "in_process": latency_stats(timed(in_process, asked)),
+                             "http": latency_stats(timed(over_http, asked)),
                              "engine_stages_p50_ms": {path: {stage: float(np.percentile(v, 50))
                                                              for stage, v in kept.items()}
                                                       for path, kept in stages.items()}}

@@ -206,9 +206,6 @@ def create_app(services: ApiServices) -> FastAPI:
               responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID, **_TOO_LARGE, **_DEADLINE})
     def query(body: QueryRequest, request: Request) -> QueryResponse:
         authorize(request, body.tenant)
-        if services.stores.vectors.count_turns(body.scope) == 0:
-            raise HTTPException(status.HTTP_404_NOT_FOUND,
-                                detail=f"no memory for {body.scope_label} of tenant {body.tenant!r}")
         started = time.perf_counter()
         try:
             response = services.engine.query(body, deadline_s=services.settings.api_query_deadline_s)
@@ -222,6 +219,10 @@ def create_app(services: ApiServices) -> FastAPI:
         except Exception:
             services.metrics.query_failed()
             raise
+        # Only an empty answer asks the store whether the scope holds anything at all (a 404, not an empty 200).
+        if not response.turn_ids and services.stores.vectors.count_turns(body.scope) == 0:
+            raise HTTPException(status.HTTP_404_NOT_FOUND,
+                                detail=f"no memory for {body.scope_label} of tenant {body.tenant!r}")
         services.metrics.query_answered(response, time.perf_counter() - started)
         log.debug("api.query", tenant=body.tenant, scope=body.scope_label,
                   turns=len(response.turn_ids), ms=response.timings_ms.get("total"))

@@ -346,14 +346,12 @@ class PointStore(VectorStore):
         return [TurnHit(p["conversation_id"], p["turn_id"], p[EVENT_ID_FIELD], score)
                 for p, _, score in ((_required(payload), vector, score) for payload, vector, score in hits)]
 
-    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
-                        with_vectors: bool = True) -> list[ScoredTurn]:
-        hits = self._nearest(search_scope(scope, TURN_KIND), vector, DENSE_VECTOR, limit, with_vectors)
+    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
+        hits = self._nearest(search_scope(scope, TURN_KIND), vector, DENSE_VECTOR, limit)
         return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
-    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int,
-                                with_vectors: bool = True) -> list[ScoredTurn]:
-        hits = self._nearest(search_scope(scope, TURN_KIND), query, TURN_SPARSE_VECTOR, limit, with_vectors)
+    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredTurn]:
+        hits = self._nearest(search_scope(scope, TURN_KIND), query, TURN_SPARSE_VECTOR, limit)
         return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
     # --- deletes and counts ----------------------------------------------------------------------------------

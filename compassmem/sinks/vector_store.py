@@ -112,13 +112,11 @@ class VectorStore(ABC):
         without building whole records: the query path's candidate search."""
 
     @abstractmethod
-    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
-                        with_vectors: bool = True) -> list[ScoredTurn]:
+    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
         """Nearest turns by cosine similarity within a scope."""
 
     @abstractmethod
-    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int,
-                                with_vectors: bool = True) -> list[ScoredTurn]:
+    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredTurn]:
         """Best turns by sparse keyword score (IDF over turns) within a scope."""
 
     def search_turns(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
