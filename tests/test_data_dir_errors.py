@@ -16,6 +16,7 @@ CLI = [sys.executable, "-m", "compassmem.cli"]
 COMMANDS = {
     "ingest": ["ingest", "turns.jsonl"],
     "ask": ["ask", "c1", "what happened?"],
+    "build-index": ["build-index"],
     "worker": ["worker"],
     "dev": ["dev", "--port", "0"],
     "broker": ["broker", "--port", "0"],
@@ -122,8 +123,9 @@ with open_stores(Settings(data_dir=Path(sys.argv[1])), dim=384):
 """
 
 
-def test_ask_while_another_process_holds_the_embedded_stores(tmp_path: Path) -> None:
-    """What `compassmem ask` meets while `compassmem dev` runs on the same data directory."""
+@pytest.mark.parametrize("command", ["ask", "build-index"])
+def test_a_store_command_while_another_process_holds_the_embedded_stores(tmp_path: Path, command: str) -> None:
+    """What `compassmem ask` or `build-index` meets while `compassmem dev` runs on the same data directory."""
     data_dir = tmp_path / "data"
     holder = subprocess.Popen(  # noqa: S603
         [sys.executable, "-c", _HOLDER, str(data_dir)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -133,7 +135,7 @@ def test_ask_while_another_process_holds_the_embedded_stores(tmp_path: Path) -> 
         assert holder.stdout is not None
         assert any(line.startswith("HOLDING") for line in holder.stdout), "the holder did not open the stores"
 
-        result = _run(COMMANDS["ask"], data_dir, tmp_path)
+        result = _run(COMMANDS[command], data_dir, tmp_path)
 
         _assert_one_error_line(result, "another process", str(data_dir.name))
         assert holder.poll() is None
@@ -167,3 +169,10 @@ def test_a_store_server_that_cannot_be_reached_is_one_line_naming_its_url(
     result = _run(COMMANDS["ask"], tmp_path / "data", tmp_path,
                   prefix=["env", f"{variable}={target}", *CLI])
     _assert_one_error_line(result, f"{variable}={target}", f"cannot reach {what}")
+
+
+def test_build_index_on_a_usable_data_dir_succeeds(tmp_path: Path) -> None:
+    result = _run(COMMANDS["build-index"], tmp_path / "data", tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert "search index built in" in result.stdout

@@ -620,3 +620,39 @@ def test_server_backend_creates_the_subject_index_and_only_missing_ones(store_di
     created.clear()
     QdrantServerVectorStore(client, "events", dim=store_dim, owns_client=True).close()
     assert created == []
+
+
+def test_building_the_edge_search_index_keeps_every_point_and_what_searches_find(
+    put_turns: Put, tmp_path: Path, turn_builder: TurnBuilder
+) -> None:
+    """``build_search_index`` (``compassmem build-index``) turns exact search into HNSW search: enough points to pass
+    qdrant's indexing threshold (~10 MB of vectors), then the same scoped searches before and after, then writes
+    after the index go on being found."""
+    dim = 384
+    store = EdgeVectorStore(tmp_path / "edge", dim=dim)
+    turns = [turn_builder(f"c{i % 40}", i, tenant="alice" if i % 5 else "bob", seed=i, dim=dim) for i in range(8000)]
+    for start in range(0, len(turns), 1000):
+        put_turns(store, *turns[start : start + 1000])
+    queries = [np.asarray(turns[i].embedding, dtype=np.float32) for i in (3, 77, 1234, 5001, 7999)]
+    scopes = [SearchScope(tenant="alice"), SearchScope(tenant="alice", conversation_ids=("c3", "c7")),
+              SearchScope(tenant="bob")]
+
+    def top(store: VectorStore) -> list[list[str]]:
+        return [[h.turn_id for h in store.turn_hits(scope, q, 10)] for scope in scopes for q in queries]
+
+    before = top(store)
+    indexed_before = store.shard.info().indexed_vectors_count
+    store.build_search_index()
+    assert store.shard.info().indexed_vectors_count >= indexed_before + len(turns)  # the dense vectors now
+    assert top(store) == before
+    store.close()
+    reopened = EdgeVectorStore(tmp_path / "edge", dim=dim)
+    try:
+        assert top(reopened) == before
+        assert reopened.count_turns(SearchScope(tenant="alice")) + reopened.count_turns(SearchScope(tenant="bob")) == 8000
+        late = turn_builder("c-late", 1, tenant="alice", seed=99_999, dim=dim)
+        put_turns(reopened, late)
+        hits = reopened.turn_hits(SearchScope(tenant="alice"), np.asarray(late.embedding, dtype=np.float32), 1)
+        assert [h.turn_id for h in hits] == [late.turn_id] and hits[0].conversation_id == "c-late"
+    finally:
+        reopened.close()

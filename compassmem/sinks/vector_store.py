@@ -147,5 +147,10 @@ class VectorStore(ABC):
     def flush(self) -> None:
         """Make every write so far durable."""
 
+    def build_search_index(self) -> None:
+        """Index what is not indexed yet for approximate nearest-neighbour search (a maintenance step: see the
+        backend). A backend whose engine indexes in the background has nothing to do."""
+        return None
+
     @abstractmethod
     def close(self) -> None: ...
