@@ -213,8 +213,7 @@ class QueryEngine:
         nearby = sorted(links, key=lambda e: (-links[e], e))[: ranking.neighbour_events]
         # A far end that is no event (a part_of edge's cluster id) loads as nothing.
         hot.update(self.hot.events(scope.tenant, nearby))
-        clusters = self.graph.clusters_of(scope.tenant, list(hot))
-        view = MemoryView(scope.tenant, hot.values(), clusters, self.embedder.dim)
+        view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)
         view.keyword_hits.update(keyword_hits)
         return view
 

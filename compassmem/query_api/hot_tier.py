@@ -16,6 +16,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 
@@ -37,9 +38,16 @@ class HotEvent:
     links: tuple[tuple[str, dict[str, str | float | None]], ...]
     loaded_at: float = field(default_factory=time.monotonic)
     turn_ids: frozenset[str] = field(init=False)
+    # Sort keys a query's view orders events and turns by, computed once per load rather than once per query.
+    order: tuple[str, datetime, str] = field(init=False)
+    turn_order: tuple[tuple[str, datetime, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "turn_ids", frozenset(t.turn_id for t in self.turns))
+        object.__setattr__(self, "order", (self.event.conversation_id, self.event.temporal_info.start,
+                                           self.event.event_id))
+        object.__setattr__(self, "turn_order", tuple((t.conversation_id, t.timestamp, t.turn_id)
+                                                     for t in self.turns))
 
 
 class HotTier:

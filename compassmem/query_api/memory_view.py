@@ -23,38 +23,45 @@ WINDOW_TURNS = 3
 
 
 class MemoryView:
-    def __init__(self, tenant: str, hot: Iterable[HotEvent], clusters: dict[str, list[str]], dim: int) -> None:
+    def __init__(self, tenant: str, hot: Iterable[HotEvent], dim: int) -> None:
         self.tenant = tenant
-        entries = sorted(hot, key=lambda h: (h.event.conversation_id, h.event.temporal_info.start, h.event.event_id))
+        entries = sorted(hot, key=lambda h: h.order)
         self.events: dict[str, Event] = {h.event.event_id: h.event for h in entries}
         self.event_ids = list(self.events)
         self.event_row = {event_id: row for row, event_id in enumerate(self.event_ids)}
         self.event_matrix = np.asarray([h.vector for h in entries], dtype=np.float32).reshape(len(entries), dim)
         turns = [t for h in entries for t in h.turns]
+        keys = [k for h in entries for k in h.turn_order]
         counts = [c for h in entries for c in h.turn_counts]
         matrix = (np.concatenate([h.turn_vectors for h in entries]) if entries
                   else np.zeros((0, dim), dtype=np.float32))
-        order = sorted(range(len(turns)), key=lambda i: (turns[i].conversation_id, turns[i].timestamp,
-                                                         turns[i].turn_id))
         # A turn reported in two events (it moved between two loads) is kept once.
         kept: dict[TurnKey, int] = {}
-        for i in order:
-            kept.setdefault((turns[i].conversation_id, turns[i].turn_id), i)
+        for i in sorted(range(len(keys)), key=keys.__getitem__):
+            kept.setdefault((keys[i][0], keys[i][2]), i)
         rows = list(kept.values())
         self.turns: list[IndexedTurn] = [turns[i] for i in rows]
         self.turn_matrix = matrix[rows].reshape(len(rows), dim)
         self._turn_counts: list[Counter[str]] = [counts[i] for i in rows]
-        self.turn_row: dict[TurnKey, int] = {(t.conversation_id, t.turn_id): r for r, t in enumerate(self.turns)}
+        self.turn_row: dict[TurnKey, int] = dict(zip(kept, range(len(rows)), strict=True))
         self.turn_event = np.asarray([self.event_row.get(t.event_id, -1) for t in self.turns], dtype=np.int64)
         self.has_time = np.asarray([t.has_time_expression for t in self.turns], dtype=bool)
         self.turn_speakers = np.asarray([t.speaker for t in self.turns])
         self.speakers = set(self.turn_speakers.tolist())
         self.session_of: list[tuple[str, str | None]] = [(t.conversation_id, t.session_id) for t in self.turns]
-        self.same_session_as_previous = np.asarray(
-            [self.session_of[i] == self.session_of[i - 1] for i in range(1, len(self.turns))], dtype=bool
-        )
+        session_ids: dict[tuple[str, str | None], int] = {}
+        self._session_code = np.asarray([session_ids.setdefault(s, len(session_ids)) for s in self.session_of],
+                                        dtype=np.int64)
+        self.same_session_as_previous = self._session_code[1:] == self._session_code[:-1]
         self._links = {h.event.event_id: h.links for h in entries}
-        self._clusters = clusters
+        # Topic clusters among the candidates, from the events' own cluster_id: the worker re-writes an event
+        # whenever reclustering moves it, and the change feed drops the stale entry. A walk can only reach events
+        # the view holds, so members outside it do not matter.
+        self._clusters: dict[str, list[str]] = {}
+        for event_id in sorted(self.events):
+            cluster_id = self.events[event_id].cluster_id
+            if cluster_id is not None:
+                self._clusters.setdefault(cluster_id, []).append(event_id)
         # Keyword hits per query text, filled by the engine: the store searches a query makes once.
         self.keyword_hits: dict[str, list[TurnKey]] = {}
         self._build_windows()
@@ -68,21 +75,22 @@ class MemoryView:
         return sorted({t.conversation_id for t in self.turns})
 
     def _build_windows(self) -> None:
-        """Every run of up to WINDOW_TURNS turns of a session: the words of a question are often spread over a
-        question turn and its answer."""
+        """Every run of up to WINDOW_TURNS turns of a session, one starting at each turn: the words of a question
+        are often spread over a question turn and its answer."""
         count = len(self.turns)
-        self.windows = [[r for r in range(start, min(start + WINDOW_TURNS, count))
-                         if self.session_of[r] == self.session_of[start]] for start in range(count)]
-        self.window_rows = (np.concatenate([np.asarray(w, dtype=np.int64) for w in self.windows]) if count
-                            else np.zeros(0, dtype=np.int64))
-        self.window_of_row = np.repeat(np.arange(count), [len(w) for w in self.windows])
+        self.window_count = count
+        members = np.minimum(np.arange(count)[:, None] + np.arange(WINDOW_TURNS)[None, :], max(count - 1, 0))
+        inside = ((np.arange(count)[:, None] + np.arange(WINDOW_TURNS)[None, :]) < count) & (
+            self._session_code[members] == self._session_code[:, None])
+        self.window_rows = members[inside]
+        self.window_of_row = np.repeat(np.arange(count), inside.sum(axis=1))
 
     def window_scores(self, text: str) -> np.ndarray:
         """Per turn: the best BM25 score of a window that contains it."""
         scores = np.zeros(len(self.turns), dtype=np.float64)
         if not self.turns:
             return scores
-        per_window = window_bm25(text, self._turn_counts, self.window_rows, self.window_of_row, len(self.windows))
+        per_window = window_bm25(text, self._turn_counts, self.window_rows, self.window_of_row, self.window_count)
         np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
         return scores
 

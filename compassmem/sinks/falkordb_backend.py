@@ -134,11 +134,6 @@ UNWIND $ids AS id
 MATCH (t:Event {{event_id: id}})<-[r:REL]-(s)
 RETURN s.event_id, t.event_id, {_EDGE_FIELDS}
 """
-_CLUSTERS_OF = """
-UNWIND $ids AS id
-MATCH (e:Event {event_id: id})-[:MEMBER_OF]->(c:Cluster)
-RETURN c.cluster_id, collect(e.event_id)
-"""
 _DELETE_EVENTS = "MATCH (e:Event {conversation_id: $c}) WHERE e.event_id IN $ids DETACH DELETE e"
 _DELETE_CONVERSATION = (
     "MATCH (e:Event {conversation_id: $c}) DETACH DELETE e",
@@ -251,11 +246,6 @@ class FalkorDBGraphStore(GraphStore):
         return [GraphEdge(source, target, relation_id, kind, subtype, float(confidence), evidence or "")
                 for source, target, relation_id, kind, subtype, confidence, evidence, superseded_by in rows
                 if superseded_by is None]
-
-    def clusters_of(self, tenant: str, event_ids: Sequence[str]) -> dict[str, list[str]]:
-        ids = sorted(set(event_ids))
-        rows = self._read(tenant, _CLUSTERS_OF, {"ids": ids}) if ids else []
-        return {cluster_id: sorted(members) for cluster_id, members in rows}
 
     def relations(self, tenant: str, conversation_id: str) -> list[Relation]:
         rows = self._read(tenant, _CONVERSATION_RELATIONS, {"c": conversation_id})

@@ -58,11 +58,6 @@ class GraphStore(ABC):
         take, without loading whole conversations."""
 
     @abstractmethod
-    def clusters_of(self, tenant: str, event_ids: Sequence[str]) -> dict[str, list[str]]:
-        """The clusters these events belong to: cluster id -> its members among these events (sorted). A walk can
-        only reach events it holds, so members outside them would only cost transfer."""
-
-    @abstractmethod
     def relations(self, tenant: str, conversation_id: str) -> list[Relation]: ...
 
     @abstractmethod
