@@ -20,7 +20,8 @@ that up-front run); the pipeline's embedder is then a lookup by the exact text t
    conversation ingested as it is): p50/p99 in-process (``QueryEngine.query``) and over HTTP (uvicorn on
    loopback, ``create_app(build_services(...))``) for one ~600-turn conversation, the long conversation, the
    big subject and the whole tenant, with the development file's QA questions (for synthetic copies the
-   questions are a load generator). Then one question to each of ``--hot-conversations`` distinct
+   questions are a load generator), after building the vector store's HNSW index as ``compassmem build-index``
+   does (``--no-build-index``: exact dense search, as a store that was never indexed). Then one question to each of ``--hot-conversations`` distinct
    conversations through an engine whose hot tier holds at most ``--hot-turns`` turns: RSS before and after,
    and the turns the hot tier held.
 
@@ -562,6 +563,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="where the base turns' real vectors are kept between runs")
     parser.add_argument("--no-vector-cache", dest="vector_cache", action="store_const", const=None,
                         help="embed the base turns again every run")
+    parser.add_argument("--no-build-index", dest="build_index", action="store_false",
+                        help="query without building the embedded store's HNSW index first (exact dense search)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "scale.json")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
@@ -637,6 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sizes": {k: getattr(args, k) for k in ("turns", "block", "store_batch", "conversations", "subjects",
                                                  "subject_conversations", "active", "queries", "hot_conversations",
                                                  "hot_turns", "embed_sample")},
+        "search_index_built": args.build_index,
         "real_embedder": embedder_rate,
     }
     with tempfile.TemporaryDirectory(prefix="compassmem-scale-") as tmp:
@@ -649,6 +653,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                   flush=True)
             MemoryPipeline(cached, [VectorSink(stores.vectors), GraphSink(stores.graph)],
                            PipelineConfig(hot_events=settings.worker_hot_events)).ingest(dev_turns)
+            if args.build_index:
+                # What `compassmem build-index` does between runs: without it every dense search is exact.
+                print("[3] building the vector store's search index (compassmem build-index) ...", flush=True)
+                started = time.perf_counter()
+                stores.vectors.build_search_index()
+                results["search_index_seconds"] = time.perf_counter() - started
+                print(f"    built in {results['search_index_seconds']:.1f} s", flush=True)
             # An API process does not hold the ingested turns: drop ours, so the collector's full passes over them
             # do not land in query latencies.
             long_count, dev_count, conversation_ids = len(long_turns), len(dev_turns), list(many)
