@@ -138,6 +138,9 @@ class HotTier:
                 turns=tuple(t.model_copy(update={"embedding": None}) for t in turns),
                 turn_vectors=np.asarray([t.embedding for t in turns], dtype=np.float32).reshape(len(turns), dim),
                 turn_counts=tuple(token_counts([search_text(t.speaker, t.text, t.timestamp) for t in turns])) if turns else (),
-                links=tuple(links.get(event.event_id, ())),
+                # In a fixed order: the walk breaks ties by the order it meets edges, and the graph store returns
+                # them in whatever order it stored them (it differed between two builds of the same memory).
+                links=tuple(sorted(links.get(event.event_id, ()), key=lambda link: (link[0],
+                                                                                    str(link[1].get("relation_id"))))),
             )
         return loaded

@@ -387,7 +387,12 @@ class PointStore(VectorStore):
         else:
             check_query_vector(query, self.dim)
             engine_query = [float(x) for x in query]
-        return self._query(engine_query, using, where, limit, with_vectors) if limit > 0 else []
+        if limit <= 0:
+            return []
+        # Equal scores are common in keyword search (the same words in several turns); the engine orders them by
+        # its internal point offsets, which differed between two builds of the same memory. By ids instead, so
+        # the same memory answers the same question the same way.
+        return sorted(self._query(engine_query, using, where, limit, with_vectors), key=_score_then_ids)
 
     def _scroll(self, where: Scope) -> list[tuple[Payload, Any]]:
         found: list[tuple[Payload, Any]] = []
@@ -397,3 +402,9 @@ class PointStore(VectorStore):
             found.extend(page)
             if offset is None:
                 return found
+
+
+def _score_then_ids(hit: tuple[Payload, Any, float]) -> tuple[float, str, str, str]:
+    payload = hit[0] or {}
+    return (-hit[2], str(payload.get("conversation_id", "")), str(payload.get("turn_id", "")),
+            str(payload.get(EVENT_ID_FIELD, "")))
