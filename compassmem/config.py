@@ -66,6 +66,11 @@ class Settings(BaseSettings):
         "COMPASSMEM_KAFKA_BOOTSTRAP) drops changed events at once; this bounds staleness without a feed (e.g. "
         "`compassmem ingest` into shared store servers). New turns are searchable at once regardless."
     )
+    api_hot_followed_max_age_s: float = Field(
+        default=600.0, gt=0, description="The same limit while the API follows the change feeds (entries loaded "
+        "since it began following without a break): changes drop entries at once then, so this only bounds what a "
+        "lost feed record could leave stale. At least api_view_max_age_s.",
+    )
     api_hot_turns: int = Field(
         default=50_000, ge=100, le=10_000_000,
         description="Most turns (with their events and vectors, about 3 KB each) the API's hot tier keeps; least "

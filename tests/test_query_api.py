@@ -386,9 +386,11 @@ def test_the_change_feed_drops_the_hot_tier_entries_it_names(broker: str, servic
             assert time.monotonic() < deadline, "the forget was not applied"
             time.sleep(0.05)
         assert hot.turns == sum(len(held[e].turns) for e in events if held[e].event.conversation_id == "t-1")
+        assert hot.following_feed  # so entries loaded now keep the long age limit
     finally:
         producer.close()
         listener.stop()
+    assert not hot.following_feed  # a stopped listener invalidates nothing: back to the short limit
 
 
 # -- bad requests ---------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,67 @@ def test_the_hot_tier_is_bounded_by_turns_and_evicts_the_least_recently_used(eng
     reloaded = hot.events("default", [second])[second]
     assert reloaded is not held[second] and reloaded.turn_ids == held[second].turn_ids  # loaded again
     assert hot.events("other", [first]) == {}  # another tenant never sees these events
+
+
+class _CountingLoads:
+    """Wraps a vector store: counts get_events calls (one per hot-tier load) and can run a hook inside one."""
+
+    def __init__(self, inner: object) -> None:
+        self._inner = inner
+        self.loads = 0
+        self.during_load: Callable[[], None] | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def get_events(self, *args: object, **kwargs: object) -> object:
+        self.loads += 1
+        if self.during_load is not None:
+            self.during_load()
+        return self._inner.get_events(*args, **kwargs)
+
+
+def test_a_followed_feed_keeps_entries_past_the_short_age_and_a_broken_one_does_not(engine: QueryEngine) -> None:
+    event_id = engine.vectors.conversation_events("default", "priya-tom")[0].event_id
+    vectors = _CountingLoads(engine.vectors)
+    hot = HotTier(vectors, engine.graph, max_age_s=0.05, followed_max_age_s=60)  # type: ignore[arg-type]
+
+    hot.events("default", [event_id])
+    time.sleep(0.1)
+    hot.events("default", [event_id])
+    assert vectors.loads == 2  # no feed: older than max_age_s, loaded again
+
+    hot.feed_followed(True)
+    time.sleep(0.1)
+    hot.events("default", [event_id])  # loaded before following began: still the short limit
+    assert vectors.loads == 3
+    time.sleep(0.1)
+    hot.events("default", [event_id])
+    assert vectors.loads == 3  # loaded while followed: kept past max_age_s
+    hot.invalidate_event("default", event_id)  # what the feed does on a change
+    hot.events("default", [event_id])
+    assert vectors.loads == 4
+
+    hot.feed_followed(False)  # a poll failed: back to the short limit at once
+    time.sleep(0.1)
+    hot.events("default", [event_id])
+    assert vectors.loads == 5
+
+
+@pytest.mark.parametrize("scope", ["event", "conversation", "tenant"])
+def test_a_load_that_a_change_overtakes_is_served_once_but_not_kept(engine: QueryEngine, scope: str) -> None:
+    event_id = engine.vectors.conversation_events("default", "priya-tom")[0].event_id
+    vectors = _CountingLoads(engine.vectors)
+    hot = HotTier(vectors, engine.graph, max_age_s=60, followed_max_age_s=60)  # type: ignore[arg-type]
+    hot.feed_followed(True)
+    changes = {"event": lambda: hot.invalidate_event("default", event_id),
+               "conversation": lambda: hot.invalidate("default", "priya-tom"),
+               "tenant": lambda: hot.invalidate("default")}
+    vectors.during_load = changes[scope]  # the feed reports a change while the store is being read
+
+    assert event_id in hot.events("default", [event_id])  # this query gets what the store had
+    assert len(hot) == 0
+    vectors.during_load = None
+    hot.events("default", [event_id])
+    hot.events("default", [event_id])
+    assert vectors.loads == 2 and len(hot) == 1  # read again, then kept

@@ -4,8 +4,9 @@ The worker publishes every event it writes, deletes or forgets, and every relati
 them. An API process (``compassmem api`` or the one inside ``compassmem dev``) follows both topics from their end
 and drops the hot-tier entries they name (a relation names both its events), so the next query reloads them: a
 merge, a new relation or a new turn of a cached event is seen as soon as the worker has written it, not
-``api_view_max_age_s`` later. The age limit stays as the fallback for a feed that is down. Records that are not
-change records are skipped (logged), never fatal: the feed only invalidates.
+``api_view_max_age_s`` later. While it follows without a break the hot tier keeps entries up to
+``api_hot_followed_max_age_s``; when a poll fails it falls back to the short limit. Records that are not change
+records are skipped (logged), never fatal: the feed only invalidates.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class ChangeFeedListener:
     def stop(self, timeout_s: float = 5.0) -> None:
         self._stop.set()
         self._thread.join(timeout_s)
+        self._hot.feed_followed(False)
         self._consumer.close()
 
     def apply(self, topic: str, value: bytes) -> None:
@@ -96,6 +98,7 @@ class ChangeFeedListener:
                         continue
                 batches = self._consumer.poll(timeout_ms=self._poll_ms)
             except Exception as error:  # noqa: BLE001 - a broker hiccup must not end the thread; the age limit covers
+                self._hot.feed_followed(False)
                 log.warning("api.change_feed.poll_failed", error=str(error))
                 self._stop.wait(1.0)
                 continue
@@ -103,3 +106,5 @@ class ChangeFeedListener:
                 for record in records:
                     if record.value is not None:
                         self.apply(partition.topic, record.value)
+            # After applying: an entry loaded from now on has seen every change the feed delivered so far.
+            self._hot.feed_followed(True)

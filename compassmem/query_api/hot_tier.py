@@ -4,9 +4,11 @@ bounded by turns.
 A query finds its candidates with store searches (always fresh), then needs the candidates' events in full: their
 turns for context and windows, vectors for local scoring, relations for the walk. Those come from here, and from the
 stores on a miss (three store calls for all the misses of a query). An entry is dropped when the worker's change
-feed names its event or one of its relations (``change_listener.py``), reloaded when it is older than ``max_age_s``
-(the fallback when no feed is followed), and reloaded when a search returned a turn of its event that the entry does
-not hold (new turns are answerable at once). Least recently used events go first past ``max_turns``.
+feed names its event or one of its relations (``change_listener.py``), and reloaded when a search returned a turn of
+its event that the entry does not hold (new turns are answerable at once). It is also reloaded once it is older than
+``max_age_s``, or ``followed_max_age_s`` while a change feed is followed and the entry was loaded since: the feed
+invalidates what changes, so only a feed that stops needs the short limit (a 30 s limit reloaded most of a busy
+conversation's candidates on every query). Least recently used events go first past ``max_turns``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ from compassmem.models import Event, IndexedTurn, search_text
 from compassmem.query_api.bm25_index import token_counts
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import VectorStore
+
+
+# Invalidation marks kept (each kind): only loads running when a mark was made consult it, and a query's loads take
+# milliseconds, so this is far more than enough.
+INVALIDATION_MARKS = 10_000
 
 
 @dataclass(frozen=True)
@@ -52,12 +59,19 @@ class HotEvent:
 
 class HotTier:
     def __init__(self, vectors: VectorStore, graph: GraphStore, max_turns: int = 50_000,
-                 max_age_s: float = 5.0) -> None:
+                 max_age_s: float = 5.0, followed_max_age_s: float = 600.0) -> None:
         self._vectors = vectors
         self._graph = graph
         self.max_turns = max_turns
         self._max_age_s = max_age_s
+        self._followed_max_age_s = max(max_age_s, followed_max_age_s)
+        # Since when a change feed has been followed without a break (None: not followed now).
+        self._followed_since: float | None = None
         self._entries: OrderedDict[tuple[str, str], HotEvent] = OrderedDict()
+        # When each recently invalidated event was invalidated: a load that started before then read what the
+        # change replaced, so it is served once but not kept. Bounded: older marks cannot matter to a load.
+        self._invalidated: OrderedDict[tuple[str, str | None], float] = OrderedDict()
+        self._invalidated_scopes: OrderedDict[tuple[str, str | None], float] = OrderedDict()
         self._turns = 0
         self._lock = threading.Lock()
 
@@ -78,22 +92,43 @@ class HotTier:
         with self._lock:
             for event_id in dict.fromkeys(event_ids):
                 entry = self._entries.get((tenant, event_id))
-                if (entry is not None and now - entry.loaded_at <= self._max_age_s
+                if (entry is not None and now - entry.loaded_at <= self._age_limit(entry)
                         and must_hold.get(event_id, set()) <= entry.turn_ids):
                     self._entries.move_to_end((tenant, event_id))
                     found[event_id] = entry
         missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in found]
         if missing:
+            started = time.monotonic()
             loaded = self._load(tenant, missing)
             with self._lock:
                 for event_id, entry in loaded.items():
-                    self._put((tenant, event_id), entry)
+                    if not self._changed_since(tenant, entry, started):
+                        self._put((tenant, event_id), entry)
             found.update(loaded)
         return found
+
+    @property
+    def following_feed(self) -> bool:
+        """Whether a change feed is followed now (entries loaded meanwhile keep ``followed_max_age_s``)."""
+        return self._followed_since is not None
+
+    def feed_followed(self, followed: bool) -> None:
+        """Told by the change-feed listener whether it follows the feed now (each poll that succeeds or fails)."""
+        with self._lock:
+            if not followed:
+                self._followed_since = None
+            elif self._followed_since is None:
+                self._followed_since = time.monotonic()
+
+    def _age_limit(self, entry: HotEvent) -> float:
+        if self._followed_since is not None and entry.loaded_at >= self._followed_since:
+            return self._followed_max_age_s
+        return self._max_age_s
 
     def invalidate_event(self, tenant: str, event_id: str) -> None:
         with self._lock:
             self._drop((tenant, event_id))
+            self._mark_invalidated((tenant, event_id))
 
     def invalidate(self, tenant: str, conversation_id: str | None = None) -> None:
         """Drop a conversation's events (all of the tenant's without one): a forget, a delete."""
@@ -101,6 +136,22 @@ class HotTier:
             for key in [k for k, entry in self._entries.items() if k[0] == tenant
                         and (conversation_id is None or entry.event.conversation_id == conversation_id)]:
                 self._drop(key)
+            # A load of this conversation's events that is under way must not be kept either.
+            self._mark_invalidated((tenant, conversation_id), scope=True)
+
+    def _mark_invalidated(self, key: tuple[str, str | None], scope: bool = False) -> None:
+        marks = self._invalidated_scopes if scope else self._invalidated
+        marks[key] = time.monotonic()
+        marks.move_to_end(key)
+        while len(marks) > INVALIDATION_MARKS:
+            marks.popitem(last=False)
+
+    def _changed_since(self, tenant: str, entry: HotEvent, started: float) -> bool:
+        """Whether the feed invalidated this event (or its conversation, or its tenant) after ``started``."""
+        event = entry.event
+        return (self._invalidated.get((tenant, event.event_id), -1.0) >= started
+                or self._invalidated_scopes.get((tenant, event.conversation_id), -1.0) >= started
+                or self._invalidated_scopes.get((tenant, None), -1.0) >= started)
 
     def _put(self, key: tuple[str, str], entry: HotEvent) -> None:
         self._drop(key)
