@@ -18,7 +18,8 @@ that up-front run); the pipeline's embedder is then a lookup by the exact text t
    the same stores as section 1. Turns/s from the first produce to the last turn applied; this process's RSS.
 3. Queries on those stores (one tenant: the long conversation, the many conversations, and one development
    conversation ingested as it is): p50/p99 in-process (``QueryEngine.query``) and over HTTP (uvicorn on
-   loopback, ``create_app(build_services(...))``) for one ~600-turn conversation, the long conversation, the
+   loopback, ``create_app(build_services(...))``, following the change feeds of a dev broker as ``compassmem api``
+   does) for one ~600-turn conversation, the long conversation, the
    big subject and the whole tenant, with the development file's QA questions (for synthetic copies the
    questions are a load generator), after building the vector store's HNSW index as ``compassmem build-index``
    does (``--no-build-index``: exact dense search, as a store that was never indexed). Then one question to each of ``--hot-conversations`` distinct
@@ -36,6 +37,7 @@ The final table lists each goal, the measured value and whether it is met.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import hashlib
 import math
@@ -45,7 +47,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,8 @@ from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemory
 from compassmem.query_api.app import create_app
+from compassmem.query_api.change_listener import ChangeFeedListener
+from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
 from compassmem.sinks.batching import GraphSink, VectorSink
@@ -453,7 +457,11 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
     services = build_services(settings, stores, embedder, MemoryMetrics())
     use_serving_threads(settings)
     results: dict[str, Any] = {}
-    with BackgroundServer(create_app(services)) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+    # As `compassmem api` with a broker: it follows the worker's change feeds, so its hot tier keeps what no
+    # change has touched (without a feed it reloads entries older than COMPASSMEM_API_VIEW_MAX_AGE_S).
+    with (DevBroker(port=0, log_path=settings.data_dir.parent / "tansu-queries.log") as broker,
+          _following(broker.bootstrap, settings, services.hot),
+          BackgroundServer(create_app(services)) as server, httpx.Client(base_url=server.url, timeout=60) as client):
         for name, (scope, questions) in scopes.items():
             stages: dict[str, dict[str, list[float]]] = {"in_process": {}, "http": {}}
 
@@ -495,6 +503,21 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
         stage_p50 = r["engine_stages_p50_ms"]["in_process"]
         print(f"    {name}: " + ", ".join(f"{stage} {ms:.1f}" for stage, ms in stage_p50.items()))
     return results
+
+
+@contextlib.contextmanager
+def _following(bootstrap: str, settings: Settings, hot: HotTier) -> Iterator[ChangeFeedListener]:
+    ensure_topics(bootstrap, topic_specs(settings))
+    listener = ChangeFeedListener(bootstrap, settings, hot).start()
+    try:
+        deadline = time.monotonic() + 60
+        while not hot.following_feed:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the API's change-feed listener did not start following")
+            time.sleep(0.05)
+        yield listener
+    finally:
+        listener.stop()
 
 
 def section_hot_tier(conversation_ids: list[str], questions: list[str], stores: Stores, settings: Settings,
