@@ -1,14 +1,16 @@
 """The in-process pipeline: turns in, event graph out, without Kafka (batch import, benchmarks, tests).
 
 Turns are embedded in batches (the embedder is the bottleneck), then fed one by one, in order, to their
-conversation's ConversationMemory; the updates go to the sinks, which are flushed once per batch.
+conversation's ConversationMemory; the updates go to the sinks, which are flushed once per batch. The flush is
+``SinkCheckpoint``'s, the same object the streaming worker flushes as the first step of its own commit
+(``streams/checkpoint.py``): there it uses ``add_turns`` and leaves the flush to that commit.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Protocol
 
@@ -27,6 +29,7 @@ from compassmem.processors.merging import EventMerger, MergeConfig
 from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, SegmentationConfig
 from compassmem.sinks.batching import Sink
+from compassmem.sinks.checkpoint import SinkCheckpoint
 
 
 class PipelineConfig(BaseModel):
@@ -74,10 +77,11 @@ class PipelineObserver(Protocol):
 
 
 class MemoryPipeline:
-    def __init__(self, embedder: Embedder, sinks: list[Sink], config: PipelineConfig | None = None,
-                 observer: PipelineObserver | None = None) -> None:
+    def __init__(self, embedder: Embedder, sinks: Sequence[Sink] | SinkCheckpoint,
+                 config: PipelineConfig | None = None, observer: PipelineObserver | None = None) -> None:
         self.embedder = embedder
-        self.sinks = sinks
+        # A SinkCheckpoint when the caller flushes it too (the stream processor's commit), else one of our own.
+        self.checkpoint = sinks if isinstance(sinks, SinkCheckpoint) else SinkCheckpoint(sinks, observer)
         self.config = config or PipelineConfig()
         self.observer = observer
         self.memories: dict[str, ConversationMemory] = {}
@@ -99,7 +103,21 @@ class MemoryPipeline:
 
     def ingest(self, turns: Iterable[Turn], progress: Callable[[int], None] | None = None,
                close_at_end: bool = True) -> IngestSummary:
+        """Apply turns and commit (flush the sinks) after every batch of ``batch_turns``."""
         started = time.perf_counter()
+        for batch in _batches(turns, self.config.batch_turns):
+            self.add_turns(batch)
+            self.checkpoint.flush()
+            if progress is not None:
+                progress(len(batch))
+        if close_at_end:
+            self.close_all()
+        self._seconds += time.perf_counter() - started
+        return self.summary()
+
+    def add_turns(self, turns: Sequence[Turn]) -> None:
+        """Embed turns in batches and apply them in order, adding what they change to the sinks without a flush:
+        whoever owns the commit flushes (``ingest`` after each batch, the streaming worker's checkpoint)."""
         for batch in _batches(turns, self.config.batch_turns):
             mark = time.perf_counter()
             vectors = self.embedder.embed([t.search_text() for t in batch])
@@ -110,37 +128,19 @@ class MemoryPipeline:
                 update.extend(self.memory_for(turn.tenant, turn.conversation_id).add_turn(turn, vector))
             if self.observer is not None:
                 self.observer.stage("segment", update.stage_seconds.pop("segment", 0.0), len(batch))
-            self._write(update)
+            self.checkpoint.add_update(update)
             self._turns += len(batch)
-            if progress is not None:
-                progress(len(batch))
-        if close_at_end:
-            self.close_all()
-        self._seconds += time.perf_counter() - started
-        return self.summary()
 
     def close_all(self) -> None:
         update = MemoryUpdate()
         for memory in self.memories.values():
             update.extend(memory.close_open_segment())
-        self._write(update)
+        self.write(update)
 
     def write(self, update: MemoryUpdate) -> None:
-        """Upsert an update's records into every sink and flush them (the streaming worker's idle closes use it)."""
-        self._write(update)
-
-    def _write(self, update: MemoryUpdate) -> None:
-        mark = time.perf_counter()
-        for record in [*update.events, *update.turns, *update.clusters, *update.relations]:
-            for sink in self.sinks:
-                sink.add(record)
-        for sink in self.sinks:
-            sink.flush()
-        if self.observer is not None:
-            self.observer.stage("store", time.perf_counter() - mark, len(update.turns))
-            for stage, seconds in update.stage_seconds.items():
-                self.observer.stage(stage, seconds)
-            self.observer.memory_update(update)
+        """Add an update's records to every sink and flush them."""
+        self.checkpoint.add_update(update)
+        self.checkpoint.flush()
 
     def summary(self) -> IngestSummary:
         memories = list(self.memories.values())

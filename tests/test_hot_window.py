@@ -11,6 +11,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -344,10 +345,12 @@ def test_a_provisional_event_that_closes_and_leaves_the_window_in_one_batch_stay
         key, value = encode_turn(turn)
         records.append(RawRecord(topic="t.turns", partition=0, offset=offset, key=key, value=value))
     processor = MemoryStreamProcessor(memo, stores, PipelineConfig(hot_events=8))
-    first = processor.process(BatchInput(records=records[:3], states={}, tombstones={}))
+    # Each batch as the worker's checkpoint runs it on its store thread: applied, then the sinks flushed.
+    first = processor.sinks.write(partial(processor.process, BatchInput(records=records[:3], states={}, tombstones={})))
     (value, _), = first.states.values()
     provisional = decode_record(value).header.provisional_event_id
-    second = processor.process(BatchInput(records=records[3:], states={"default/hot": value}, tombstones={}))
+    second = processor.sinks.write(partial(processor.process, BatchInput(records=records[3:],
+                                                                         states={"default/hot": value}, tombstones={})))
     memory = processor.pipeline.memories["default/hot"]
     assert provisional not in memory.events and memory.stats.events > 8 + 1
     stored = {e.event_id: e for e in stores.vectors.conversation_events("default", "hot")}

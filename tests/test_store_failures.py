@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +80,12 @@ def test_a_conversation_the_store_refuses_is_dead_lettered_and_the_rest_goes_on(
     faulty = dataclasses.replace(stores, graph=FaultyGraph(stores.graph, refuse="poison"))
     processor = MemoryStreamProcessor(embedder, faulty)
     batch = BatchInput(records=records, states={}, tombstones={})
+    # As the worker's checkpoint runs a batch on its store thread (step 1): apply it, then flush the sinks.
     with pytest.raises(StoreWriteError) as refused:
-        processor.process(batch)
+        processor.sinks.write(partial(processor.process, batch))
     assert not isinstance(refused.value, StoreUnavailableError)
 
-    out = processor.process_isolating(batch, sleep=lambda _: None)
+    out = processor.sinks.write(partial(processor.process_isolating, batch, sleep=lambda _: None))
     letters = [letter for letter in out.dead_letters]
     assert {(letter.stage, letter.reason_code) for letter in letters} == {
         (DeadLetterStage.STORE, DeadLetterReason.STORE_REJECTED)}
@@ -111,8 +113,9 @@ def test_an_unavailable_store_fails_the_batch_as_unavailable_and_a_retry_builds_
     processor = MemoryStreamProcessor(embedder, faulty)
     batch = BatchInput(records=records_of(turns), states={}, tombstones={})
     with pytest.raises(StoreUnavailableError):
-        processor.process(batch)
-    out = processor.process(batch)  # the store is back: the same batch, from its starting state
+        processor.sinks.write(partial(processor.process, batch))
+    # The store is back: the same batch, from its starting state.
+    out = processor.sinks.write(partial(processor.process, batch))
     assert out.stats.applied_turns == len(turns) and not out.dead_letters
     key = f"{store_tenant}/retry"
     processor.pipeline.write(processor.pipeline.memories[key].close_open_segment())

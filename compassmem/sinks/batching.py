@@ -1,12 +1,19 @@
-"""Batching sinks in the shape of quix-streams' BaseSink: ``add()`` per record, ``flush()`` before offsets commit.
+"""Batching sinks in the shape of quix-streams' BaseSink: ``add()`` per record, ``flush()`` at the checkpoint.
 
 A sink keeps only the latest version of each record id, so a batch that saw an event three times (created,
-merged into, reclustered) writes it once.
+merged into, reclustered) writes it once. When a sink flushes is not its own business: ``checkpoint.SinkCheckpoint``
+flushes every sink of a writer together, in one order, as the first step of the batch's commit.
+
+Besides the memory's records a sink may be handed two kinds of instruction, in the order they happened:
+``ConversationForgotten`` (drop what was added for the conversation so far and delete it from the store before the
+records added after it are written) and the provisional records of ``ProvisionalSink``. A sink ignores the kinds
+it has nothing to do with.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, search_text, turn_point_id
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
@@ -14,7 +21,33 @@ from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import SparseVector, VectorStore
 
 
-Record = Event | IndexedTurn | Relation | Cluster
+@dataclass(frozen=True, slots=True)
+class ConversationForgotten:
+    """A forget reached this conversation: what was added for it before is void, and the store forgets it."""
+
+    tenant: str
+    conversation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisionalEvent:
+    """A conversation's open segment as the event it will become (``provisional=True``), with its open turns:
+    a query returns turn ids, so a turn is queryable only once its own point exists."""
+
+    event: Event
+    turns: tuple[IndexedTurn, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisionalRetired:
+    """A provisional event whose segment closed into an older event: its point must go."""
+
+    tenant: str
+    conversation_id: str
+    event_id: str
+
+
+Record = Event | IndexedTurn | Relation | Cluster | ConversationForgotten | ProvisionalEvent | ProvisionalRetired
 
 
 class Sink(ABC):
@@ -37,6 +70,10 @@ def turn_keyword_vector(turn: IndexedTurn) -> SparseVector:
     return sparse_keyword_vector(keyword_stems(search_text(turn.speaker, turn.text, turn.timestamp)))
 
 
+def _of(record: Event | IndexedTurn | Relation | Cluster, forgotten: ConversationForgotten) -> bool:
+    return record.tenant == forgotten.tenant and record.conversation_id == forgotten.conversation_id
+
+
 class VectorSink(Sink):
     """Events and turns into the vector store (dense embedding + sparse keywords + payload)."""
 
@@ -44,16 +81,24 @@ class VectorSink(Sink):
         self._store = store
         self._events: dict[str, Event] = {}
         self._turns: dict[str, IndexedTurn] = {}
+        self._forgotten: dict[tuple[str, str], None] = {}
 
     def add(self, record: Record) -> None:
         if isinstance(record, Event):
             self._events[record.event_id] = record
         elif isinstance(record, IndexedTurn):
             self._turns[turn_point_id(record.tenant, record.conversation_id, record.turn_id)] = record
+        elif isinstance(record, ConversationForgotten):
+            # Whatever is still here was added after the forget: writing it after the delete keeps the log's order.
+            self._events = {k: e for k, e in self._events.items() if not _of(e, record)}
+            self._turns = {k: t for k, t in self._turns.items() if not _of(t, record)}
+            self._forgotten[(record.tenant, record.conversation_id)] = None
 
     def flush(self) -> None:
-        if not self._events and not self._turns:
+        if not self._events and not self._turns and not self._forgotten:
             return
+        for tenant, conversation_id in self._forgotten:
+            self._store.delete_conversation(tenant, conversation_id)
         if self._events:
             events = list(self._events.values())
             self._store.upsert_events(events, [event_keyword_vector(e) for e in events])
@@ -66,6 +111,7 @@ class VectorSink(Sink):
     def discard(self) -> None:
         self._events.clear()
         self._turns.clear()
+        self._forgotten.clear()
 
 
 class GraphSink(Sink):
@@ -76,6 +122,7 @@ class GraphSink(Sink):
         self._events: dict[str, Event] = {}
         self._relations: dict[str, Relation] = {}
         self._clusters: dict[str, Cluster] = {}
+        self._forgotten: dict[tuple[str, str], None] = {}
 
     def add(self, record: Record) -> None:
         if isinstance(record, Event):
@@ -84,8 +131,15 @@ class GraphSink(Sink):
             self._relations[record.relation_id] = record
         elif isinstance(record, Cluster):
             self._clusters[record.cluster_id] = record
+        elif isinstance(record, ConversationForgotten):
+            self._events = {k: e for k, e in self._events.items() if not _of(e, record)}
+            self._relations = {k: r for k, r in self._relations.items() if not _of(r, record)}
+            self._clusters = {k: c for k, c in self._clusters.items() if not _of(c, record)}
+            self._forgotten[(record.tenant, record.conversation_id)] = None
 
     def flush(self) -> None:
+        for tenant, conversation_id in self._forgotten:
+            self._store.delete_conversation(tenant, conversation_id)
         if self._events:
             self._store.upsert_events(list(self._events.values()))
         if self._clusters:
@@ -98,3 +152,47 @@ class GraphSink(Sink):
         self._events.clear()
         self._relations.clear()
         self._clusters.clear()
+        self._forgotten.clear()
+
+
+class ProvisionalSink(Sink):
+    """Provisional events and their open turns into the vector store, and retired ones out of it.
+
+    Flushed after ``VectorSink`` (the checkpoint keeps that order): a retired provisional event's turns were just
+    rewritten under the event they closed into, so deleting it then removes its own point only; a forgotten
+    conversation is deleted by the vector sink, and what is still here was added after the forget.
+
+    Not made durable by a store flush of its own (that costs ~12 ms on qdrant-edge, and this sink writes every
+    batch): the store's write-ahead log holds the writes when the calls return, and the next flush of the vector
+    sink makes them durable with everything else. A provisional event is derived from the conversation's state and
+    rewritten by its next batch or by its close, so it never carries anything the state does not.
+    """
+
+    def __init__(self, store: VectorStore) -> None:
+        self._store = store
+        self._events: dict[str, ProvisionalEvent] = {}
+        self._retired: dict[str, ProvisionalRetired] = {}
+
+    def add(self, record: Record) -> None:
+        if isinstance(record, ProvisionalEvent):
+            self._events[record.event.event_id] = record
+        elif isinstance(record, ProvisionalRetired):
+            self._retired[record.event_id] = record
+        elif isinstance(record, ConversationForgotten):
+            self._events = {k: p for k, p in self._events.items() if not _of(p.event, record)}
+            self._retired = {k: r for k, r in self._retired.items()
+                             if (r.tenant, r.conversation_id) != (record.tenant, record.conversation_id)}
+
+    def flush(self) -> None:
+        if self._events:
+            events = [p.event for p in self._events.values()]
+            turns = [turn for p in self._events.values() for turn in p.turns]
+            self._store.upsert_events(events, [event_keyword_vector(event) for event in events])
+            self._store.upsert_turns(turns, [turn_keyword_vector(turn) for turn in turns])
+        for retired in self._retired.values():
+            self._store.delete_events(retired.tenant, [retired.event_id])
+        self.discard()
+
+    def discard(self) -> None:
+        self._events.clear()
+        self._retired.clear()

@@ -15,20 +15,23 @@ steps just changed, the reclusterer needs all of them) and all key by conversati
 topics would add two serialisation hops and split that state without adding parallelism, which comes from
 partitions: any number of workers share the turns partitions (one consumer group).
 
-Delivery: records are acknowledged only after the batch's stores, change feeds and table state are written
-(``noack_take`` + manual acks), so neither a crash nor a shutdown mid-batch commits an offset for unfinished
-work. A store failure stops the process (exit code 70) without acknowledging; restarting resumes from the last
-committed offsets, and the table's per-conversation offsets make the replay harmless.
+Delivery: ``checkpoint.Checkpoint`` commits each batch (stores, then change feeds and dead letters, then table
+state, then the records' acknowledgements: ``noack_take`` + manual acks), so neither a crash nor a shutdown
+mid-batch commits an offset for unfinished work. This module gives it Faust's producer, tables and stream, and
+decides what happens when a step fails: an unavailable store is waited for and a refusing one isolated (both
+retry the whole commit, which a store failure always leaves untouched past step 1); anything else stops the
+process (exit code 70) without acknowledging; restarting resumes from the last committed offsets, and the
+table's per-conversation offsets make the replay harmless.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import faust
@@ -42,6 +45,14 @@ from compassmem.importers import describe_validation_error
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import PipelineConfig
 from compassmem.sinks.factory import Stores
+from compassmem.streams.checkpoint import (
+    Acknowledge,
+    Checkpoint,
+    OutgoingRecord,
+    OutputTopic,
+    StateTable,
+    TableWrite,
+)
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.forget_log import executed_forgets
 from compassmem.streams.messages import (
@@ -98,6 +109,42 @@ def _forget_source(record: RawRecord) -> tuple[int, int] | None:
     except ValidationError:
         return None
     return marker.source_partition, marker.source_offset
+
+
+class FaustProducer:
+    """Step 2 of the checkpoint on Faust's producer: ``topic.send`` returns the future of the broker's ack."""
+
+    def __init__(self, topics: Mapping[OutputTopic, faust.TopicT]) -> None:
+        self._topics = dict(topics)
+
+    async def send(self, record: OutgoingRecord) -> Awaitable[object]:
+        return await self._topics[record.topic].send(key=record.key, value=record.value)
+
+
+class FaustTables:
+    """Step 3 of the checkpoint on Faust tables."""
+
+    def __init__(self, tables: Mapping[StateTable, faust.Table]) -> None:
+        self._tables = dict(tables)
+
+    async def write(self, write: TableWrite) -> None:
+        """Set (or delete, for None) a table entry, its changelog record going to ``write.partition``.
+
+        Not ``table[key] = value``: that writes the changelog partition of Faust's *current event*, and a batch
+        mixes partitions. The state of a conversation must go to the changelog partition of the turns partition it
+        lives on, so that it recovers on whichever worker gets that partition. Each write is awaited on its own:
+        Tansu reports the end offset of a partition as the last *batch*'s base offset + 1, and Faust's table
+        recovery stops at that end offset, so records sharing a batch with a later one could be left unrecovered.
+        """
+        table, key = self._tables[write.table], write.key
+        if write.value is None:
+            if key not in table.data:
+                return
+            del table.data[key]
+            await table.send_changelog(write.partition, key, None, value_serializer="raw")
+        else:
+            table.data[key] = write.value
+            await table.send_changelog(write.partition, key, write.value)
 
 
 def raw_record(event: EventT) -> RawRecord:
@@ -175,6 +222,14 @@ class StreamingWorker:
                                            help="tenant/conversation_id -> ConversationRecord (state.py)")
         self.tombstones = self.app.Table(TOMBSTONE_TABLE, partitions=n, key_type=bytes, value_type=bytes,
                                          help="partition|tenant[/conversation_id] -> offset of the forget marker")
+        self.checkpoint = Checkpoint(
+            self.processor.sinks, self.executor,
+            producer=FaustProducer({OutputTopic.DEAD_LETTERS: self.dlq, OutputTopic.EVENTS: self.events_feed,
+                                    OutputTopic.RELATIONS: self.relations_feed,
+                                    OutputTopic.CLUSTERS: self.clusters_feed}),
+            table=FaustTables({StateTable.MEMORY: self.memory_table, StateTable.TOMBSTONES: self.tombstones}),
+            observer=self.metrics,
+        )
         self.assigned_partitions: list[int] = []
         self.app.on_partitions_assigned.connect(self._on_partitions_assigned)
         self.app.agent(self.turns, name="compassmem.memory")(self._memory_agent)
@@ -209,23 +264,27 @@ class StreamingWorker:
             records = [raw_record(event) for event in events]
             admission = self.positions.admit(records)
             admitted = {id(record) for record in admission.admitted}
+            # Records held back at a gap are not acknowledged: Faust commits contiguous acknowledgements only,
+            # so the committed offset cannot pass them before they are applied.
+            acks = [event for event, record in zip(events, records, strict=True) if id(record) in admitted]
             self._batches_running += 1
             try:
                 if admission.gaps:
                     await self._repair_gaps(admission)
                 if admission.admitted:
-                    await self._handle_batch(admission.admitted)
+                    await self._handle_batch(admission.admitted, partial(self._acknowledge, stream, acks))
             except _Stopping:
                 return
             except Exception as error:  # noqa: BLE001 - any failure here must stop the process unacknowledged
                 self._die(error)
             finally:
                 self._batches_running -= 1
-            # Records held back at a gap are not acknowledged: Faust commits contiguous acknowledgements only,
-            # so the committed offset cannot pass them before they are applied.
-            for event, record in zip(events, records, strict=True):
-                if id(record) in admitted:
-                    await stream.ack(event)
+
+    @staticmethod
+    async def _acknowledge(stream: faust.StreamT, events: Sequence[EventT]) -> None:
+        """Step 4 of the checkpoint: Faust commits an offset once every record up to it is acknowledged."""
+        for event in events:
+            await stream.ack(event)
 
     async def _repair_gaps(self, admission: Admission) -> None:
         for gap in admission.gaps:
@@ -300,15 +359,17 @@ class StreamingWorker:
             self.metrics.offset_gap(partition)
             await self._seek_back(partition, stalled=True)
 
-    async def _process(self, batch: BatchInput) -> BatchOutput:
-        """The processor's output for a batch, waiting out an unavailable store and isolating a refusing one."""
-        loop = asyncio.get_running_loop()
+    async def _commit(self, batch: BatchInput, acknowledge: Acknowledge) -> BatchOutput:
+        """Commit a batch, waiting out an unavailable store and isolating a refusing one.
+
+        A store failure stops the checkpoint at step 1, before anything left the stores' side, so the whole commit
+        is simply tried again."""
         refused, delay = 0, _STORE_RETRY_FIRST_S
         while True:
             step = self.processor.process_isolating if refused >= STORE_REFUSED_BATCH_ATTEMPTS \
                 else self.processor.process
             try:
-                return await loop.run_in_executor(self.executor, step, batch)
+                return await self.checkpoint.commit(partial(step, batch), acknowledge)
             except StoreUnavailableError as error:
                 log.warning("stream.store_unavailable", error=str(error), retry_in_s=delay,
                             effect="waiting; nothing acknowledged")
@@ -321,22 +382,10 @@ class StreamingWorker:
             await asyncio.sleep(delay)
             delay = min(2 * delay, _STORE_RETRY_MAX_S)
 
-    async def _handle_batch(self, records: Sequence[RawRecord]) -> None:
+    async def _handle_batch(self, records: Sequence[RawRecord], acknowledge: Acknowledge) -> None:
         started = time.perf_counter()
         self.metrics.consumed(len(records))
-        batch = self._batch_input(records)
-        out = await self._process(batch)
-        # Dead letters and change feeds are acknowledged before the state moves past their records: after a
-        # crash, records at or below a conversation's offset are skipped, so these could not be sent again.
-        mark = time.perf_counter()
-        await self._publish(out)
-        self.metrics.stage("publish", time.perf_counter() - mark)
-        mark = time.perf_counter()
-        for key, (value, partition) in out.states.items():
-            await self._write_table(self.memory_table, key.encode("utf-8"), value, partition)
-        for key, (offset, partition) in out.tombstones.items():
-            await self._write_table(self.tombstones, key.encode("utf-8"), str(offset).encode("ascii"), partition)
-        self.metrics.stage("state", time.perf_counter() - mark)
+        out = await self._commit(self._batch_input(records), acknowledge)
         self.metrics.dead_lettered(out.dead_letters)
         self.metrics.conversations_changed(out.health)
         for record in records:
@@ -357,25 +406,6 @@ class StreamingWorker:
                  replayed_skipped=stats.replayed_skipped, forgotten_dropped=stats.forgotten_dropped,
                  idle_closed=stats.idle_closed, forgets=stats.forgets, dead_letters=stats.dead_letters,
                  careful=stats.careful_mode, ms=round(1000 * (time.perf_counter() - started), 1))
-
-    @staticmethod
-    async def _write_table(table: faust.Table, key: bytes, value: bytes | None, partition: int) -> None:
-        """Set (or delete, for None) a table entry, its changelog record going to ``partition``.
-
-        Not ``table[key] = value``: that writes the changelog partition of Faust's *current event*, and a batch
-        mixes partitions. The state of a conversation must go to the changelog partition of the turns partition it
-        lives on, so that it recovers on whichever worker gets that partition. Each write is awaited on its own:
-        Tansu reports the end offset of a partition as the last *batch*'s base offset + 1, and Faust's table
-        recovery stops at that end offset, so records sharing a batch with a later one could be left unrecovered.
-        """
-        if value is None:
-            if key not in table.data:
-                return
-            del table.data[key]
-            await table.send_changelog(partition, key, None, value_serializer="raw")
-        else:
-            table.data[key] = value
-            await table.send_changelog(partition, key, value)
 
     def _batch_input(self, records: Sequence[RawRecord]) -> BatchInput:
         """The table entries the processor may need: the batch's conversations, and for a forget marker every
@@ -411,32 +441,6 @@ class StreamingWorker:
             if value is not None:
                 tombstones[key] = int(value)
         return BatchInput(records=records, states=states, tombstones=tombstones)
-
-    async def _publish(self, out: BatchOutput) -> None:
-        pending: list[Any] = []
-
-        async def send(topic: faust.TopicT, key: str | bytes | None, value: str) -> None:
-            raw_key = key.encode("utf-8") if isinstance(key, str) else key
-            pending.append(await topic.send(key=raw_key, value=value.encode("utf-8")))
-
-        for letter in out.dead_letters:
-            original_key = None
-            if letter.original_key_base64 is not None:
-                original_key = base64.b64decode(letter.original_key_base64)
-            await send(self.dlq, original_key, letter.model_dump_json())
-            log.warning("stream.dead_letter", stage=letter.stage.value, reason=letter.reason,
-                        topic=letter.topic, partition=letter.partition, offset=letter.offset)
-        for change in out.event_changes:
-            key = f"{change.tenant}/{change.conversation_id}" if change.conversation_id else change.tenant
-            await send(self.events_feed, key, change.model_dump_json())
-        for relation in out.relation_changes:
-            await send(self.relations_feed, f"{relation.relation.tenant}/{relation.relation.conversation_id}",
-                       relation.model_dump_json())
-        for cluster in out.cluster_changes:
-            await send(self.clusters_feed, f"{cluster.cluster.tenant}/{cluster.cluster.conversation_id}",
-                       cluster.model_dump_json())
-        if pending:
-            await asyncio.gather(*pending)
 
     # -- the control agent ---------------------------------------------------------------------------------------
 

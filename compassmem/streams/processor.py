@@ -5,17 +5,18 @@ The memory is built by the in-process ``MemoryPipeline`` (the same ``ingest``/``
 
 - **Exactly-once effect on the state, at-least-once delivery.** Each conversation's table record carries the
   offset of the last turns-topic record it reflects. After a kill -9 the table may be ahead of the committed
-  offsets; redelivered records at or below that offset are skipped, the rest are applied. The stores are
-  written (and flushed) before the new state is handed back, and the state is written before the offsets are
-  committed (the Faust agent does that), so every crash point leads to the same final memory.
+  offsets; redelivered records at or below that offset are skipped, the rest are applied. A batch only adds its
+  writes to ``self.sinks``; ``checkpoint.Checkpoint`` commits them (stores flushed, then change feeds and dead
+  letters, then the new state, then the offsets), so every crash point leads to the same final memory.
 - **Markers in the log.** Idle closes and forgets are records of the turns topic (see ``messages.py``), applied in
   log order, so a replay reproduces them exactly.
-- **Freshness.** After each batch a conversation's open segment is upserted to the vector store as a provisional
-  event (``provisional=True``, the id its final event will have); a provisional event whose segment was merged
-  into an older event is deleted.
+- **Freshness.** After each batch a conversation's open segment goes to the vector store as a provisional event
+  (``provisional=True``, the id its final event will have); a provisional event whose segment was merged into an
+  older event is deleted. Both through ``ProvisionalSink``, one more sink of the batch.
 - **Poison turns.** If the processors raise, the batch is redone from its starting state one turn at a time; a
   turn that raises again goes to the dead-letter topic and its conversation continues without it. Store errors
-  are not a turn's fault: they propagate, so the worker stops and the batch is redelivered.
+  are not a turn's fault: they come from the flush and propagate (``StoreWriteError``); the worker retries the
+  batch, and isolates the conversation a store keeps refusing (``process_isolating``).
 """
 
 from __future__ import annotations
@@ -24,16 +25,27 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import structlog
 
 from compassmem.embedding import Embedder
-from compassmem.models import Cluster, Event, IndexedTurn, Relation, partition_key
+from compassmem.models import Cluster, Event, Relation, partition_key
 from compassmem.pipeline import MemoryPipeline, PipelineConfig, PipelineObserver
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
-from compassmem.sinks.batching import GraphSink, Record, Sink, VectorSink, event_keyword_vector, turn_keyword_vector
+from compassmem.sinks.batching import (
+    ConversationForgotten,
+    GraphSink,
+    ProvisionalEvent,
+    ProvisionalRetired,
+    ProvisionalSink,
+    Record,
+    Sink,
+    VectorSink,
+)
+from compassmem.sinks.checkpoint import SinkCheckpoint
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.failures import is_store_unavailable
 from compassmem.streams.decoding import ForgetItem, IdleCloseItem, RawRecord, TurnItem, decode_turns_record
@@ -46,7 +58,6 @@ from compassmem.streams.messages import (
     DeadLetterReason,
     DeadLetterStage,
     EventChange,
-    ForgetCommand,
     RelationChange,
 )
 from compassmem.streams.state import ConversationRecord, RecordHeader, decode_header, decode_record, encode_record
@@ -101,7 +112,8 @@ class _GuardedSink(Sink):
 
 
 class ChangeFeed(Sink):
-    """Collects what the pipeline wrote, to publish on the change-feed topics once the stores have it."""
+    """Collects what the batch wrote, for the change-feed topics: the processor takes it into the batch's output,
+    which the checkpoint produces once the stores have it."""
 
     def __init__(self) -> None:
         self.events: dict[str, EventChange] = {}
@@ -111,6 +123,14 @@ class ChangeFeed(Sink):
     def add(self, record: Record) -> None:
         if isinstance(record, Event):
             self.upsert_event(record)
+        elif isinstance(record, ProvisionalEvent):
+            self.upsert_event(record.event)
+        elif isinstance(record, ProvisionalRetired):
+            self.delete_event(record.tenant, record.conversation_id, record.event_id)
+        elif isinstance(record, ConversationForgotten):
+            self.events[f"forget:{record.tenant}/{record.conversation_id}"] = EventChange(
+                op=ChangeOp.FORGET, tenant=record.tenant, conversation_id=record.conversation_id
+            )
         elif isinstance(record, Relation):
             self.relations[record.relation_id] = RelationChange(relation=record)
         elif isinstance(record, Cluster):
@@ -132,18 +152,17 @@ class ChangeFeed(Sink):
             op=ChangeOp.DELETE, tenant=tenant, conversation_id=conversation_id, event_id=event_id
         )
 
-    def forget(self, command: ForgetCommand, conversation_id: str) -> None:
-        self.events[f"forget:{command.tenant}/{conversation_id}"] = EventChange(
-            op=ChangeOp.FORGET, tenant=command.tenant, conversation_id=conversation_id
-        )
-
     def flush(self) -> None:
-        """Nothing to write: the records are taken by ``take()`` after the batch."""
+        """Nothing to write here: ``take()`` hands the changes to the batch's output, and the checkpoint produces
+        them after every store sink flushed."""
 
     def take(self) -> tuple[list[EventChange], list[RelationChange], list[ClusterChange]]:
         taken = list(self.events.values()), list(self.relations.values()), list(self.clusters.values())
-        self.events, self.relations, self.clusters = {}, {}, {}
+        self.discard()
         return taken
+
+    def discard(self) -> None:
+        self.events, self.relations, self.clusters = {}, {}, {}
 
 
 @dataclass
@@ -199,9 +218,15 @@ class MemoryStreamProcessor:
                  observer: PipelineObserver | None = None) -> None:
         self.stores = stores
         self.feed = ChangeFeed()
-        self._vector_sink = _GuardedSink(VectorSink(stores.vectors), "vector store")
-        self._graph_sink = _GuardedSink(GraphSink(stores.graph), "graph store")
-        self.pipeline = MemoryPipeline(embedder, [self._vector_sink, self._graph_sink, self.feed], config, observer)
+        # Step 1 of the batch's commit (checkpoint.py flushes it); the order is the order of the writes.
+        self.sinks = SinkCheckpoint(
+            [_GuardedSink(VectorSink(stores.vectors), "vector store"),
+             _GuardedSink(GraphSink(stores.graph), "graph store"),
+             _GuardedSink(ProvisionalSink(stores.vectors), "vector store"),
+             self.feed],
+            observer, on_discard=self._forget_all_live,
+        )
+        self.pipeline = MemoryPipeline(embedder, self.sinks, config, observer)
         self._clock = clock
         # key -> the table bytes its live ConversationMemory in pipeline.memories was built from. A table value
         # that is another object (recovered after a rebalance, or deleted) makes the memory stale.
@@ -214,27 +239,21 @@ class MemoryStreamProcessor:
     # -- batch ---------------------------------------------------------------------------------------------------
 
     def process(self, batch: BatchInput) -> BatchOutput:
+        """Apply a batch: its writes are added to ``self.sinks``, not flushed (the checkpoint's step 1 does that,
+        with ``sinks.write`` around this call, so a failed flush redoes the batch from its starting state)."""
         try:
-            try:
-                return self._process(batch, careful=False)
-            except StoreWriteError:
-                raise
-            except Exception as error:
-                log.warning("stream.batch_failed_retrying_turn_by_turn", error=repr(error),
-                            records=len(batch.records))
-                self.feed.take()
-                return self._process(batch, careful=True)
-        except StoreWriteError:
-            self._reset_after_store_failure()
-            raise
+            return self._process(batch, careful=False)
+        except Exception as error:
+            log.warning("stream.batch_failed_retrying_turn_by_turn", error=repr(error),
+                        records=len(batch.records))
+            # Drops the attempt's records and, through on_discard, the memories it half changed.
+            self.sinks.discard()
+            return self._process(batch, careful=True)
 
-    def _reset_after_store_failure(self) -> None:
-        """The batch comes again from its starting state: drop half-built memories and unwritten records."""
+    def _forget_all_live(self) -> None:
+        """The batch comes again from its starting state: drop the memories it may have half built."""
         for key in list(self.pipeline.memories):
             self._forget_live(key)
-        for sink in self.pipeline.sinks:
-            sink.discard()
-        self.feed.take()
 
     def process_isolating(self, batch: BatchInput, attempts: int = 3, backoff_s: float = 0.5,
                           sleep: Callable[[float], None] = time.sleep) -> BatchOutput:
@@ -242,8 +261,10 @@ class MemoryStreamProcessor:
         ``attempts`` tries goes to the dead-letter topic at stage ``store`` (its conversation's memory stays as it
         was, and both stores are brought to agree on which of its events exist), the rest is applied.
 
-        Forget markers keep their place: the records between two of them form one group, split by key.
-        An unavailable store propagates (``StoreUnavailableError``): the worker waits for it instead.
+        Each group is flushed on its own (``sinks.write``: the checkpoint's step 1, per group), which is how the
+        refused one is told apart; the checkpoint's own flush after this finds nothing left. Forget markers keep
+        their place: the records between two of them form one group, split by key. An unavailable store
+        propagates (``StoreUnavailableError``): the worker waits for it instead.
         """
         out = BatchOutput()
         states, tombstones = dict(batch.states), dict(batch.tombstones)
@@ -251,7 +272,7 @@ class MemoryStreamProcessor:
             part = BatchInput(records=group, states=states, tombstones=tombstones)
             for attempt in range(1, attempts + 1):
                 try:
-                    result = self.process(part)
+                    result = self.sinks.write(partial(self.process, part))
                     break
                 except StoreUnavailableError:
                     raise
@@ -290,11 +311,15 @@ class MemoryStreamProcessor:
             out.states[turn.key] = (encode_record(record), partition)
             self._forget_live(turn.key)
         self._reconcile(turn.tenant, turn.conversation_id)
+        out.event_changes, out.relation_changes, out.cluster_changes = self.feed.take()
         log.error("stream.store_refused_conversation", key=turn.key, turns=len(turns), error=repr(error))
         return out
 
     def _reconcile(self, tenant: str, conversation_id: str) -> None:
-        """Delete the events that only one store holds: a half-written batch must not leave them disagreeing."""
+        """Delete the events that only one store holds: a half-written batch must not leave them disagreeing.
+
+        Straight to the stores, not through the sinks: it reads what they hold after the refused flush, which
+        discarded everything unflushed, so no buffered record can come after it."""
         vector_ids = {e.event_id for e in self.stores.vectors.conversation_events(tenant, conversation_id)}
         graph_ids = {node for node, data in self.stores.graph.conversation_graph(tenant, conversation_id)
                      .nodes(data=True) if data.get("kind") == "event"}
@@ -316,10 +341,6 @@ class MemoryStreamProcessor:
         out.stats.careful_mode = careful
         live: dict[str, _Live] = {}
         tombstones = batch.tombstones
-        if careful:
-            # Start over from the batch's starting state: the failed attempt may have half-changed memories.
-            for key in list(self.pipeline.memories):
-                self._forget_live(key)
         run: list[TurnItem] = []
         for record in batch.records:
             item = decode_turns_record(record)
@@ -417,7 +438,7 @@ class MemoryStreamProcessor:
             return
         turns = [item.turn for item in run]
         if not careful:
-            self.pipeline.ingest(turns, close_at_end=False)
+            self.pipeline.add_turns(turns)
             out.stats.applied_turns += len(turns)
         else:
             for item in run:
@@ -430,10 +451,8 @@ class MemoryStreamProcessor:
         memory = self.pipeline.memories.get(turn.key)
         before = memory.to_state().model_copy(deep=True) if memory is not None else None
         try:
-            self.pipeline.ingest([turn], close_at_end=False)
+            self.pipeline.add_turns([turn])
             return True
-        except StoreWriteError:
-            raise
         except Exception as error:
             log.error("stream.turn_failed", key=turn.key, turn_id=turn.turn_id, error=repr(error))
             out.dead_letters.append(item.record.dead_letter(
@@ -457,7 +476,7 @@ class MemoryStreamProcessor:
         if entry.header.last_offset == marker.after_offset:
             memory = self.pipeline.memories.get(marker.key)
             if memory is not None and memory.segmenter.open_turns:
-                self.pipeline.write(memory.close_open_segment(BoundaryReason.IDLE))
+                self.sinks.add_update(memory.close_open_segment(BoundaryReason.IDLE))
                 out.stats.idle_closed += 1
         # Stale or not, the marker is now behind this conversation's position in the log.
         entry.header.last_offset = record.offset
@@ -483,10 +502,9 @@ class MemoryStreamProcessor:
             if header.partition != record.partition or not command.covers(header.tenant, header.conversation_id):
                 continue
             # Only conversations of this partition: each partition deletes at its own position in the log, so
-            # one partition never deletes what another wrote after its forget.
-            self.stores.vectors.delete_conversation(header.tenant, header.conversation_id)
-            self.stores.graph.delete_conversation(header.tenant, header.conversation_id)
-            self.feed.forget(command, header.conversation_id)
+            # one partition never deletes what another wrote after its forget. The sinks keep that position too:
+            # they drop what the batch added before it, and write what comes after it after the delete.
+            self.sinks.add(ConversationForgotten(tenant=header.tenant, conversation_id=header.conversation_id))
             self._forget_live(key)
             live.pop(key, None)
             batch.states.pop(key, None)
@@ -498,17 +516,7 @@ class MemoryStreamProcessor:
     # -- freshness -----------------------------------------------------------------------------------------------
 
     def _provisional_events(self, live: dict[str, _Live]) -> None:
-        """Upsert each touched conversation's open segment as a provisional event; delete ones left stale.
-
-        Written to the store without a flush of their own (a flush costs ~12 ms on qdrant-edge, and this runs every
-        batch): the store's write-ahead log already holds them when the call returns, and the next batch's
-        flush makes them durable with everything else.
-        """
-        stale: list[tuple[str, str, str]] = []
-        fresh: list[Event] = []
-        # The open turns too, under the provisional event: a query returns turn ids, so a turn is queryable
-        # only once its own point exists. Closing rewrites the same points with the final event id.
-        fresh_turns: list[IndexedTurn] = []
+        """Each touched conversation's open segment as a provisional event; retire ones left stale (ProvisionalSink)."""
         for key, entry in live.items():
             if not entry.touched:
                 continue
@@ -518,25 +526,17 @@ class MemoryStreamProcessor:
             header.open_turns = len(memory.segmenter.open_turns) if memory is not None else 0
             previous = header.provisional_event_id
             if current is not None and memory is not None:
-                fresh.append(current)
-                fresh_turns.extend(indexed_turns(open_segment(memory), current.event_id))
-                self.feed.upsert_event(current)
+                # The open turns too, under the provisional event: closing rewrites the same points.
+                self.sinks.add(ProvisionalEvent(event=current,
+                                                turns=tuple(indexed_turns(open_segment(memory), current.event_id))))
             if previous and previous != (current.event_id if current else None) and memory is not None \
                     and not self.feed.wrote_event(previous):
                 # Its segment closed in this batch (it was open at the end of the last one) but no event of that
                 # id was written: it was merged into an older event, and the provisional point would otherwise
                 # linger. (The memory cannot say: the event may already have left its hot window.)
-                stale.append((header.tenant, header.conversation_id, previous))
+                self.sinks.add(ProvisionalRetired(tenant=header.tenant, conversation_id=header.conversation_id,
+                                                  event_id=previous))
             header.provisional_event_id = current.event_id if current is not None else None
-        try:
-            if fresh:
-                self.stores.vectors.upsert_events(fresh, [event_keyword_vector(event) for event in fresh])
-                self.stores.vectors.upsert_turns(fresh_turns, [turn_keyword_vector(turn) for turn in fresh_turns])
-            for tenant, conversation_id, event_id in stale:
-                self.stores.vectors.delete_events(tenant, [event_id])
-                self.feed.delete_event(tenant, conversation_id, event_id)
-        except Exception as error:
-            raise store_write_error("vector store", error) from error
 
     # -- idle detection (called by the worker's timer) -----------------------------------------------------------
 
