@@ -1,10 +1,11 @@
 """What memory the pipeline builds from LoCoMo conversations, for a person to judge.
 
 Checks every turn lands in exactly one event, prints the summary (events, turns per event, relations by type,
-average degree with and without adjacency edges, duplicate rate) and a seeded random sample of causal
-relations with their cue and both events' text.
+average degree with and without adjacency edges, duplicate rate), a seeded random sample of causal relations with
+their cue and both events' frames, and a seeded random sample of event frames (what happened, who, the main
+entities, when).
 
-    python -m benchmarks.memory_report [--data PATH] [--samples 10] [--seed 7]
+    python -m benchmarks.memory_report [--data PATH] [--samples 10] [--events 5] [--seed 7]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from compassmem.cli import print_summary
 from compassmem.embedding import SentenceTransformerEmbedder
 from compassmem.importers import read_turns
 from compassmem.models import Event, Relation, RelationType
+from compassmem.processors.event_frames import frame_lines
 from compassmem.pipeline import MemoryPipeline
 from compassmem.sinks.batching import Record
 
@@ -26,6 +28,17 @@ from compassmem.sinks.batching import Record
 def event_text(event: Event, limit: int = 400) -> str:
     text = " | ".join(f"{o.turn_id} {o.speaker}: {o.text}" for o in event.observations)
     return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def frame(event: Event) -> dict[str, str]:
+    """The event frame as a person reads it: what happened, who, the main entities, when; and its turn ids."""
+    turns = event.turn_ids
+    return {**dict(frame_lines(event)), "turns": f"{turns[0]}..{turns[-1]} ({len(turns)})"}
+
+
+def print_frame(event: Event, indent: str = "    ") -> None:
+    for label, text in frame(event).items():
+        print(f"{indent}{label + ':':<9} {text}")
 
 
 class LatestRecords:
@@ -50,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--events", type=int, default=5, help="random event frames to show")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "memory_report.json")
     args = parser.parse_args()
@@ -83,13 +97,25 @@ def main() -> None:
     for number, (key, relation) in enumerate(picked, start=1):
         cause, effect = written.events[(key, relation.source)], written.events[(key, relation.target)]
         samples.append({"cue": relation.evidence, "confidence": relation.confidence,
-                        "cause": event_text(cause), "effect": event_text(effect)})
+                        "cause": event_text(cause), "effect": event_text(effect),
+                        "cause_frame": frame(cause), "effect_frame": frame(effect)})
         print(f"\n[{number}] confidence {relation.confidence:.2f}; cue: {relation.evidence!r}")
-        print(f"    cause : {event_text(cause)}")
-        print(f"    effect: {event_text(effect)}")
+        print("  cause:")
+        print_frame(cause)
+        print("  effect:")
+        print_frame(effect)
+
+    events = sorted(written.events.items(), key=lambda item: (order[item[0][0]], item[1].temporal_info.start))
+    shown = random.Random(args.seed).sample(events, min(args.events, len(events)))
+    print(f"\n{len(shown)} random event frames of {len(events)} (seed {args.seed}):")
+    frames = []
+    for number, ((key, _), event) in enumerate(shown, start=1):
+        print(f"\n[{number}] {key}")
+        print_frame(event)
+        frames.append({"conversation": key, **frame(event)})
     write_results(args.out, {
         "summary": summary.model_dump(), "turns_missing": len(missing), "turns_repeated": len(repeated),
-        "boundaries": dict(boundary), "merges": dict(merges), "causal_samples": samples,
+        "boundaries": dict(boundary), "merges": dict(merges), "causal_samples": samples, "event_frames": frames,
     })
 
 

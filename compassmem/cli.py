@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
+from compassmem.models import Event
 from compassmem.pipeline import IngestSummary
 from compassmem.query_api.schemas import QueryResponse
 from compassmem.streams.commands import add_streaming_commands
@@ -61,7 +62,7 @@ def print_summary(summary: IngestSummary) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.embedding import make_embedder
     from compassmem.pipeline import MemoryPipeline, PipelineConfig
     from compassmem.sinks.batching import GraphSink, VectorSink
     from compassmem.sinks.factory import open_stores
@@ -73,7 +74,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"read {len(turns)} turns from {args.path}")
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+    embedder = make_embedder(settings)
     with open_stores(settings, dim=embedder.dim) as stores:
         # The worker's window too, so that ingesting a conversation builds the memory streaming it would.
         pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)],
@@ -84,7 +85,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def print_answer(question: str, response: QueryResponse, shown: int) -> None:
+def print_answer(question: str, response: QueryResponse, shown: int,
+                 frames: dict[str, Event] | None = None) -> None:
+    """The answer, the ranked turns and the first three evidence events: each event's frame (what happened, who,
+    the main entities, when; from ``frames``, by event id, where given), then its turns."""
+    from compassmem.processors.event_frames import frame_lines
+
     print(f"\nQ: {question}")
     if response.answer:
         print(f"A: {response.answer}")
@@ -93,15 +99,19 @@ def print_answer(question: str, response: QueryResponse, shown: int) -> None:
         path = " -> ".join(f"{step.type}" + (f"/{step.subtype}" if step.subtype else "") for step in item.path)
         anchors = ", ".join(f"{a.expression} = {a.start}" + (f"..{a.end}" if a.end != a.start else "")
                             for a in item.time_anchors[:3])
+        event = (frames or {}).get(item.event_id)
         print(f"   event {item.event_id[:8]} of {item.conversation_id} score {item.score:.2f}"
               + (f" via {path}" if path else " (seed)")
               + (f"; time: {anchors}" if anchors else ""))
+        if event is not None:
+            for label, text in frame_lines(event):
+                print(f"      {label + ':':<9} {text}")
         for turn in item.turns:
             print(f"      {turn.turn_id} {turn.timestamp:%Y-%m-%d} {turn.speaker}: {turn.text}")
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.embedding import make_embedder
     from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
     from compassmem.query_api.engine import QueryEngine
     from compassmem.query_api.hot_tier import HotTier
@@ -126,7 +136,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+    embedder = make_embedder(settings)
     client = ChatClient.from_settings(settings)
     with open_stores(settings, dim=embedder.dim) as stores:
         engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph),
@@ -138,16 +148,18 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
             if not response.turn_ids:
                 print(f"error: no memory for {request.scope_label} of tenant {args.tenant!r}", file=sys.stderr)
                 return 1
-            print_answer(question, response, args.budget)
+            shown = list(dict.fromkeys(item.event_id for item in response.evidence[:3]))
+            frames = {event.event_id: event for event in stores.vectors.get_events(args.tenant, shown)}
+            print_answer(question, response, args.budget, frames)
     return 0
 
 
 def cmd_build_index(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.embedding import make_embedder
     from compassmem.sinks.factory import open_vector_store
 
     # The model's dimension is what the store checks its collection against.
-    dim = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size).dim
+    dim = make_embedder(settings).dim
     started = time.perf_counter()
     vectors = open_vector_store(settings, dim)
     try:

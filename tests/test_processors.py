@@ -188,11 +188,12 @@ def test_pipeline_summary_on_a_small_conversation(embedder) -> None:
     assert np.isclose(summary.mean_turns_per_event * summary.events, len(turns))
 
 
-@pytest.mark.parametrize("delta", [0.0, 0.15])
-def test_boundaries_are_decided_incrementally(embedder, delta: float) -> None:
-    """Feeding turns one at a time or in any batch size gives the same events: no look-ahead."""
+@pytest.mark.parametrize("threshold", [0.0, 0.30])
+def test_boundaries_are_decided_incrementally(embedder, threshold: float) -> None:
+    """Feeding turns one at a time or in any batch size gives the same events: a boundary waits at most for the
+    next turn, and is final once decided."""
     turns = make_turns(TOPICS[:5])
-    config = PipelineConfig(segmentation=SegmentationConfig(similarity_delta=delta))
+    config = PipelineConfig(segmentation=SegmentationConfig(shift_threshold=threshold))
     one = MemoryPipeline(embedder, [], config.model_copy(update={"batch_turns": 1}))
     many = MemoryPipeline(embedder, [], config.model_copy(update={"batch_turns": 64}))
     one.ingest(turns)

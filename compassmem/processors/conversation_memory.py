@@ -222,9 +222,11 @@ class ConversationMemory:
 
     def add_turn(self, turn: Turn, embedding: np.ndarray) -> MemoryUpdate:
         started = time.perf_counter()
-        segment = self._detector.step(self.segmenter, turn, embedding)
+        segments = self._detector.step(self.segmenter, turn, embedding)
         segmented = time.perf_counter() - started
-        update = self._absorb(segment) if segment is not None else MemoryUpdate()
+        update = MemoryUpdate()
+        for segment in segments:  # oldest first: the look-ahead's boundary, then a hard one before this turn
+            update.extend(self._absorb(segment))
         update.stage_seconds["segment"] += segmented
         return update
 

@@ -2,42 +2,183 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 import numpy as np
 
 from compassmem.processors.vectors import unit
-from compassmem.models import Event, IndexedTurn, Observation, TemporalInfo, TimeAnchor, event_id_for
+from compassmem.models import (
+    Event,
+    Granularity,
+    IndexedTurn,
+    Observation,
+    TemporalInfo,
+    TimeAnchor,
+    event_id_for,
+)
 from compassmem.processors.segmentation import Segment, SegmentTurn
 from compassmem.processors.text_features import (
     action_phrases,
     entities,
     first_sentence,
     keyword_stems,
+    opener,
+    sentences,
+    words,
 )
 from compassmem.processors.time_resolution import has_time_expression, resolve_time_expressions
 
 MAX_KEYWORDS = 24
 MAX_ACTIONS = 12
 SUMMARY_WORDS = 60
+# The summary reads the sentences of the event's first observations only, and of each at most the first few: an
+# event that keeps absorbing merges (or one 16 KiB turn of tiny sentences) stays cheap to summarise.
+SUMMARY_OBSERVATIONS = 48
+SUMMARY_SENTENCES_PER_TURN = 8
+SENTENCE_WORDS = 28
+MAIN_ENTITIES = 6
+
+# A person doing something: a personal pronoun subject and the word after it ("we adopted", "she's going").
+_DOER = re.compile(r"\b(?:i|we|he|she|they)(?:'(?:m|re|ve|ll|d|s))?\s+[a-z]", re.IGNORECASE)
+# Capitalised words that are no names: interjections, reactions, greetings.
+_NOT_NAMES = frozenset("""ha haha hah hehe lol wow yay aw aww ooh oh hmm oops yikes whoa woo woohoo nope yep yup
+    poor lucky wonderful amazing awesome cool nice great congrats congratulations thanks sorry bye goodbye morning
+    evening afternoon night welcome please maybe""".split())
 
 
+@dataclass
+class _Candidate:
+    order: tuple[int, int]
+    speaker: str
+    text: str
+    stems: Counter[str]
+    score: float = 0.0
 
-def _summary(observations: list[Observation]) -> str:
-    """The first sentences (20 words at most) of the observations, " / "-separated, cut at SUMMARY_WORDS words.
 
-    Observations past the cut are not read: an event that keeps absorbing merges stays cheap to summarise.
+def _sentence_candidates(observations: list[Observation]) -> list[_Candidate]:
+    found = []
+    for index, observation in enumerate(observations[:SUMMARY_OBSERVATIONS]):
+        for number, sentence in enumerate(sentences(observation.text)[:SUMMARY_SENTENCES_PER_TURN]):
+            stems = Counter(keyword_stems(sentence))
+            if len(stems) >= 2:  # greetings and one-word reactions say nothing that happened
+                found.append(_Candidate((index, number), observation.speaker, sentence.strip(), stems))
+    return found
+
+
+def _when(anchor: TimeAnchor) -> str:
+    """A resolved time, as a person writes it: '2 March 2024', 'week of 4 March 2024', 'April 2024'."""
+    start, end = anchor.start, anchor.end
+    if start == end:
+        return f"{start.day} {start:%B %Y}"
+    if anchor.granularity is Granularity.WEEK and (end - start).days <= 6:
+        return f"week of {start.day} {start:%B %Y}"
+    if start.day == 1 and (end + timedelta(days=1)).day == 1:
+        first, last = f"{start:%B %Y}", f"{end:%B %Y}"
+        if start.month == 1 and end.month == 12 and start.year == end.year:
+            return str(start.year)
+        return first if first == last else f"{first} to {last}"
+    return f"{start.day} {start:%B %Y} to {end.day} {end:%B %Y}"
+
+
+def _with_times(sentence: str, anchors: list[TimeAnchor]) -> str:
+    """The sentence with each time expression it holds followed by its resolved date: "last Saturday (2 March
+    2024)"."""
+    for anchor in anchors:
+        at = sentence.find(anchor.expression)
+        if at >= 0 and not sentence[at + len(anchor.expression):].startswith(" ("):
+            end = at + len(anchor.expression)
+            sentence = f"{sentence[:end]} ({_when(anchor)}){sentence[end:]}"
+    return sentence
+
+
+def _clip(sentence: str, max_words: int = SENTENCE_WORDS) -> str:
+    tokens = sentence.split()
+    return sentence if len(tokens) <= max_words else " ".join(tokens[:max_words]) + " ..."
+
+
+def _summary(observations: list[Observation], anchors: list[TimeAnchor]) -> str:
+    """What happened, extractively: the event's most central sentences, in order, each with who said it and the
+    resolved dates of the time expressions it holds.
+
+    A sentence is central when it has content words and the rest of the event repeats them (one for each content
+    word plus its count elsewhere in the event, over the square root of how many it has); it gains for saying
+    who did what ("we adopted ..."), for naming someone or something and for saying when, and loses for being a
+    question or a reaction ("Yes, ...", "Wow, ..."). One sentence for an event of up to two turns, two up to five,
+    three beyond; at most SUMMARY_WORDS words (the first sentence always).
     """
-    words: list[str] = []
-    for observation in observations:
-        if words:
-            words.append("/")
-        words.extend(f"{observation.speaker}: {first_sentence(observation.text)}".split())
-        if len(words) > SUMMARY_WORDS:
+    candidates = _sentence_candidates(observations)
+    if not candidates:
+        first = observations[0]
+        return f"{first.speaker}: {first_sentence(first.text)}"
+    totals: Counter[str] = Counter()
+    for candidate in candidates:
+        totals.update(candidate.stems)
+    by_turn: dict[str, list[TimeAnchor]] = {}
+    for anchor in anchors:
+        by_turn.setdefault(anchor.turn_id or "", []).append(anchor)
+    turn_ids = [o.turn_id for o in observations[:SUMMARY_OBSERVATIONS]]
+    central = [sum(1 + totals[s] - n for s, n in c.stems.items()) / len(c.stems) ** 0.5 for c in candidates]
+    top = max(central)
+    for candidate, value in zip(candidates, central, strict=True):
+        said_when = any(a.expression in candidate.text for a in by_turn.get(turn_ids[candidate.order[0]], []))
+        candidate.score = (value / top + 0.5 * (_DOER.search(candidate.text) is not None)
+                           + 0.2 * min(2, len(entities(candidate.text))) + 0.4 * said_when
+                           - 0.5 * candidate.text.rstrip().endswith("?")
+                           - 0.25 * (opener(candidate.text) == "reacts"))
+    wanted = 1 if len(observations) <= 2 else 2 if len(observations) <= 5 else 3
+    chosen = sorted(sorted(candidates, key=lambda c: (-c.score, c.order))[:wanted], key=lambda c: c.order)
+    pieces, count = [], 0
+    for candidate in chosen:
+        text = _with_times(_clip(candidate.text), by_turn.get(turn_ids[candidate.order[0]], []))
+        piece = f"{candidate.speaker}: {text}"
+        if pieces and count + len(piece.split()) > SUMMARY_WORDS:
             break
-    return " ".join(words[:SUMMARY_WORDS]) + (" ..." if len(words) > SUMMARY_WORDS else "")
+        pieces.append(piece)
+        count += len(piece.split())
+    return " / ".join(pieces)
+
+
+def main_entities(event: Event, limit: int = MAIN_ENTITIES) -> list[str]:
+    """The event's entities a reader needs, most mentioned first, its participants aside. A single capitalised word
+    also written in lower case in the event, an interjection ("Ha", "Poor") or a contraction ("We're") is left
+    out."""
+    texts = [o.text for o in event.observations[:SUMMARY_OBSERVATIONS]]
+    lower = {w for text in texts for w in words(text) if w.islower()}
+    participants = set(event.participants)
+    ranked: dict[str, tuple[int, int]] = {}
+    for position, found in enumerate(event.entities):
+        parts = found.strip("-'").split()
+        while len(parts) > 1 and parts[0].lower() in _NOT_NAMES:
+            parts = parts[1:]  # "Morning Tom" is Tom
+        name = " ".join(parts)
+        if not name or name in ranked or name in participants:
+            continue
+        if " " not in name and (name.lower() in lower or name.lower() in _NOT_NAMES or "'" in name):
+            continue  # also written in lower case, an interjection or a contraction: an ordinary word
+        ranked[name] = (-sum(text.count(name) for text in texts), position)
+    return sorted(ranked, key=ranked.__getitem__)[:limit]
+
+
+def frame_lines(event: Event) -> list[tuple[str, str]]:
+    """The event frame a person reads, in order: what happened, who took part, the main entities, and when (when
+    it was said, and the resolved dates of the times it mentions)."""
+    start, end = event.temporal_info.start, event.temporal_info.end
+    said = f"{start.day} {start:%B %Y}, {start:%H:%M}"
+    if end.date() != start.date():
+        said += f" to {end.day} {end:%B %Y}, {end:%H:%M}"
+    elif f"{end:%H:%M}" != f"{start:%H:%M}":
+        said += f"-{end:%H:%M}"
+    mentioned = list(dict.fromkeys(f"{a.expression} = {_when(a)}" for a in event.time_anchors))
+    lines = [("what", event.summary), ("who", ", ".join(event.participants))]
+    named = main_entities(event)
+    if named:
+        lines.append(("entities", ", ".join(named)))
+    lines.append(("when", said + (f"; mentions {'; '.join(mentioned[:4])}" if mentioned else "")))
+    return lines
 
 
 @dataclass
@@ -85,7 +226,7 @@ def _frame_fields(observations: list[Observation], texts: list[str], anchors: li
     features = _text_features(texts, event_id)
     return {
         "observations": observations,
-        "summary": _summary(observations),
+        "summary": _summary(observations, anchors),
         "participants": sorted({o.speaker for o in observations}),
         "actions": list(features.actions)[:MAX_ACTIONS],
         "entities": list(features.names),

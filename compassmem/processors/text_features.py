@@ -11,6 +11,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import NamedTuple
 
 import Stemmer
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
@@ -192,3 +193,115 @@ def first_sentence(text: str, max_words: int = 20) -> str:
         if len(tokens) > max_words or token[-1] in ".!?":
             break
     return " ".join(tokens[:max_words]) + (" ..." if len(tokens) > max_words else "")
+
+
+# --- conversational cues for topic segmentation ------------------------------------------------------------
+
+# A sentence that opens with one of these changes the subject ("By the way, ...", "Any plans for ...?") or, in a
+# support chat, starts a new request ("One more thing: ...", "I also need ..."). Matched at sentence starts only,
+# after an optional interjection; every alternative is a fixed phrase, so a match costs at most a few dozen
+# characters whatever the text.
+_SHIFT_MARKER = re.compile(
+    r"(?:(?:oh|ah|and|but|ok|okay|well|so|hey|alright|now|also)\b[\s,]{0,3}){0,2}"
+    r"(?P<marker>by\s+the\s+way|btw|anyway|anyways|anyhow|speaking\s+of|on\s+(?:a|an|another)?\s?(?:other|different|"
+    r"unrelated|separate|side|lighter|happier|brighter)\s+note|(?:to\s+)?chang(?:e|ing)\s+(?:the\s+)?(?:subject|topic)|"
+    r"unrelated(?:ly)?,|random\s+question|quick\s+question|before\s+i\s+forget|one\s+(?:more|last|other)\s+thing|"
+    r"another\s+thing|one\s+more\s+question|another\s+question|i\s+(?:also\s+)?have\s+(?:another|one\s+more)\s+"
+    r"(?:question|request|issue|problem)|any\s+plans\s+for|what\s+are\s+your\s+plans\s+for|"
+    r"(?:i|we)\s+also\s+(?:need|want|wanted|would\s+like|'d\s+like|have\s+(?:a|an)\s+(?:question|issue|problem))|"
+    r"(?:can|could|would)\s+you\s+also|guess\s+what|did\s+i\s+(?:tell|mention)|i\s+forgot\s+to\s+(?:tell|ask))\b",
+    re.IGNORECASE,
+)
+# A helper's offer to take the next request: what follows it (unless a closing) is a new request.
+_OFFER = re.compile(
+    r"\banything\s+else\s*+(?:\?|(?:that\s+)?(?:i|we)\s+(?:can|could|may)\b|you\s+(?:need|want)\b)|"
+    r"\bhelp\s+(?:you\s+)?with\s+anything\s+else\b|\bwhat\s+else\s+can\s+(?:i|we)\s+(?:do|help)\b",
+    re.IGNORECASE,
+)
+# Marker matching looks at the first sentences only: a topic change is announced early in a turn.
+_MARKER_SENTENCES = 4
+_MARKER_PREFIX_CHARS = 80
+_QUESTION_TAIL = " \t\r\n\"')]}>*_~.!"
+
+
+def shift_marker(text: str) -> str | None:
+    """The topic-shift or new-request phrase a sentence of the turn opens with, lower-cased; None when none does.
+
+    "Poor folks. By the way, how is your puppy?" -> "by the way". Only the first few sentences are read.
+    """
+    for index, sentence in enumerate(_SENTENCE_END.split(text[: _MARKER_SENTENCES * MAX_SENTENCE_CHARS])):
+        if index >= _MARKER_SENTENCES:
+            break
+        found = _SHIFT_MARKER.match(sentence.lstrip(" \t\r\n\"'(-*")[:_MARKER_PREFIX_CHARS])
+        if found is not None:
+            return " ".join(found.group("marker").lower().split())
+    return None
+
+
+def asks(text: str) -> bool:
+    """The turn asks something (a question mark anywhere)."""
+    return "?" in text
+
+
+def ends_with_question(text: str) -> bool:
+    """The turn ends on a question, so the next speaker's turn is expected to answer it."""
+    return text.rstrip(_QUESTION_TAIL).endswith("?") or text.rstrip().endswith("?")
+
+
+def offers_more_help(text: str) -> bool:
+    """"Is there anything else I can help you with?": the conversation's current request is done."""
+    return _OFFER.search(text[-2 * MAX_SENTENCE_CHARS:]) is not None
+
+
+# A turn that opens with an anaphor points back at what was just said ("That's two more weeks of work"); one that
+# opens with a reaction ("Wow", "Yes", "Cool") answers it, though it may go on to something else.
+_REFERRING_OPENERS = frozenset(
+    "that that's thats this it it's its they they're those these there there's same he she he's she's".split()
+)
+_REACTING_OPENERS = frozenset(
+    """yes yeah yep yup no nope nah sure ok okay wow oh ah aw aww ha haha lol really exactly true right agreed
+    definitely absolutely totally cool nice great awesome sounds congrats congratulations sorry thanks thank poor
+    glad good""".split()
+)
+_FIRST_WORD = re.compile(r"[^\W\d_][\w']*")
+
+
+def opener(text: str) -> str | None:
+    """'refers' when the turn opens with an anaphor, 'reacts' when it opens with a reaction, else None."""
+    found = _FIRST_WORD.search(text, 0, 200)
+    if found is None:
+        return None
+    word = found.group().lower().replace("\u2019", "'")
+    if word in _REFERRING_OPENERS:
+        return "refers"
+    if word in _REACTING_OPENERS:
+        return "reacts"
+    return None
+
+
+# Pronouns that point back at something already said: a question holding one asks about it ("Was it hard?",
+# "Did you have to sand them first?") rather than opening something new ("Do you like country music?").
+_ANAPHOR = re.compile(r"\b(?:it|its|it's|them|that|those|these|they|they're|there|he|she|him|her|his|one)\b",
+                      re.IGNORECASE)
+# How a question opens when it asks something of its own (a wh-word or an auxiliary); a short question that opens
+# otherwise echoes what was just said ("A golden retriever?", "Tonight?", "Really?").
+_QUESTION_OPENING = re.compile(
+    r"\W*+(?:what|who|whom|whose|where|when|why|how|which|do|does|did|is|are|was|were|have|has|had|can|could|will|"
+    r"would|should|shall|may|might|am|any|anything|ever)\b", re.IGNORECASE)
+_YOU = re.compile(r"\byou\b", re.IGNORECASE)
+
+
+class QuestionCues(NamedTuple):
+    refers_back: bool  # a question holds a pronoun pointing back at what was said
+    echoes: bool  # a short question (five words at most) without a wh-word or auxiliary of its own
+    to_you: bool  # a question says "you": asked of the other person ("Do you like ...?")
+
+
+def question_cues(text: str) -> QuestionCues:
+    """What the turn's questions (its sentences ending in '?') point at; all False when it asks nothing."""
+    questions = [s for s in sentences(text[: 4 * MAX_SENTENCE_CHARS]) if "?" in s]
+    return QuestionCues(
+        refers_back=any(_ANAPHOR.search(q) is not None for q in questions),
+        echoes=any(len(q.split()) <= 5 and _QUESTION_OPENING.match(q) is None for q in questions),
+        to_you=any(_YOU.search(q) is not None for q in questions),
+    )
