@@ -6,6 +6,7 @@ messages.py   control commands, the worker's markers in the turns log, dead lett
 decoding.py   raw turns-topic record -> turn, marker or dead letter
 state.py      the per-conversation table record and its byte layout
 processor.py  the batch step without Kafka: state in, stores written, state out (exactly-once effect)
+checkpoint.py the order of a batch's commit: stores, feeds and dead letters, table state, offsets
 app.py        the Faust app: tables and agents around processor.py
 transport.py  Faust's aiokafka transport with a short fetch wait and a safe seek after rebalances
 producer.py   kafka-python producers for turns and forget commands
