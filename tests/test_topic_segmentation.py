@@ -185,3 +185,15 @@ def test_only_an_offer_of_help_counts_as_closing_a_request() -> None:
     assert offers_more_help("Is there anything else I can help you with?")
     assert offers_more_help("Anything else?")
     assert not offers_more_help("Anything else you enjoy doing, Nate?")
+
+
+def test_main_entities_leave_out_ordinary_words_capitalised_at_a_sentence_start() -> None:
+    said = START
+    event = Event(event_id="e", conversation_id="c", summary="", participants=["Ann", "Bob"],
+                  entities=["Running", "Hopefully David", "David", "Hearing", "Ann", "We're", "Zion National Park"],
+                  temporal_info={"start": said, "end": said},
+                  observations=[{"turn_id": "T1", "speaker": "Ann", "timestamp": said,
+                                 "text": "Running late again. Hopefully David comes. We're going to Zion National Park."},
+                                {"turn_id": "T2", "speaker": "Bob", "timestamp": said,
+                                 "text": "Hearing that, I'm jealous. Say hi to David, Ann."}])
+    assert main_entities(event) == ["David", "Zion National Park"]

@@ -47,7 +47,18 @@ _DOER = re.compile(r"\b(?:i|we|he|she|they)(?:'(?:m|re|ve|ll|d|s))?\s+[a-z]", re
 # Capitalised words that are no names: interjections, reactions, greetings.
 _NOT_NAMES = frozenset("""ha haha hah hehe lol wow yay aw aww ooh oh hmm oops yikes whoa woo woohoo nope yep yup
     poor lucky wonderful amazing awesome cool nice great congrats congratulations thanks sorry bye goodbye morning
-    evening afternoon night welcome please maybe""".split())
+    evening afternoon night welcome please maybe ok okay got wish appreciate hard things thing still now then
+    today tonight tomorrow yesterday life love glad happy sure hope guess anyway actually honestly seriously
+    sometimes every everyone everything someone something nothing lots lot hopefully luckily finally thankfully
+    unfortunately fortunately basically recently currently usually really""".split())
+
+
+_ORDINARY_ENDING = re.compile(r"(?:ing|ly|ed)$")
+
+
+def _named_inside(name: str, texts: list[str]) -> bool:
+    """The name is written capitalised inside a sentence somewhere (not only as a sentence's first word)."""
+    return any(re.search(rf"[\w,;:] {re.escape(name)}\b", text) for text in texts)
 
 
 @dataclass
@@ -144,8 +155,9 @@ def _summary(observations: list[Observation], anchors: list[TimeAnchor]) -> str:
 
 def main_entities(event: Event, limit: int = MAIN_ENTITIES) -> list[str]:
     """The event's entities a reader needs, most mentioned first, its participants aside. A single capitalised word
-    also written in lower case in the event, an interjection ("Ha", "Poor") or a contraction ("We're") is left
-    out."""
+    also written in lower case in the event, an interjection or a common opener ("Ha", "Poor", "Hopefully"), a
+    contraction ("We're"), or a word ending like a verb form or an adverb ("Running", "Joined", "Honestly") that
+    is never capitalised inside a sentence, is left out."""
     texts = [o.text for o in event.observations[:SUMMARY_OBSERVATIONS]]
     lower = {w for text in texts for w in words(text) if w.islower()}
     participants = set(event.participants)
@@ -157,9 +169,11 @@ def main_entities(event: Event, limit: int = MAIN_ENTITIES) -> list[str]:
         name = " ".join(parts)
         if not name or name in ranked or name in participants:
             continue
-        if " " not in name and (name.lower() in lower or name.lower() in _NOT_NAMES or "'" in name):
-            continue  # also written in lower case, an interjection or a contraction: an ordinary word
-        ranked[name] = (-sum(text.count(name) for text in texts), position)
+        mentions = sum(text.count(name) for text in texts)
+        if " " not in name and (name.lower() in lower or name.lower() in _NOT_NAMES or "'" in name
+                                or (_ORDINARY_ENDING.search(name) and not _named_inside(name, texts))):
+            continue  # an ordinary word capitalised: "Running late", "Hopefully", "We're"
+        ranked[name] = (-mentions, position)
     return sorted(ranked, key=ranked.__getitem__)[:limit]
 
 
