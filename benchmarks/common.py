@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -66,3 +67,21 @@ def timed(ask: Callable[[str], Any], questions: Sequence[str]) -> list[float]:
         ask(question)
         samples.append((time.perf_counter() - started) * 1000)
     return samples
+
+
+def cached_vectors(embed: Callable[[list[str]], np.ndarray], dim: int, texts: list[str], model_name: str,
+                   cache_dir: Path | None, label: str) -> np.ndarray:
+    """``embed(texts)``, or what an earlier run saved in ``cache_dir`` for exactly these texts and this model."""
+    digest = hashlib.sha256("\n".join([model_name, *texts]).encode("utf-8")).hexdigest()[:16]
+    path = cache_dir / f"{label}-{digest}.npy" if cache_dir is not None else None
+    if path is not None and path.exists():
+        vectors = np.load(path)
+        if vectors.shape == (len(texts), dim):
+            print(f"{label} vectors from {path}", flush=True)
+            return vectors
+    print(f"embedding {len(texts)} texts ({label}) ...", flush=True)
+    vectors = embed(texts)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, vectors)
+    return vectors

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import hashlib
 import math
 import os
 import resource
@@ -58,6 +57,7 @@ import numpy as np
 from benchmarks.common import (
     DEFAULT_DATA,
     RESULTS_DIR,
+    cached_vectors,
     latency_stats,
     print_table,
     require_data,
@@ -170,19 +170,7 @@ def base_vectors_for(model: SentenceTransformerEmbedder, model_name: str, texts:
                      cache_dir: Path | None) -> np.ndarray:
     """The real vectors of the base turns, from ``cache_dir`` when an earlier run left them there for exactly
     these texts and this model."""
-    digest = hashlib.sha256("\n".join([model_name, *texts]).encode("utf-8")).hexdigest()[:16]
-    path = cache_dir / f"scale-vectors-{digest}.npy" if cache_dir is not None else None
-    if path is not None and path.exists():
-        vectors = np.load(path)
-        if vectors.shape == (len(texts), model.dim):
-            print(f"base vectors from {path}", flush=True)
-            return vectors
-    print(f"embedding the {len(texts)} development turns once with the real embedder ...", flush=True)
-    vectors = model.embed(texts)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, vectors)
-    return vectors
+    return cached_vectors(model.embed, model.dim, texts, model_name, cache_dir, "scale-vectors")
 
 
 class DropSink:

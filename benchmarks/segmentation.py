@@ -27,7 +27,6 @@ the cut count within 15% of the human one), then prints both to paste in. Fit on
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -42,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import RESULTS_DIR, print_table, write_results
+from benchmarks.common import RESULTS_DIR, cached_vectors, print_table, write_results
 from compassmem.embedding import BUNDLED_MODEL, SentenceTransformerEmbedder
 from compassmem.models import Turn
 from compassmem.processors import segmentation
@@ -201,19 +200,7 @@ def random_cuts(dialogue: Dialogue, rng: random.Random) -> list[int]:
 
 def embed_cached(embedder: SentenceTransformerEmbedder, texts: list[str], cache_dir: Path | None,
                  label: str) -> np.ndarray:
-    digest = hashlib.sha256("\n".join([BUNDLED_MODEL, *texts]).encode("utf-8")).hexdigest()[:16]
-    path = cache_dir / f"segmentation-{label}-{digest}.npy" if cache_dir is not None else None
-    if path is not None and path.exists():
-        vectors = np.load(path)
-        if vectors.shape == (len(texts), embedder.dim):
-            print(f"{label} vectors from {path}", flush=True)
-            return vectors
-    print(f"embedding {len(texts)} {label} texts ...", flush=True)
-    vectors = embedder.embed(texts)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, vectors)
-    return vectors
+    return cached_vectors(embedder.embed, embedder.dim, texts, BUNDLED_MODEL, cache_dir, f"segmentation-{label}")
 
 
 def vectors_by_dialogue(dialogues: Sequence[Dialogue], vectors: np.ndarray) -> dict[str, np.ndarray]:
