@@ -1,11 +1,13 @@
 """LoCoMo evidence recall@5/10/20 of compassmem next to the baselines (compassmem/evaluation/baselines.py), same run.
 
     python -m benchmarks.locomo_recall [--data PATH] [--out results/locomo_recall.json]
-                                       [--data-dir DIR --reuse] [--no-baselines]
+                                       [--data-dir DIR --reuse] [--no-baselines] [--embedder onnx-int8|torch]
 
 Memory is built from the turns and session dates only (the in-process pipeline into the embedded stores);
 questions are read by the evaluation code alone and asked through QueryEngine.query, the code path behind
-POST /v1/query. Also reports mean context tokens returned and query latency p50/p99 (in-process, no HTTP).
+POST /v1/query. The embedder is COMPASSMEM_EMBEDDER's unless --embedder names one (run both to compare the torch
+reference with onnx-int8); the baselines use the same embedder. Also reports mean context tokens returned and query
+latency p50/p99 (in-process, no HTTP).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
 from benchmarks.locomo_baselines import results_json, table_rows
 from compassmem.config import Settings
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.embedding import Embedder, make_embedder
 from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
 from compassmem.evaluation.harness import evaluate_retriever
 from compassmem.evaluation.locomo_questions import load_locomo_questions
@@ -51,7 +53,7 @@ class EngineRetriever:
         return response.turn_ids
 
 
-def build_memory(data: Path, stores: Stores, embedder: SentenceTransformerEmbedder) -> float:
+def build_memory(data: Path, stores: Stores, embedder: Embedder) -> float:
     turns = list(read_turns(data))
     pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)])
     summary = pipeline.ingest(turns)
@@ -72,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, help="keep the built memory here (default: a temporary folder)")
     parser.add_argument("--reuse", action="store_true", help="query the memory already in --data-dir")
     parser.add_argument("--no-baselines", action="store_true", help="system only (for quick iterations)")
+    parser.add_argument("--embedder", choices=["onnx-int8", "torch"],
+                        help="the embedder to measure (default: the COMPASSMEM_EMBEDDER setting)")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     data = require_data(args.data)
@@ -79,7 +83,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     questions, report = load_locomo_questions(data)
     corpus = load_turn_corpus(data)
-    embedder = SentenceTransformerEmbedder()
+    defaults = Settings()
+    chosen = args.embedder or defaults.embedder
+    embedder = make_embedder(defaults.model_copy(update={"embedder": chosen}))
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = args.data_dir or Path(scratch)
         with open_stores(Settings(data_dir=data_dir), dim=embedder.dim) as stores:
@@ -93,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         results += [evaluate_retriever(name, r, questions, text_of=corpus.text_of) for name, r in baselines.items()]
     seconds = time.perf_counter() - started
 
-    print(f"LoCoMo evidence recall on {data.name}: {len(corpus)} turns, {report.questions_kept} questions "
-          f"({report.skipped} skipped without evidence)")
+    print(f"LoCoMo evidence recall on {data.name} with embedder {chosen}: {len(corpus)} turns, "
+          f"{report.questions_kept} questions ({report.skipped} skipped without evidence)")
     headers, rows = table_rows(results)
     print_table(headers, rows)
     latencies = retriever.latencies_ms
@@ -106,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{seconds:.1f} s in all")
     output = results_json(data, report, results, seconds)
     output["compassmem"] = {"latency_ms": {"p50": p50, "p99": p99, "median": statistics.median(latencies)},
-                            "ingest_seconds": ingest_seconds}
+                            "ingest_seconds": ingest_seconds, "embedder": chosen}
     write_results(args.out, output)
     return 0
 

@@ -62,7 +62,7 @@ def print_summary(summary: IngestSummary) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.embedding import make_embedder
     from compassmem.pipeline import MemoryPipeline, PipelineConfig
     from compassmem.sinks.batching import GraphSink, VectorSink
     from compassmem.sinks.factory import open_stores
@@ -74,7 +74,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"read {len(turns)} turns from {args.path}")
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+    embedder = make_embedder(settings)
     with open_stores(settings, dim=embedder.dim) as stores:
         # The worker's window too, so that ingesting a conversation builds the memory streaming it would.
         pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)],
@@ -111,7 +111,7 @@ def print_answer(question: str, response: QueryResponse, shown: int,
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.embedding import make_embedder
     from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
     from compassmem.query_api.engine import QueryEngine
     from compassmem.query_api.hot_tier import HotTier
@@ -136,7 +136,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+    embedder = make_embedder(settings)
     client = ChatClient.from_settings(settings)
     with open_stores(settings, dim=embedder.dim) as stores:
         engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph),
@@ -155,11 +155,11 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_build_index(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.embedding import make_embedder
     from compassmem.sinks.factory import open_vector_store
 
     # The model's dimension is what the store checks its collection against.
-    dim = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size).dim
+    dim = make_embedder(settings).dim
     started = time.perf_counter()
     vectors = open_vector_store(settings, dim)
     try:

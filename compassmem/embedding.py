@@ -1,12 +1,16 @@
-"""Text embeddings: an interface, and the offline sentence-transformers implementation behind it."""
+"""Text embeddings: an interface, the offline sentence-transformers implementation (the reference) and the factory
+that builds the embedder the settings choose (the int8 ONNX one lives in compassmem/onnx_embedding.py)."""
 
 from __future__ import annotations
 
 import os
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import structlog
+
+if TYPE_CHECKING:
+    from compassmem.config import Settings
 
 # The bundled model must never reach for a hub: compassmem runs with no network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -57,3 +61,20 @@ class SentenceTransformerEmbedder:
             show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+
+def make_embedder(settings: Settings, *, threads: int | None = None) -> Embedder:
+    """The embedder the settings choose (``embedder``: 'onnx-int8' or the 'torch' reference) for
+    ``embedding_model``. ``threads``: intra-op threads (the API passes ``api_torch_threads``); None keeps the
+    library's default (one per core) for batch embedding in the worker and ``ingest``. With torch the thread count
+    is process-wide."""
+    if settings.embedder == "onnx-int8":
+        from compassmem.onnx_embedding import OnnxInt8Embedder
+
+        return OnnxInt8Embedder(settings.embedding_model, settings.embedding_batch_size, threads=threads or 0,
+                                cache_dir=settings.embedder_cache_dir or settings.data_dir / "models")
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    return SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)

@@ -21,7 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from compassmem.config import Settings
-from compassmem.embedding import Embedder, SentenceTransformerEmbedder
+from compassmem.embedding import Embedder, make_embedder
 from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
@@ -97,8 +97,8 @@ def run_api(settings: Settings) -> int:
         log.warning("api.no_kafka", effect="POST /v1/turns answers 503 and DELETE records no forget command",
                     fix="set COMPASSMEM_KAFKA_BOOTSTRAP")
     try:
-        embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
-        use_serving_threads(settings)
+        # One question per query: the configured embedder with api_torch_threads intra-op threads.
+        embedder = make_embedder(settings, threads=settings.api_torch_threads)
         metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
         with open_stores(settings, dim=embedder.dim) as stores:
             services = build_services(settings, measure_stores(stores, metrics), embedder, metrics,
