@@ -11,6 +11,7 @@ from pathlib import Path
 import structlog
 from pydantic import ValidationError
 
+from compassmem import __version__
 from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
@@ -179,6 +180,7 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="compassmem", description="Event-graph long-term memory for LLM agents.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--data-dir", type=Path, help="where the embedded stores live (COMPASSMEM_DATA_DIR)")
     commands = parser.add_subparsers(dest="command", required=True)
     ingest = commands.add_parser("ingest", help="build memory from a LoCoMo JSON or JSONL turns file")
