@@ -168,7 +168,7 @@ def main() -> None:
         if key.startswith("stage_seconds_")))
     print(f"plot written to {args.out}")
     write_results(args.out.with_suffix(".json"), {
-        "data": str(args.data), "conversation": args.conversation, "turns": len(turns), "rate": args.rate,
+        "data": args.data.name, "conversation": args.conversation, "turns": len(turns), "rate": args.rate,
         "interval_s": args.interval, "samples": samples,
     })
 

@@ -65,7 +65,7 @@ class ForgetCommand(BaseModel):
 
 
 class ForgetMarker(BaseModel):
-    """A forget, copied by the worker into every partition of the turns topic (see ``control.py``)."""
+    """A forget, copied by the worker into every partition of the turns topic (the control agent of ``app.py``)."""
 
     model_config = ConfigDict(extra="forbid")
 
