@@ -231,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = f"{ENV_PREFIX}{field.upper()} ({field})" if field else "settings"
             print(f"error: {name}: {item['msg']}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         if args.command in _DATA_DIR_COMMANDS | _STORE_COMMANDS:
             from compassmem.sinks.factory import check_data_dir, uses_data_dir

@@ -65,6 +65,10 @@ class Settings(BaseSettings):
         default="UTC", description="Zone for LoCoMo session dates, which carry none."
     )
     log_level: str = Field(default="INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    log_format: Literal["console", "json"] = Field(
+        default="console", description="'console': readable key=value lines; 'json': one JSON object per line "
+        "(libraries' lines too), for a log collector. Both on stderr, both with the request id inside HTTP requests.",
+    )
 
     # Query API (`compassmem api`, and the API inside `compassmem dev`).
     api_host: str = Field(default="127.0.0.1", description="Interface the query API listens on.")

@@ -40,6 +40,7 @@ from compassmem.query_api.api_models import (
 )
 from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.hot_tier import HotTier
+from compassmem.query_api.request_id import install_request_ids
 from compassmem.query_api.engine import QueryDeadlineExceeded, QueryEngine
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
 from compassmem.query_api.turn_publisher import ControlPublisher, PublishError, RecordTooLargeError, TurnPublisher
@@ -332,6 +333,7 @@ def create_app(services: ApiServices) -> FastAPI:
     def metrics() -> Response:
         return Response(content=generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    install_request_ids(app)
     return app
 
 

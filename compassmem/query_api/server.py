@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 import structlog
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.config import LOGGING_CONFIG
 
 from compassmem.config import Settings
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
+from compassmem.logging_setup import library_logging_config
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import ApiServices, create_app
@@ -108,7 +110,7 @@ def run_api(settings: Settings) -> int:
             try:
                 log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
                 uvicorn.run(create_app(services), host=settings.api_host, port=settings.api_port,
-                            log_level=settings.log_level.lower())
+                            log_level=settings.log_level.lower(), log_config=library_logging_config(LOGGING_CONFIG))
             finally:
                 if listener is not None:
                     listener.stop()
@@ -171,7 +173,8 @@ class BackgroundServer:
         self._socket.bind((host, port))
         self.port = int(self._socket.getsockname()[1])
         self.url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{self.port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False))
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False,
+                                                    log_config=library_logging_config(LOGGING_CONFIG)))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
                                         name=f"api-{self.port}", daemon=True)
 

@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 
 from compassmem.config import Settings
 from compassmem.embedding import Embedder
+from compassmem.logging_setup import library_logging_config
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.sinks.factory import Stores, open_stores
@@ -65,7 +66,7 @@ def run_streaming_worker(settings: Settings, bootstrap: str, stores: Stores, emb
 
     streaming = StreamingWorker(settings, stores, embedder, bootstrap, metrics=metrics)
     worker = faust.Worker(streaming.app, loglevel=_faust_level(settings.log_level), redirect_stdouts=False,
-                          quiet=True)
+                          quiet=True, logging_config=library_logging_config(None))
     worker.spinner = None  # a terminal spinner would write escape codes into every log file
     started: list[Sidecar] = []
     code = 0

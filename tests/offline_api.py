@@ -1,0 +1,35 @@
+"""The query API app over stores that hold nothing, for tests of what the app does around its endpoints (headers,
+authentication) without a broker, an embedder or real stores: ``GET /v1/events/{id}`` reaches the store and
+answers 404, so a 404 means the request got past authentication."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from fastapi import FastAPI
+
+from compassmem.config import Settings
+from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.query_api.app import ApiServices, create_app
+from compassmem.sinks.factory import Stores
+
+
+class EmptyVectors:
+    def get_events(self, tenant: str, event_ids: list[str]) -> list[Any]:
+        return []
+
+    def count(self, tenant: str, conversation_id: str | None = None) -> int:
+        return 0
+
+
+class EmptyGraph:
+    def relations(self, tenant: str, conversation_id: str) -> list[Any]:
+        return []
+
+
+def offline_app(**settings: Any) -> FastAPI:
+    stores = Stores(vectors=cast(Any, EmptyVectors()), graph=cast(Any, EmptyGraph()))
+    services = ApiServices(engine=cast(Any, None), stores=stores, hot=cast(Any, None),
+                           settings=Settings(_env_file=None, **settings),  # type: ignore[call-arg]
+                           metrics=MemoryMetrics(process_collectors=False))
+    return create_app(services)
