@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from compassmem.api_keys import keys_by_tenant
+
 DEV_BROKER_HOST = "127.0.0.1"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
@@ -75,8 +77,13 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8080, ge=0, le=65535)
     api_keys: dict[str, SecretStr] = Field(
         default_factory=dict,
-        description='Per-tenant API keys as JSON, e.g. {"acme": "secret"}; a listed tenant needs '
-        "'Authorization: Bearer <key>', tenants not listed stay open.",
+        description='Per-tenant API keys as JSON: an object, e.g. {"acme": "secret"}, or a list of keys that name '
+        'their tenant, e.g. ["acme.<secret of 16+ characters>"]. A tenant with a key needs '
+        "'Authorization: Bearer <key>'; tenants without one stay open unless api_auth_required.",
+    )
+    api_auth_required: bool = Field(
+        default=False, description="Fail closed: every tenant needs an API key, and requests for a tenant without "
+        "one get 401. Needs api_keys.",
     )
     api_view_max_age_s: float = Field(
         default=30.0, gt=0, description="The hot tier reloads an event (its turns, summary, cluster, relations) after "
@@ -199,6 +206,17 @@ class Settings(BaseSettings):
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"expected host:port[,host:port], got {server.strip()!r}")
         return ",".join(s.strip() for s in value.split(","))
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _keys_naming_their_tenant(cls, value: object) -> object:
+        return keys_by_tenant(value) if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _auth_has_keys(self) -> Settings:
+        if self.api_auth_required and not self.api_keys:
+            raise ValueError("api_auth_required needs api_keys: with no key configured every request is refused")
+        return self
 
     @model_validator(mode="after")
     def _kafka_timing(self) -> Settings:

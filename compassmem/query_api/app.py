@@ -8,7 +8,6 @@ No ``from __future__ import annotations`` here: FastAPI reads parameter annotati
 dependencies made inside ``create_app`` would not resolve from strings.
 """
 
-import hmac
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from compassmem.query_api.api_models import (
     TurnsAccepted,
     ValidationErrorResponse,
 )
+from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.request_id import install_request_ids
@@ -174,17 +174,10 @@ def create_app(services: ApiServices) -> FastAPI:
         return JSONResponse(status_code=500, content={"detail": f"internal error ({type(exc).__name__}); "
                                                                "see the server log"})
 
+    authorizer = Authorizer(services.settings.api_keys, required=services.settings.api_auth_required)
+
     def authorize(request: Request, tenant: str) -> None:
-        expected = services.settings.api_keys.get(tenant)
-        if expected is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"},
-                                detail=f"tenant {tenant!r} requires an API key: send 'Authorization: Bearer <key>'")
-        if not hmac.compare_digest(key.strip().encode(), expected.get_secret_value().encode()):
-            raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"the API key is not valid for tenant {tenant!r}")
+        authorizer.check(tenant, request.headers.get("authorization"))
 
     def authorized_tenant(request: Request, tenant: TenantParam = DEFAULT_TENANT) -> str:
         authorize(request, tenant)

@@ -1,0 +1,105 @@
+"""API keys: open tenants by default, fail closed with COMPASSMEM_API_AUTH_REQUIRED, keys that name their tenant.
+
+``GET /v1/events/{id}`` over empty stores answers 404 once a request is let through, so 404 means "authorized".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from compassmem.api_keys import tenant_of_key
+from compassmem.config import Settings
+from offline_api import offline_app
+
+ACME_KEY = "acme.AAAAAAAAAAAAAAAAAAAAAAAA"
+GLOBEX_KEY = "globex.BBBBBBBBBBBBBBBBBBBBBBBB"
+KEYS = [ACME_KEY, GLOBEX_KEY]
+
+
+def _event(client: TestClient, tenant: str, key: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return client.get("/v1/events/e1", params={"tenant": tenant}, headers=headers)
+
+
+@pytest.fixture(scope="module")
+def closed() -> TestClient:
+    return TestClient(offline_app(api_keys=KEYS, api_auth_required=True))
+
+
+@pytest.fixture(scope="module")
+def open_by_default() -> TestClient:
+    return TestClient(offline_app(api_keys=KEYS))
+
+
+def test_fail_closed_refuses_a_tenant_without_a_key(closed: TestClient) -> None:
+    refused = _event(closed, "initech")
+    assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+    assert "COMPASSMEM_API_AUTH_REQUIRED" in refused.json()["detail"]
+    assert _event(closed, "default").status_code == 401  # the default tenant is no exception
+    # A key of another tenant opens nothing either, and the answer says whose key it is.
+    wrong = _event(closed, "initech", ACME_KEY)
+    assert wrong.status_code == 403 and wrong.json()["detail"] == "the API key is tenant 'acme''s, not tenant 'initech''s"
+
+
+def test_a_key_opens_its_own_tenant_only(closed: TestClient) -> None:
+    assert _event(closed, "acme", ACME_KEY).status_code == 404
+    other = _event(closed, "globex", ACME_KEY)
+    assert other.status_code == 403 and "'acme'" in other.json()["detail"]
+    assert _event(closed, "globex").status_code == 401
+    assert _event(closed, "globex", "globex.not-the-key-at-all-xx").status_code == 403
+
+
+def test_every_tenant_endpoint_is_closed(closed: TestClient) -> None:
+    turn = {"tenant": "initech", "conversation_id": "c", "turn_id": "1", "speaker": "A", "text": "hello",
+            "timestamp": "2024-03-04T09:15:00+00:00"}
+    assert closed.post("/v1/turns", json=turn).status_code == 401
+    assert closed.post("/v1/query", json={"tenant": "initech", "conversation_id": "c",
+                                          "question": "what?"}).status_code == 401
+    assert closed.get("/v1/conversations/c/graph", params={"tenant": "initech"}).status_code == 401
+    assert closed.delete("/v1/conversations/c", params={"tenant": "initech"}).status_code == 401
+    assert closed.get("/healthz").status_code == 200  # operations endpoints name no tenant
+
+
+def test_without_the_setting_tenants_without_a_key_stay_open(open_by_default: TestClient) -> None:
+    assert _event(open_by_default, "initech").status_code == 404
+    assert _event(open_by_default, "acme").status_code == 401
+    assert _event(open_by_default, "acme", GLOBEX_KEY).status_code == 403
+    assert _event(open_by_default, "acme", ACME_KEY).status_code == 404
+
+
+def test_the_object_form_of_keys_still_works() -> None:
+    client = TestClient(offline_app(api_keys={"acme": "s3cret"}, api_auth_required=True))
+    assert _event(client, "acme", "s3cret").status_code == 404
+    assert _event(client, "acme", "nope").status_code == 403
+    assert _event(client, "initech").status_code == 401
+
+
+def test_a_key_names_its_tenant() -> None:
+    assert tenant_of_key(ACME_KEY) == "acme"
+    assert tenant_of_key("s3cret") is None
+    assert tenant_of_key("Not_A_Tenant.xxxxxxxxxxxxxxxxxxxx") is None
+    assert tenant_of_key("acme.") is None
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"api_auth_required": True}, "api_auth_required needs api_keys"),
+    ({"api_keys": ["s3cret-without-tenant"]}, "must name its tenant"),
+    ({"api_keys": ["acme.short"]}, "at least 16 characters"),
+    ({"api_keys": [ACME_KEY, "acme.CCCCCCCCCCCCCCCCCCCCCCCC"]}, "a second key for tenant 'acme'"),
+])
+def test_bad_key_settings_stop_at_start(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+
+
+def test_keys_come_as_a_json_list_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMPASSMEM_API_KEYS", f'["{ACME_KEY}", "{GLOBEX_KEY}"]')
+    monkeypatch.setenv("COMPASSMEM_API_AUTH_REQUIRED", "true")
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.api_auth_required
+    assert {tenant: key.get_secret_value() for tenant, key in settings.api_keys.items()} == {
+        "acme": ACME_KEY, "globex": GLOBEX_KEY}
