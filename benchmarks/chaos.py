@@ -39,7 +39,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
 from compassmem.child_process import die_with_parent
 from compassmem.config import Settings
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.embedding import make_embedder
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.models import Turn
@@ -306,7 +306,7 @@ def main() -> None:  # noqa: PLR0915 - one scenario, told top to bottom
             gaps = sum(len(re.findall(r"stream\.offset_gap|stream\.partition_stalled", w.log())) for w in workers)
             with open_stores(settings) as stores:
                 streamed = {cid: snapshot(stores, "default", cid) for cid in conversations}
-            embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+            embedder = make_embedder(settings)
             # Same tenant (ids derive from it), other stores: an uninterrupted run over the same valid turns.
             with EmbeddedFalkorDB(root / "falkordb-reference") as reference_graph, open_stores(Settings(
                     _env_file=None, data_dir=root / "reference", falkordb_url=reference_graph.url)) as stores:

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, wait_for, write_results
 from compassmem.config import Settings
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.embedding import make_embedder
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.monitoring.measured_stores import measure_stores
@@ -119,7 +119,7 @@ def main() -> None:
         settings = Settings(_env_file=None, data_dir=Path(tmp), kafka_bootstrap=broker.bootstrap,
                             metrics_lag_interval_s=args.interval / 2)
         ensure_topics(broker.bootstrap, topic_specs(settings))
-        embedder = SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
+        embedder = make_embedder(settings)
         metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
         with open_stores(settings, dim=embedder.dim) as opened:
             worker = InProcessWorker(settings, broker.bootstrap, measure_stores(opened, metrics), embedder,

@@ -78,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = require_data(args.data)
 
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.config import Settings
+    from compassmem.embedding import make_embedder
     from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
     from compassmem.evaluation.locomo_questions import load_locomo_questions
     from compassmem.logging_setup import configure_logging
@@ -87,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     questions, report = load_locomo_questions(data)
     corpus = load_turn_corpus(data)
-    baselines = build_baselines(corpus, SentenceTransformerEmbedder(), sliding_windows=not args.no_sliding)
+    baselines = build_baselines(corpus, make_embedder(Settings(_env_file=None)), sliding_windows=not args.no_sliding)
     results = [evaluate_retriever(name, r, questions, text_of=corpus.text_of) for name, r in baselines.items()]
     seconds = time.perf_counter() - started
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, require_data, write_results
 from compassmem.cli import print_summary
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.config import Settings
+from compassmem.embedding import make_embedder
 from compassmem.importers import read_turns
 from compassmem.models import Event, Relation, RelationType
 from compassmem.processors.event_frames import frame_lines
@@ -69,7 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     turns = list(read_turns(require_data(args.data)))
     written = LatestRecords()
-    pipeline = MemoryPipeline(SentenceTransformerEmbedder(), [written])
+    pipeline = MemoryPipeline(make_embedder(Settings(_env_file=None)), [written])
     summary = pipeline.ingest(turns)
 
     membership = Counter((key, turn_id) for (key, _), event in written.events.items() for turn_id in event.turn_ids)

@@ -30,7 +30,7 @@ from benchmarks.common import (
     write_results,
 )
 from compassmem.config import Settings
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.embedding import make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
 from compassmem.importers import read_locomo_turns
 from compassmem.logging_setup import configure_logging
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not turns:
         parser.error(f"no conversation {conversation!r} in {data}")
     questions = [q.question for q in load_locomo_questions(data)[0] if q.conversation_id == conversation]
-    embedder = SentenceTransformerEmbedder()
+    embedder = make_embedder(Settings(_env_file=None))
     with tempfile.TemporaryDirectory() as scratch:
         settings = Settings(data_dir=Path(scratch))
         with open_stores(settings, dim=embedder.dim) as stores:

@@ -65,7 +65,7 @@ from benchmarks.common import (
     write_results,
 )
 from compassmem.config import Settings
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.embedding import Embedder, make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
@@ -154,7 +154,7 @@ class CachedEmbedder:
             raise KeyError(f"no cached vector for a text the pipeline embedded: {error.args[0]!r:.120}") from error
 
 
-def real_embedder_rate(model: SentenceTransformerEmbedder, texts: list[str], sample: int,
+def real_embedder_rate(model: Embedder, texts: list[str], sample: int,
                        batch_size: int) -> dict[str, Any]:
     """Turns/s of the real embedder alone on a sample of development turns (after a warm-up batch)."""
     picked = texts[:: max(1, len(texts) // sample)][:sample]
@@ -166,7 +166,7 @@ def real_embedder_rate(model: SentenceTransformerEmbedder, texts: list[str], sam
             "batch_size": batch_size}
 
 
-def base_vectors_for(model: SentenceTransformerEmbedder, model_name: str, texts: list[str],
+def base_vectors_for(model: Embedder, model_name: str, texts: list[str],
                      cache_dir: Path | None) -> np.ndarray:
     """The real vectors of the base turns, from ``cache_dir`` when an earlier run left them there for exactly
     these texts and this model."""
@@ -440,7 +440,7 @@ def cycle(items: Sequence[str], count: int, offset: int = 0) -> list[str]:
 
 
 def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores: Stores, settings: Settings,
-                    embedder: SentenceTransformerEmbedder, args: argparse.Namespace) -> dict:
+                    embedder: Embedder, args: argparse.Namespace) -> dict:
     print(f"\n[3] {args.queries} queries per scope, in-process and over HTTP ...", flush=True)
     services = build_services(settings, stores, embedder, MemoryMetrics())
     use_serving_threads(settings)
@@ -509,7 +509,7 @@ def _following(bootstrap: str, settings: Settings, hot: HotTier) -> Iterator[Cha
 
 
 def section_hot_tier(conversation_ids: list[str], questions: list[str], stores: Stores, settings: Settings,
-                     embedder: SentenceTransformerEmbedder, args: argparse.Namespace) -> dict:
+                     embedder: Embedder, args: argparse.Namespace) -> dict:
     targets = conversation_ids[: args.hot_conversations]
     print(f"\n[3b] one question to each of {len(targets)} conversations, hot tier of at most {args.hot_turns} "
           "turns ...", flush=True)
@@ -631,13 +631,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     dev_questions = [q.question for q in questions_all if q.conversation_id == dev_conversation] or all_questions
 
     defaults = Settings(_env_file=None)
-    model = SentenceTransformerEmbedder(defaults.embedding_model, defaults.embedding_batch_size)
+    model = make_embedder(defaults)
     texts = [t.search_text() for t in base]
     embedder_rate = real_embedder_rate(model, texts, args.embed_sample, defaults.embedding_batch_size)
     print(f"real embedder on its own: {embedder_rate['turns_per_second']:.0f} turns/s ({embedder_rate['turns']} "
           f"turns in {embedder_rate['seconds']:.1f} s, batch {defaults.embedding_batch_size}); "
           "not part of the figures below", flush=True)
-    base_vectors = base_vectors_for(model, defaults.embedding_model, texts, args.vector_cache)
+    base_vectors = base_vectors_for(model, f"{defaults.embedder}:{defaults.embedding_model}", texts, args.vector_cache)
     cached = CachedEmbedder(base_vectors, model.dim)
     for row, turn in enumerate(base):
         if turn.conversation_id == dev_conversation:

@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import RESULTS_DIR, cached_vectors, print_table, write_results
-from compassmem.embedding import BUNDLED_MODEL, SentenceTransformerEmbedder
+from compassmem.config import Settings
+from compassmem.embedding import Embedder, make_embedder
 from compassmem.models import Turn
 from compassmem.processors import segmentation
 from compassmem.processors.segmentation import (
@@ -198,9 +199,11 @@ def random_cuts(dialogue: Dialogue, rng: random.Random) -> list[int]:
 # --- embeddings -------------------------------------------------------------------------------------------
 
 
-def embed_cached(embedder: SentenceTransformerEmbedder, texts: list[str], cache_dir: Path | None,
+def embed_cached(embedder: Embedder, texts: list[str], cache_dir: Path | None,
                  label: str) -> np.ndarray:
-    return cached_vectors(embedder.embed, embedder.dim, texts, BUNDLED_MODEL, cache_dir, f"segmentation-{label}")
+    settings = Settings(_env_file=None)
+    return cached_vectors(embedder.embed, embedder.dim, texts, f"{settings.embedder}:{settings.embedding_model}",
+                          cache_dir, f"segmentation-{label}")
 
 
 def vectors_by_dialogue(dialogues: Sequence[Dialogue], vectors: np.ndarray) -> dict[str, np.ndarray]:
@@ -284,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not dialogues:
         print(f"error: no dialogue with set {split!r} in {args.data}", file=sys.stderr)
         return 2
-    embedder = SentenceTransformerEmbedder()
+    embedder = make_embedder(Settings(_env_file=None))
     turns = [turn for d in dialogues for turn in d.turns()]
     search = vectors_by_dialogue(dialogues, embed_cached(embedder, [t.search_text() for t in turns],
                                                          args.vector_cache, "search"))

@@ -26,7 +26,7 @@ from typing import Any
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, wait_for, write_results
 from compassmem.config import Settings
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.embedding import Embedder, make_embedder
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.models import Turn
@@ -41,7 +41,7 @@ from compassmem.streams.topics import ensure_topics, topic_specs
 FRESH_TENANT = "freshness"
 
 
-def in_process_rate(turns: list[Turn], embedder: SentenceTransformerEmbedder, root: Path) -> dict[str, Any]:
+def in_process_rate(turns: list[Turn], embedder: Embedder, root: Path) -> dict[str, Any]:
     settings = Settings(_env_file=None, data_dir=root / "in-process")
     with open_stores(settings, dim=embedder.dim) as stores:
         pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)])
@@ -128,7 +128,7 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
 
 
-def freshness(turns: list[Turn], embedder: SentenceTransformerEmbedder, worker: InProcessWorker, stores: Stores,
+def freshness(turns: list[Turn], embedder: Embedder, worker: InProcessWorker, stores: Stores,
               settings: Settings, bootstrap: str, rate: float, sample_every: int) -> dict[str, Any]:
     live = [turn.model_copy(update={"tenant": FRESH_TENANT}) for turn in turns]
     sampled = live[::sample_every]
@@ -159,7 +159,7 @@ def main() -> None:
     turns = list(read_turns(require_data(args.data)))
     configure_logging("WARNING")
     defaults = Settings(_env_file=None)
-    embedder = SentenceTransformerEmbedder(defaults.embedding_model, defaults.embedding_batch_size)
+    embedder = make_embedder(defaults)
     embedder.embed([t.search_text() for t in turns[:64]])  # warm up, so neither measurement pays for it
     with tempfile.TemporaryDirectory(prefix="compassmem-stream-bench-") as tmp:
         root = Path(tmp)

@@ -27,8 +27,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, print_table, write_results
-from compassmem.embedding import SentenceTransformerEmbedder
-from compassmem.models import MAX_TEXT_BYTES, Turn, partition_key
+from compassmem.config import Settings
+from compassmem.embedding import Embedder, make_embedder
+from compassmem.models import MAX_TEXT_BYTES, Turn
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemoryState, MemoryUpdate
 
@@ -102,7 +103,7 @@ class StageClock:
         pass
 
 
-def history_state(embedder: SentenceTransformerEmbedder, turns: int, rng: random.Random,
+def history_state(embedder: Embedder, turns: int, rng: random.Random,
                   ) -> tuple[ConversationMemoryState, list[str]]:
     """A conversation of ``turns`` ordinary turns, 6 a session, each naming made-up places and people (so that
     the sessions become distinct events, and cue clauses have rare words to match them by)."""
@@ -122,7 +123,7 @@ def history_state(embedder: SentenceTransformerEmbedder, turns: int, rng: random
     return pipeline.memory_for(TENANT, CONVERSATION).to_state().model_copy(deep=True), words
 
 
-def measure(embedder: SentenceTransformerEmbedder, state: ConversationMemoryState, text: str,
+def measure(embedder: Embedder, state: ConversationMemoryState, text: str,
             number: int) -> tuple[float, float]:
     """(processing ms, embedding ms) for one turn ingested into a fresh copy of ``state``."""
     clock = StageClock()
@@ -144,7 +145,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "text_worst_case.json")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    embedder = SentenceTransformerEmbedder()
+    embedder = make_embedder(Settings(_env_file=None))
     embedder.embed(["warm-up: the first call pays for lazy initialisation"])
     started = time.perf_counter()
     state, words = history_state(embedder, args.history, rng)

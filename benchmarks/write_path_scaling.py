@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.config import Settings
+from compassmem.embedding import make_embedder
 from compassmem.importers import read_turns
 from compassmem.models import Turn
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
@@ -51,7 +52,7 @@ class CachedEmbedder:
     """Vectors computed once for every text up front; ``embed`` is then a lookup (not what is measured)."""
 
     def __init__(self, texts: list[str]) -> None:
-        model = SentenceTransformerEmbedder()
+        model = make_embedder(Settings(_env_file=None))
         unique = sorted(set(texts))
         self._vectors = dict(zip(unique, model.embed(unique), strict=True))
         self._dim = model.dim

@@ -71,8 +71,8 @@ def make_embedder(settings: Settings, *, threads: int | None = None) -> Embedder
     if settings.embedder == "onnx-int8":
         from compassmem.onnx_embedding import OnnxInt8Embedder
 
-        return OnnxInt8Embedder(settings.embedding_model, settings.embedding_batch_size, threads=threads or 0,
-                                cache_dir=settings.embedder_cache_dir or settings.data_dir / "models")
+        return OnnxInt8Embedder(settings.embedding_model, threads=threads or 0,
+                                cache_dir=settings.embedder_cache_dir)
     if threads is not None:
         import torch
 

@@ -215,7 +215,18 @@ def own_falkordb_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def embedder():  # noqa: ANN201 - SentenceTransformerEmbedder, imported lazily so store tests skip torch
+def embedder():  # noqa: ANN201 - imported lazily so store tests load no model
+    """The embedder the default settings choose: the one worker processes started by the tests use, so that
+    in-process reference memories are built from the same vectors."""
+    from compassmem.config import Settings
+    from compassmem.embedding import make_embedder
+
+    return make_embedder(Settings())
+
+
+@pytest.fixture(scope="session")
+def torch_embedder():  # noqa: ANN201
+    """The sentence-transformers reference the onnx-int8 embedder is checked against."""
     from compassmem.embedding import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
@@ -567,3 +578,52 @@ def stream_run(stream_broker, tmp_path: Path) -> Iterator[StreamRun]:  # noqa: A
             yield run
         finally:
             run.stop_all()
+
+
+# --- `compassmem dev` as the HTTP server of the public clients: tests/test_client.py, tests/test_readme_usage.py --
+# One child process for the session (worker, API, dev broker, embedded stores in a temporary directory), holding
+# the sample conversation under tenant "default" and one turn of tenant "acme", which has an API key.
+
+SERVED_KEY_TENANT, SERVED_KEY = "acme", "acme-secret"
+
+
+@_dataclass(frozen=True)
+class ServedMemory:
+    url: str
+    key_tenant: str = SERVED_KEY_TENANT
+    key: str = SERVED_KEY
+
+
+@pytest.fixture(scope="session")
+def served_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedMemory]:
+    import httpx
+    from dev_process import FAST_STREAM_ENV, free_port, running_dev
+
+    root = tmp_path_factory.mktemp("served-memory")
+    env = {key: value for key, value in _os.environ.items() if not key.startswith("COMPASSMEM_")}
+    env.update({**FAST_STREAM_ENV, "COMPASSMEM_DATA_DIR": str(root / "data"), "COMPASSMEM_DEV_BROKER_PORT": "0",
+                "COMPASSMEM_API_PORT": str(free_port()),
+                "COMPASSMEM_API_KEYS": _json.dumps({SERVED_KEY_TENANT: SERVED_KEY}),
+                # The cache of the `embedder` fixture's settings: the model is exported once per checkout.
+                "COMPASSMEM_EMBEDDER_CACHE_DIR": str(Path(".compassmem", "models").resolve())})
+    sample = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
+    turns = [_json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
+    keyed = {"tenant": SERVED_KEY_TENANT, "conversation_id": "acme-1", "turn_id": "1", "speaker": "Zed",
+             "text": "The greenhouse router drops the wifi every evening.", "timestamp": "2024-05-01T18:00:00+00:00"}
+    with running_dev(env, root / "dev.log") as url:
+        assert httpx.post(f"{url}/v1/turns", json=turns, timeout=30).status_code == 202
+        assert httpx.post(f"{url}/v1/turns", json=keyed, headers={"Authorization": f"Bearer {SERVED_KEY}"},
+                          timeout=30).status_code == 202
+        questions = [({"conversation_id": "priya-tom", "question": "Why was the Atlas launch moved?"}, {}, "S2:2"),
+                     ({"conversation_id": "acme-1", "question": "What drops?", "tenant": SERVED_KEY_TENANT},
+                      {"Authorization": f"Bearer {SERVED_KEY}"}, "1")]
+
+        def ingested() -> bool:
+            answers = [httpx.post(f"{url}/v1/query", json=body, headers=headers, timeout=30)
+                       for body, headers, _ in questions]
+            return all(answer.status_code == 200 and turn_id in answer.json()["turn_ids"]
+                       for answer, (_, _, turn_id) in zip(answers, questions, strict=True))
+
+        wait_until(ingested, 90, "the worker to make the turns queryable", 0.5,
+                   lambda: (root / "dev.log").read_text()[-3000:])
+        yield ServedMemory(url=url)

@@ -76,8 +76,8 @@ def texts() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def reference(embedder: SentenceTransformerEmbedder, texts: list[str]) -> np.ndarray:
-    return embedder.embed(texts)
+def reference(torch_embedder: SentenceTransformerEmbedder, texts: list[str]) -> np.ndarray:
+    return torch_embedder.embed(texts)
 
 
 def test_vectors_match_the_torch_reference(onnx: OnnxInt8Embedder, reference: np.ndarray, texts: list[str]) -> None:
@@ -103,37 +103,20 @@ def test_rows_are_unit_length_float32(onnx: OnnxInt8Embedder, texts: list[str]) 
     assert np.isfinite(vectors).all()
 
 
-def test_sorting_by_length_does_not_permute_the_output(onnx: OnnxInt8Embedder, texts: list[str]) -> None:
-    # Texts of distinct token lengths fall into the same batches whatever order they come in: the rows must be
-    # exactly the same vectors, each back at its text's position.
-    by_length: dict[int, str] = {}
-    for text in texts:
-        by_length.setdefault(len(onnx._tokenizer.encode(text).ids), text)
-    sample = list(by_length.values())
-    assert len(sample) >= 40
+def test_a_text_has_one_vector_whatever_its_batch_order_or_thread_count(onnx: OnnxInt8Embedder, texts: list[str],
+                                                                        cache_dir: Path) -> None:
+    # int8 activations are scaled per run: if texts shared a run, a text's vector would move with its batch mates
+    # (measured: cosine down to 0.976) and a replay batched differently after a restart would cut events
+    # differently. Each text runs alone, so its vector is bit-identical in any batch, order or thread count.
+    sample = texts[:120]
+    forward = onnx.embed(sample)
     order = list(range(len(sample)))
     random.Random(3).shuffle(order)
-    forward = onnx.embed(sample)
-    shuffled = onnx.embed([sample[i] for i in order])
-    assert np.allclose(shuffled, forward[order], atol=1e-6)
-    assert np.allclose(onnx.embed(sample[::-1]), forward[::-1], atol=1e-6)
-
-
-def test_a_text_keeps_its_vector_whatever_its_batch_mates(onnx: OnnxInt8Embedder, texts: list[str]) -> None:
-    # Dynamic quantisation scales each batch's activations together (one int8 scale per tensor), so a text's vector
-    # moves with its batch mates about as much as it differs from torch's (measured: median cosine 0.991 between a
-    # text embedded in a batch of 16 and alone, the one-word texts down to 0.954), but it stays its own text's
-    # vector: nearest to itself among all the others. (Embedding one text per run would remove this, at 0.63x the
-    # turns/s with two threads.)
-    sample = texts[:80]
-    forward = onnx.embed(sample)
+    assert np.array_equal(onnx.embed([sample[i] for i in order]), forward[order])
     alone = np.stack([onnx.embed([text])[0] for text in sample])
-    cosines = np.sum(forward * alone, axis=1)
-    assert cosines.min() >= 0.93 and np.median(cosines) >= 0.985, (cosines.min(), np.median(cosines))
-    # Texts the tokenizer reads the same ("a" * 300 and "🎉🎉🎉" are both one [UNK]) count once.
-    distinct = sorted({tuple(onnx._tokenizer.encode(text).ids): i for i, text in enumerate(sample)}.values())
-    nearest = np.argmax(forward[distinct] @ alone[distinct].T, axis=1)
-    assert (nearest == np.arange(len(distinct))).all()
+    assert np.array_equal(alone, forward)
+    serial = OnnxInt8Embedder(cache_dir=cache_dir, threads=1)
+    assert np.array_equal(serial.embed(sample), forward)
 
 
 def test_no_texts_give_no_rows(onnx: OnnxInt8Embedder) -> None:
@@ -142,14 +125,14 @@ def test_no_texts_give_no_rows(onnx: OnnxInt8Embedder) -> None:
 
 
 def test_a_16_kib_text_is_truncated_like_the_reference(onnx: OnnxInt8Embedder,
-                                                       embedder: SentenceTransformerEmbedder) -> None:
+                                                       torch_embedder: SentenceTransformerEmbedder) -> None:
     rng = random.Random(7)
     words = [rng.choice(TEMPLATES).format(s=rng.choice(SUBJECTS), n=rng.choice(NAMES)) for _ in range(400)]
     text = " ".join(words)[: 16 * 1024]
     assert onnx.max_length == 256  # sentence_bert_config.json of the bundled model
     vector = onnx.embed([text, "short"])[0]
     assert np.isclose(np.linalg.norm(vector), 1.0, atol=1e-5)
-    assert float(vector @ embedder.embed([text])[0]) >= 0.97
+    assert float(vector @ torch_embedder.embed([text])[0]) >= 0.97
     # Only the first max_length tokens count, as in sentence-transformers.
     assert float(vector @ onnx.embed([text[:8000]])[0]) >= 0.99
 

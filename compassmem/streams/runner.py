@@ -22,7 +22,7 @@ import structlog
 from prometheus_client import start_http_server
 
 from compassmem.config import Settings
-from compassmem.embedding import Embedder
+from compassmem.embedding import Embedder, make_embedder
 from compassmem.logging_setup import library_logging_config
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
@@ -49,12 +49,6 @@ class DevContext:
 
 
 SidecarFactory = Callable[[DevContext], Sidecar]
-
-
-def load_embedder(settings: Settings) -> Embedder:
-    from compassmem.embedding import SentenceTransformerEmbedder
-
-    return SentenceTransformerEmbedder(settings.embedding_model, settings.embedding_batch_size)
 
 
 def run_streaming_worker(settings: Settings, bootstrap: str, stores: Stores, embedder: Embedder,
@@ -95,7 +89,7 @@ def run_worker(settings: Settings) -> int:
     faulthandler.register(signal.SIGQUIT, all_threads=True)
     bootstrap = settings.bootstrap_servers
     ensure_topics(bootstrap, topic_specs(settings))
-    embedder = load_embedder(settings)
+    embedder = make_embedder(settings)
     metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels, api_keys=settings.api_keys)
     try:
         server, _ = start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
@@ -119,7 +113,7 @@ def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
         print(f"dev broker on {broker.bootstrap} (memory-only: topics and offsets vanish when `compassmem dev` "
               "stops; the stores keep the memory built)", file=sys.stderr)
         ensure_topics(broker.bootstrap, topic_specs(settings))
-        embedder = load_embedder(settings)
+        embedder = make_embedder(settings)
         # One registry for the worker and its sidecars: the API's /metrics shows both.
         metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels, api_keys=settings.api_keys)
         with open_stores(settings, dim=embedder.dim) as opened:
