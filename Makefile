@@ -21,16 +21,20 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# promtool (Debian's prometheus package) checks and unit-tests the alert rules: tests/test_monitoring_files.py.
+# promtool (Debian's prometheus package) checks and unit-tests the alert rules, amtool (prometheus-alertmanager)
+# checks the Alertmanager config: tests/test_monitoring_files.py.
 tools:
-	@command -v promtool >/dev/null || { \
+	@missing=; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	[ -z "$$missing" ] || { \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=; \
 		elif command -v sudo >/dev/null; then sudo=sudo; \
-		else echo "promtool is missing; installing it needs root or sudo: apt-get install prometheus" >&2; exit 1; fi; \
-		command -v apt-get >/dev/null || { echo "promtool is missing and there is no apt-get: install Prometheus's promtool" >&2; exit 1; }; \
-		echo "installing promtool (Debian package prometheus)"; \
+		else echo "promtool/amtool missing; installing them needs root or sudo: apt-get install$$missing" >&2; exit 1; fi; \
+		command -v apt-get >/dev/null || { echo "promtool/amtool missing and there is no apt-get: install$$missing" >&2; exit 1; }; \
+		echo "installing Debian packages:$$missing"; \
 		$$sudo apt-get update -qq && \
-		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }
 
 demo: install
 	COMPASSMEM_DATA_DIR=$(DEMO_DIR) $(BIN)/compassmem ingest examples/sample_conversation.jsonl

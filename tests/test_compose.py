@@ -18,8 +18,8 @@ from compassmem.config import CONFIG_FILE_VARIABLE, ENV_PREFIX, Settings
 from compassmem.query_api.server import check_api_topology
 
 ROOT = COMPOSE_FILE.parent
-SERVICES = {"kafka", "qdrant", "falkordb", "worker", "api", "prometheus", "grafana"}
-STATEFUL = {"kafka", "qdrant", "falkordb", "prometheus", "grafana"}
+SERVICES = {"kafka", "qdrant", "falkordb", "worker", "api", "prometheus", "alertmanager", "grafana"}
+STATEFUL = {"kafka", "qdrant", "falkordb", "prometheus", "alertmanager", "grafana"}
 COMPASSMEM = ("worker", "api")
 KNOWN_VARIABLES = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields} | {CONFIG_FILE_VARIABLE}
 # The worker and the API must read and write the same topics, consumer group, collection and embedding space.
@@ -160,6 +160,19 @@ def test_prometheus_scrapes_the_worker_and_the_api_and_loads_the_mounted_rules(
     assert {f"worker:{worker.metrics_port}", f"api:{api.api_port}"} <= targets
     for rule_file in config.get("rule_files", []):
         assert str(Path("/etc/prometheus") / rule_file) in mounts.values(), f"{rule_file} is not mounted"
+
+
+def test_prometheus_reaches_the_alertmanager_service_which_reads_the_mounted_config(
+        compose: dict[str, Any]) -> None:
+    prometheus, alertmanager = compose["services"]["prometheus"], compose["services"]["alertmanager"]
+    config_host = next(host for host, target in bind_mounts(prometheus) if target == "/etc/prometheus/prometheus.yml")
+    config = yaml.safe_load((ROOT / config_host).read_text())
+    targets = [t for manager in config["alerting"]["alertmanagers"] for group in manager["static_configs"]
+               for t in group["targets"]]
+    assert targets == [f"alertmanager:{port}" for port in container_ports(alertmanager)]
+    assert "alertmanager" in prometheus["depends_on"]
+    config_flag = next(arg for arg in alertmanager["command"] if arg.startswith("--config.file="))
+    assert config_flag.removeprefix("--config.file=") in dict(bind_mounts(alertmanager)).values()
 
 
 def test_grafana_provisions_the_dashboard_the_readme_names(compose: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """The monitoring files of the docker-compose stack: Prometheus alert rules, their unit tests, the Prometheus config,
-the Grafana provisioning and dashboard (compassmem/monitoring/).
+the Alertmanager config, the Grafana provisioning and dashboard (compassmem/monitoring/), and the runbook of every
+alert (docs/runbooks.md).
 
 promtool checks and runs the rules; the metric names they and the dashboard use are checked against the registry
 ``MemoryMetrics`` builds, so a renamed metric breaks this test rather than a dashboard nobody looks at.
@@ -16,10 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from markdown_anchors import heading_anchors
 
 from compassmem.monitoring.metrics import MemoryMetrics
 
-MONITORING = Path(__file__).resolve().parent.parent / "compassmem" / "monitoring"
+ROOT = Path(__file__).resolve().parent.parent
+MONITORING = ROOT / "compassmem" / "monitoring"
 PROMETHEUS = MONITORING / "prometheus"
 ALERTS = PROMETHEUS / "alerts.yml"
 ALERTS_TEST = PROMETHEUS / "alerts_test.yml"
@@ -28,6 +31,8 @@ GRAFANA = MONITORING / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "compassmem.json"
 DATASOURCE = GRAFANA / "provisioning" / "datasources" / "prometheus.yml"
 DASHBOARD_PROVIDER = GRAFANA / "provisioning" / "dashboards" / "compassmem.yml"
+ALERTMANAGER_CONFIG = MONITORING / "alertmanager" / "alertmanager.yml"
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
 
 METRIC_NAME = re.compile(r"\bcompassmem_[a-z0-9_]+")
 # Grafana's variables, replaced by something Prometheus parses before promtool sees a dashboard expression.
@@ -38,16 +43,20 @@ BUILTIN_METRICS = {"up"}
 
 # -- promtool ---------------------------------------------------------------------------------------------------------
 
-def promtool(*args: str, cwd: Path = PROMETHEUS) -> None:
-    """Runs promtool; fails (never skips) when it is missing: `make test` installs it."""
-    executable = shutil.which("promtool")
+def run_tool(tool: str, package: str, *args: str, cwd: Path) -> None:
+    """Runs promtool or amtool; fails (never skips) when it is missing: `make test` installs both."""
+    executable = shutil.which(tool)
     if executable is None:
-        pytest.fail("promtool is not on PATH: run `make test`, which installs it (Debian package `prometheus`), "
-                    "or install it yourself (apt-get install prometheus)")
+        pytest.fail(f"{tool} is not on PATH: run `make test`, which installs it (Debian package `{package}`), "
+                    f"or install it yourself (apt-get install {package})")
     result = subprocess.run([executable, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, (
-        f"promtool {' '.join(args)} exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n"
+        f"{tool} {' '.join(args)} exited {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n"
         f"{result.stderr}")
+
+
+def promtool(*args: str, cwd: Path = PROMETHEUS) -> None:
+    run_tool("promtool", "prometheus", *args, cwd=cwd)
 
 
 def test_alert_rules_are_valid() -> None:
@@ -60,6 +69,11 @@ def test_alert_rule_unit_tests_pass() -> None:
 
 def test_prometheus_config_is_valid() -> None:
     promtool("check", "config", PROMETHEUS_CONFIG.name)
+
+
+def test_alertmanager_config_is_valid() -> None:
+    run_tool("amtool", "prometheus-alertmanager", "check-config", ALERTMANAGER_CONFIG.name,
+             cwd=ALERTMANAGER_CONFIG.parent)
 
 
 def test_dashboard_expressions_are_valid_promql(tmp_path: Path) -> None:
@@ -172,6 +186,40 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     assert not names - firing, f"alerts never shown firing in {ALERTS_TEST.name}: {sorted(names - firing)}"
     assert not names - silent, f"alerts never shown silent in {ALERTS_TEST.name}: {sorted(names - silent)}"
     assert not (firing | silent) - names, f"tests name unknown alerts: {sorted((firing | silent) - names)}"
+
+
+def runbook_sections() -> dict[str, str]:
+    """Second-level heading -> the text under it, in docs/runbooks.md."""
+    parts = RUNBOOKS.read_text(encoding="utf-8").split("\n## ")[1:]
+    return {part.split("\n", 1)[0].strip(): part.split("\n", 1)[1] for part in parts}
+
+
+def test_every_alert_links_a_runbook_section_that_exists() -> None:
+    anchors = heading_anchors(RUNBOOKS.read_text(encoding="utf-8"))
+    for rule in alert_rules():
+        path, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert path == "docs/runbooks.md", rule["alert"]
+        assert anchor == rule["alert"].lower() and anchor in anchors, (rule["alert"], anchor)
+
+
+def test_every_runbook_section_is_an_alerts_and_complete() -> None:
+    sections = runbook_sections()
+    assert set(sections) == {rule["alert"] for rule in alert_rules()}
+    for name, text in sections.items():
+        for part in ("**Meaning.**", "**Check.**", "**Act.**"):
+            assert part in text, f"runbook {name} has no {part}"
+
+
+def test_prometheus_sends_alerts_to_alertmanager_and_it_to_a_webhook() -> None:
+    alerting = load_yaml(PROMETHEUS_CONFIG)["alerting"]
+    assert [t for manager in alerting["alertmanagers"] for group in manager["static_configs"]
+            for t in group["targets"]] == ["alertmanager:9093"]
+    config = load_yaml(ALERTMANAGER_CONFIG)
+    receivers = {receiver["name"]: receiver for receiver in config["receivers"]}
+    routed = [config["route"]["receiver"], *(route["receiver"] for route in config["route"].get("routes", []))]
+    assert set(routed) <= set(receivers)
+    webhooks = [hook for receiver in receivers.values() for hook in receiver.get("webhook_configs", [])]
+    assert webhooks and all(hook["url"].startswith(("http://", "https://")) for hook in webhooks)
 
 
 def test_prometheus_scrapes_the_worker_and_the_api() -> None:

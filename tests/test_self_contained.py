@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from markdown_anchors import heading_anchors
 
 ROOT = Path(__file__).resolve().parent.parent
 # Written so that this file does not match them itself.
@@ -23,7 +24,6 @@ OUTSIDE = {
 }
 _SKIPPED_SUFFIXES = {".png", ".jpg", ".gif", ".ico", ".onnx", ".gz", ".zip"}
 _MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
-_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 
 
 def tracked_files() -> list[Path]:
@@ -70,16 +70,6 @@ def test_every_repository_path_mentioned_exists() -> None:
                 if not (ROOT / match.group(1)).exists():
                     missing.append(f"{path.relative_to(ROOT)}:{number}: {match.group(1)}")
     assert not missing, "paths that do not exist in the repository:\n" + "\n".join(missing)
-
-
-def heading_anchors(markdown: str) -> set[str]:
-    """The fragment GitHub gives each heading: lower case, punctuation dropped, spaces as hyphens."""
-    anchors = set()
-    for line in markdown.splitlines():
-        match = _HEADING.match(line)
-        if match:
-            anchors.add(re.sub(r"[^\w\- ]", "", match.group(1).lower()).replace(" ", "-"))
-    return anchors
 
 
 def test_markdown_links_reach_files_and_headings_in_the_repository() -> None:
