@@ -17,7 +17,7 @@ from compassmem.processors.conversation_memory import ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns, merge_into
 from compassmem.processors.merging import EventMerger
 from compassmem.processors.relation_ledger import RelationLedger
-from compassmem.processors.relations import RelationExtractor
+from compassmem.processors.relations import KeywordStats, RelationExtractor
 from compassmem.processors.segmentation import (
     BoundaryDetector,
     BoundaryReason,
@@ -25,6 +25,7 @@ from compassmem.processors.segmentation import (
     SegmentationConfig,
     SegmentTurn,
 )
+from compassmem.processors.text_features import keyword_stems
 from compassmem.sinks.batching import VectorSink
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 
@@ -104,6 +105,30 @@ def test_repeated_segments_merge_and_distinct_ones_do_not(embedder) -> None:
     )
     assert merged / len(repeats) >= 0.9
     assert memory.stats.merged == merged, "only the planted repeats may merge"
+
+
+def test_a_look_alike_chat_that_shares_only_small_talk_is_not_a_duplicate() -> None:
+    # Friends cheer each other on in every session with the same words; embeddings of two such chats are close
+    # (cosine >= 0.9 is typical). What they are about differs: pottery here, a shelter dinner there. Shared small
+    # talk counts by its IDF over the conversation, so it cannot make the second chat a repeat of the first,
+    # while a retold story (sharing the rare words) still is one.
+    cheer = "Thanks so much, your support really means a lot to me, keep it up, you're awesome and I'm so happy!"
+    thanks = "Aww, I really appreciate the encouragement and the friendship!"
+    pottery = make_turns([["I signed up for a pottery class and the kiln firing was fun.", cheer, thanks]])
+    shelter = make_turns([["At the shelter we served dinner to residents.", cheer, thanks]])
+    retold = make_turns([["The pottery class kiln firing was so fun, I signed up again.", cheer, thanks]])
+    earlier = build_event(_segment(pottery))
+    stats = KeywordStats()
+    for _ in range(30):  # thirty earlier events of the same friends cheering each other on
+        stats.add(keyword_stems(cheer) + keyword_stems(thanks), new_document=True)
+    stats.add(earlier.keywords, new_document=True)
+    merger = EventMerger()
+
+    assert merger.decide(_segment(shelter), None, [(earlier, 0.95)], stats) is None
+    decision = merger.decide(_segment(retold), None, [(earlier, 0.95)], stats)
+    assert decision is not None and decision.target_event_id == earlier.event_id
+    # Unweighted, the shared cheering alone would have merged the shelter chat into the pottery event.
+    assert merger.decide(_segment(shelter), None, [(earlier, 0.95)], KeywordStats()) is not None
 
 
 def test_incremental_indexes_agree_with_a_scan_of_the_events(embedder) -> None:

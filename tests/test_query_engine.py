@@ -173,3 +173,51 @@ def test_a_load_that_a_change_overtakes_is_served_once_but_not_kept(engine: Quer
     hot.events("default", [event_id])
     hot.events("default", [event_id])
     assert vectors.loads == 2 and len(hot) == 1  # read again, then kept
+
+
+# --- a question that names the wrong participant (LoCoMo's adversarial questions) --------------------------
+
+ART_CHAT = [
+    ("Ann", "I love visiting art galleries on weekends, the paintings there are so inspiring."),
+    ("Bob", "Last weekend I painted a sunset over the lake with watercolours."),
+    ("Ann", "Painting always relaxes me, I should paint more often."),
+    ("Ann", "My favourite painter is Monet, his water lilies are beautiful."),
+    ("Ann", "I bought new brushes and paints at the art store last week."),
+    ("Ann", "I want to take a painting class this summer."),
+    ("Ann", "My sister paints portraits, she is really talented."),
+    ("Ann", "I hung a painting in my living room last weekend."),
+]
+
+
+@pytest.fixture(scope="module")
+def art_memory(embedder, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
+    from datetime import UTC, datetime, timedelta
+
+    from compassmem.models import Turn
+
+    start = datetime(2024, 6, 3, 10, 0, tzinfo=UTC)
+    turns = [Turn(conversation_id="art", turn_id=f"D1:{n}", speaker=speaker, text=text,
+                  timestamp=start + timedelta(minutes=n), session_id="1")
+             for n, (speaker, text) in enumerate(ART_CHAT, start=1)]
+    with open_stores(Settings(data_dir=tmp_path_factory.mktemp("art")), dim=embedder.dim) as stores:
+        MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns)
+        yield embedder, stores
+
+
+def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top_5(art_memory) -> None:  # noqa: ANN001
+    from compassmem.query_api.engine import EngineConfig, RankingConfig
+
+    embedder, stores = art_memory
+    question = QueryRequest(conversation_id="art", question="What did Ann paint over the lake last weekend?",
+                            budget_turns=5)
+
+    def top5(hedge: int) -> list[str]:
+        config = EngineConfig(ranking=RankingConfig(speaker_hedge_top=hedge))
+        engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph), config)
+        return engine.query(question).turn_ids
+
+    # Bob painted the sunset; the question names Ann. Her seven art turns, boosted for being hers, would fill the
+    # top 5 (checked with the hedge off), but Bob's best turn keeps a place.
+    assert "D1:2" not in top5(0)
+    hedged = top5(5)
+    assert "D1:2" in hedged and len(hedged) == 5

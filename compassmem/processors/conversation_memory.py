@@ -241,7 +241,8 @@ class ConversationMemory:
         self.stats.boundary_reasons[segment.boundary_reason.value] += 1
         # The index holds the events before this step (the history), in creation order.
         history = self._index
-        decision = self._merger.decide(segment, history.last(), nearest_events(history, segment.centroid()))
+        decision = self._merger.decide(segment, history.last(), nearest_events(history, segment.centroid()),
+                                       self.keyword_stats)
         if decision is not None:
             event = merge_into(self.events[decision.target_event_id], segment)
             self.stats.merged += 1

@@ -11,8 +11,9 @@ from pydantic import BaseModel, Field
 
 from compassmem.models import Event
 from compassmem.processors.event_index import EventIndex
+from compassmem.processors.relations import KeywordStats
 from compassmem.processors.segmentation import BoundaryReason, Segment
-from compassmem.processors.text_features import entities, jaccard, keyword_stems, overlap_coefficient
+from compassmem.processors.text_features import entities, jaccard, keyword_stems, weighted_overlap
 
 
 class MergeReason(StrEnum):
@@ -25,8 +26,9 @@ class MergeConfig(BaseModel):
     # Cosine of segment centroid to an event of the same participants; the design's 0.85 merged ordinary
     # small talk of different sessions on the development data, so the default is stricter.
     duplicate_cosine: float = Field(default=0.9, ge=0.0, le=1.0)
-    # Embeddings carry speaker and date, so two chats of one session look alike; a repeat must also say the
-    # same things: this share of the smaller keyword set in common.
+    # Embeddings carry speaker and tone, so two chats of the same friends look alike ("thanks, your support means
+    # a lot"); a repeat must also say the same things: this share of the smaller keyword set in common, each stem
+    # weighted by its IDF over the conversation's events, so that shared small talk counts for little.
     duplicate_min_overlap: float = Field(default=0.5, ge=0.0, le=1.0)
     consecutive_jaccard: float = Field(default=0.7, ge=0.0, le=1.0)
     continuation_gap: timedelta = timedelta(minutes=2)
@@ -43,14 +45,16 @@ class EventMerger:
         self.config = config or MergeConfig()
 
     def decide(
-        self, segment: Segment, previous: Event | None, candidates: list[tuple[Event, float]]
+        self, segment: Segment, previous: Event | None, candidates: list[tuple[Event, float]],
+        keyword_stats: KeywordStats,
     ) -> MergeDecision | None:
-        """``previous``: the conversation's latest event; ``candidates``: (event, cosine) nearest to the segment."""
+        """``previous``: the conversation's latest event; ``candidates``: (event, cosine) nearest to the segment;
+        ``keyword_stats``: document frequencies of the conversation's keywords so far."""
         participants = sorted({t.turn.speaker for t in segment.turns})
         stems = [s for t in segment.turns for s in keyword_stems(t.turn.indexed_text())]
         for event, cosine in candidates:
             if (cosine >= self.config.duplicate_cosine and event.participants == participants
-                    and overlap_coefficient(stems, event.keywords) >= self.config.duplicate_min_overlap):
+                    and weighted_overlap(stems, event.keywords, keyword_stats.idf) >= self.config.duplicate_min_overlap):
                 return MergeDecision(target_event_id=event.event_id, reason=MergeReason.NEAR_DUPLICATE, score=cosine)
         if previous is None:
             return None

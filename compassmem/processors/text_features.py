@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -160,11 +160,14 @@ def jaccard(left: Iterable[str], right: Iterable[str]) -> float:
     return len(a & b) / len(a | b)
 
 
-def overlap_coefficient(left: Iterable[str], right: Iterable[str]) -> float:
+def weighted_overlap(left: Iterable[str], right: Iterable[str], weight: Callable[[str], float]) -> float:
+    """The overlap coefficient with each term counted by its weight (e.g. IDF): sharing "awesome" and "thanks"
+    says little, sharing "pottery" and "kiln" says the two texts are about the same thing."""
     a, b = set(left), set(right)
     if not a or not b:
         return 0.0
-    return len(a & b) / min(len(a), len(b))
+    smaller = min(sum(weight(t) for t in a), sum(weight(t) for t in b))
+    return sum(weight(t) for t in a & b) / smaller if smaller > 0 else 0.0
 
 
 def _term_index(term: str) -> int:

@@ -59,6 +59,10 @@ class RankingConfig(BaseModel):
     time_boost: float = Field(default=0.15, ge=0.0)
     # A question about a participant ("What pets does Nate have?") is answered by that participant's own turns.
     speaker_boost: float = Field(default=0.2, ge=0.0)
+    # ... unless the question names the wrong one ("What did Melanie paint?" when Caroline painted it): the best
+    # turn of each participant the question does not name keeps its place in the first this-many turns if it
+    # had one before the boost.
+    speaker_hedge_top: int = Field(default=5, ge=0)
     # A subgoal whose best event is weaker than this is rewritten to its content words and searched again.
     unmet_threshold: float = Field(default=0.45, ge=0.0, le=1.0)
 
@@ -331,10 +335,13 @@ class QueryEngine:
         if analysis.temporal:
             final = final + ranking.time_boost * view.has_time
         asked = asked_speakers(analysis.question, view.speakers)
+        unboosted = final
         if asked and len(asked) < len(view.speakers):
             final = final + ranking.speaker_boost * np.isin(view.turn_speakers, sorted(asked))
         diversity = ranking.aggregate_session_diversity if analysis.aggregate else ranking.session_diversity
         order = self._diversified(view, final, budget, diversity)
+        if final is not unboosted:
+            order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
         refs = [TurnRef(conversation_id=view.turns[row].conversation_id, turn_id=view.turns[row].turn_id)
                 for row in order]
         return refs, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
@@ -375,6 +382,25 @@ class QueryEngine:
                 cluster_id=event.cluster_id if event is not None else None,
             ))
         return evidence
+
+
+def _keep_others_best(view: MemoryView, order: np.ndarray, unboosted: np.ndarray, asked: set[str],
+                      top: int) -> np.ndarray:
+    """``order`` with the best turn of each participant not in ``asked`` put back into the first ``top`` places
+    when the unboosted ranking had it there (a boost may reorder the top, not remove the other side from it)."""
+    if top == 0 or len(order) == 0:
+        return order
+    ranked = list(order)
+    for row in np.argsort(-unboosted, kind="stable")[:top]:
+        speaker = view.turn_speakers[row]
+        if speaker in asked or any(view.turn_speakers[r] == speaker for r in ranked[:top]):
+            continue
+        if row in ranked:
+            ranked.remove(row)
+        else:
+            ranked.pop()  # keep the budget
+        ranked.insert(min(top, len(ranked) + 1) - 1, int(row))
+    return np.asarray(ranked, dtype=np.int64)
 
 
 def asked_speakers(question: str, speakers: set[str]) -> set[str]:
