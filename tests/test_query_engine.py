@@ -208,7 +208,7 @@ def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top
     from compassmem.query_api.engine import EngineConfig, RankingConfig
 
     embedder, stores = art_memory
-    question = QueryRequest(conversation_id="art", question="What did Ann paint over the lake last weekend?",
+    question = QueryRequest(conversation_id="art", question="What did Ann paint over the lake?",
                             budget_turns=5)
 
     def top5(hedge: int) -> list[str]:
