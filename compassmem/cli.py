@@ -12,6 +12,7 @@ import structlog
 from pydantic import ValidationError
 
 from compassmem import __version__
+from compassmem.cli_errors import one_line
 from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
@@ -241,12 +242,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_data_dir(settings.data_dir)
         return int(args.handler(args, settings))
     except Exception as error:
-        # Bad COMPASSMEM_DATA_DIR, stores held by another process (`compassmem dev`), FalkorDB not starting. Only
-        # the store code raises StoreOpenError, so its module is loaded whenever one arrives here.
-        factory = sys.modules.get("compassmem.sinks.factory")
-        if factory is None or not isinstance(error, factory.StoreOpenError):
+        # Bad COMPASSMEM_DATA_DIR, stores held by another process (`compassmem dev`) or gone, an unreadable input
+        # file, a missing model: one line that says what to change. Anything else keeps its traceback.
+        message = one_line(error)
+        if message is None:
             raise
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
         return 2
 
 

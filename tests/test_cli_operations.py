@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
+
+from compassmem.cli_errors import one_line
 
 
 def test_version_prints_the_installed_package_version() -> None:
@@ -13,3 +17,46 @@ def test_version_prints_the_installed_package_version() -> None:
     assert done.returncode == 0, done.stderr
     # The installed metadata comes from pyproject.toml: the two version strings cannot drift apart unnoticed.
     assert done.stdout.strip() == f"compassmem {version('compassmem')}"
+
+
+def _compassmem(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("COMPASSMEM_")}
+    environment.update(COMPASSMEM_DATA_DIR=str(data_dir), **env)
+    return subprocess.run([sys.executable, "-m", "compassmem.cli", *args], capture_output=True, text=True,
+                          timeout=300, check=False, env=environment)
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], *expected: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, done.stderr
+    for part in expected:
+        assert part in errors[0], errors[0]
+    return errors[0]
+
+
+def test_ingest_of_a_path_that_is_no_file_is_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "turns.jsonl"
+    folder.mkdir()
+    _one_error_line(_compassmem("ingest", str(folder), data_dir=tmp_path / "data"), str(folder), "Is a directory")
+
+
+def test_ask_without_the_embedding_model_is_one_line(tmp_path: Path) -> None:
+    # (`ask` while `compassmem dev` holds the stores: tests/test_data_dir_errors.py.)
+    done = _compassmem("ask", "c1", "What happened?", data_dir=tmp_path / "data",
+                       COMPASSMEM_EMBEDDER="onnx-int8", COMPASSMEM_EMBEDDING_MODEL=str(tmp_path / "no-model"))
+    _one_error_line(done, "no-model", "COMPASSMEM_EMBEDDER=torch")
+
+
+def test_known_errors_are_one_line_and_bugs_keep_their_traceback() -> None:
+    from compassmem.sinks.factory import StoreOpenError
+
+    assert one_line(StoreOpenError("COMPASSMEM_DATA_DIR=/x: not a writable directory")) == \
+        "COMPASSMEM_DATA_DIR=/x: not a writable directory"
+    assert one_line(PermissionError(13, "Permission denied", "/data/turns.jsonl")) == \
+        "/data/turns.jsonl: Permission denied"
+    gone = one_line(ConnectionRefusedError(111, "Connection refused"))
+    assert gone is not None and gone.startswith("a store stopped answering (ConnectionRefusedError")
+    assert one_line(KeyError("a bug")) is None
+    assert one_line(RuntimeError("a bug")) is None
