@@ -137,6 +137,11 @@ SINGLE = [
     ("I've lived here since 2016", MON, "2016", "2016-01-01", "2016-12-31", Y),
     ("class of 1999", MON, "1999", "1999-01-01", "1999-12-31", Y),
     ("in late 2021", MON, "late 2021", "2021-09-01", "2021-12-31", Y),
+    # durations in the perfect: anchored where the state began
+    ("I've had them for 3 years now.", MON, "for 3 years now", "2020-01-01", "2020-12-31", Y),
+    ("I have been painting for seven years", MON, "for seven years", "2016-01-01", "2016-12-31", Y),
+    ("it has been two months since I started", MON, "it has been two months", "2023-03-01", "2023-03-31", M),
+    ("Been dancing for a couple of years now!", MON, "for a couple of years now", "2020-01-01", "2021-12-31", Y),
 ]
 
 
@@ -174,6 +179,9 @@ NEGATIVE = [
     "See you next time.",
     "The spring water tastes good.",
     "I paid $2019 for it.",
+    "We stayed in Rome for 3 days.",
+    "I will be there for two weeks.",
+    "I have a dog. We walked for 2 hours.",
 ]
 
 

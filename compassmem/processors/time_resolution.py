@@ -31,6 +31,9 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
   ``N months ago`` / ``N years ago`` are the calendar month / year N back. ``in N units``, ``N units later``
   and ``N units from now`` go forward the same way; "later"/"earlier" are resolved against the reference,
   although in narration they may be relative to an earlier event. Hours and minutes give the day they land on.
+* A duration in the perfect ("I've had them for 3 years now", "been dancing for two years", "it has been five
+  months since") is anchored at its start, N units back like "N units ago"; "for N units" without the perfect
+  ("we stayed for 3 days") gives nothing.
 * Vague counts give windows: "a couple (of)" = 2-3, "a few" = 2-4 (about 3), "several" = 3-7 units.
   "the other day" = the 7 days before the reference day. "recently"/"lately" = the 14 days up to and
   including the reference day (week granularity); a rough convention, since people say "recently" about
@@ -516,6 +519,27 @@ def _in_units(match: re.Match[str], ctx: _Context) -> _Span | None:
         return None
     fewest, most = _count_range(match["n"])
     return _offset_span(ctx, _lower(match["unit"]), fewest, most, forward=True)
+
+
+# A duration in the perfect ("I've had them for 3 years", "been painting for seven years now", "it has been two
+# years since") tells when a state began: the anchor is that start, N units back, as "N units ago" would give.
+# Without the perfect ("we stayed for 3 days") a duration says how long, not when, and gives nothing.
+_PERFECT_BEFORE = re.compile(r"\b(?:have|has|had|'ve|been)\b[^.!?]*$", re.IGNORECASE)
+
+
+@_rule(rf"(?:for|it\s+has\s+been|it's\s+been|been)\s+(?:about\s+|around\s+|almost\s+|nearly\s+|over\s+|more\s+than\s+)?"
+       rf"{_COUNT}\s+{_UNIT}(?P<now>\s+now\b)?(?!\s+(?:ago|back|earlier|later|from\s+now)\b)", first="fbi")
+def _duration_start(match: re.Match[str], ctx: _Context) -> _Span | None:
+    lead = _lower(match.group(0).split()[0])
+    perfect = lead in ("it", "it's", "been") or match["now"] is not None
+    if not perfect:
+        sentence_before = ctx.text[max(0, match.start() - _LOOKBACK_CHARS) : match.start()]
+        perfect = _PERFECT_BEFORE.search(sentence_before) is not None
+    unit = _lower(match["unit"])
+    if not perfect or unit in ("minute", "hour"):
+        return None
+    fewest, most = _count_range(match["n"])
+    return _offset_span(ctx, unit, fewest, most, forward=False)
 
 
 _SEASON = r"(?P<s>summer|winter|spring|fall|autumn)\b"
