@@ -25,12 +25,15 @@ from compassmem.config import Settings
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
 from compassmem.evaluation.harness import evaluate_retriever
-from compassmem.evaluation.locomo_questions import load_locomo_questions
-from compassmem.evaluation.recall import BUDGETS
+from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
+from compassmem.evaluation.question_shapes import SHAPES, question_shape
+from compassmem.evaluation.recall import BUDGETS, recall_at
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import MemoryPipeline
-from compassmem.query_api.engine import QueryEngine
+from compassmem.models import RelationType
+from compassmem.query_api.engine import EngineConfig, QueryEngine, RankingConfig
+from compassmem.query_api.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
 from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest
 from compassmem.sinks.batching import GraphSink, VectorSink
@@ -44,13 +47,48 @@ class EngineRetriever:
         self.engine = engine
         self.budget = budget
         self.latencies_ms: list[float] = []
+        self.ranked: dict[tuple[str, str], list[str]] = {}
 
     def rank(self, conversation_id: str, question: str) -> list[str]:
         started = time.perf_counter()
         response = self.engine.query(QueryRequest(conversation_id=conversation_id, question=question,
                                                   budget_turns=self.budget))
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
+        self.ranked[(conversation_id, question)] = response.turn_ids
         return response.turn_ids
+
+
+def _without(steps: set[str]) -> EngineConfig:
+    return EngineConfig(navigation=NavigationConfig(skipped_steps=frozenset(steps)))
+
+
+RELATION_TYPES = {t.value for t in RelationType}
+ABLATIONS: dict[str, EngineConfig] = {
+    "no walk": EngineConfig(ranking=RankingConfig(walk_weight=0.0)),
+    "no relations": _without(RELATION_TYPES | {ADJACENT_HOP}),
+    "no entity links": _without({RelationType.SAME_ENTITY.value}),
+    "no clusters": _without({CLUSTER_HOP}),
+    "no walk, no event score": EngineConfig(ranking=RankingConfig(walk_weight=0.0, turn_weight=0.85)),
+}
+
+
+def recall_by_shape(ranked: dict[tuple[str, str], list[str]], questions: Sequence[Question],
+                    categories: tuple[int, ...] = (1, 2)) -> dict[str, dict[str, float]]:
+    """Recall@B per question shape (compassmem/evaluation/question_shapes.py) over the given categories."""
+    grouped: dict[str, list[Question]] = {shape: [] for shape in SHAPES}
+    for question in questions:
+        if question.category in categories:
+            grouped[question_shape(question.question)].append(question)
+    table = {}
+    for shape, members in grouped.items():
+        if not members:
+            continue
+        row: dict[str, float] = {"questions": len(members)}
+        for budget in BUDGETS:
+            hits = [recall_at(ranked[(q.conversation_id, q.question)], q.evidence, budget) for q in members]
+            row[f"recall@{budget}"] = 100 * sum(hits) / len(hits)
+        table[shape] = row
+    return table
 
 
 def build_memory(data: Path, stores: Stores, embedder: Embedder) -> float:
@@ -76,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-baselines", action="store_true", help="system only (for quick iterations)")
     parser.add_argument("--embedder", choices=["onnx-int8", "torch"],
                         help="the embedder to measure (default: the COMPASSMEM_EMBEDDER setting)")
+    parser.add_argument("--ablation", action="store_true",
+                        help="also ask every question with parts of the graph switched off (same memory) and print "
+                             "recall per variant")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     data = require_data(args.data)
@@ -94,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine = QueryEngine(embedder, stores.vectors, stores.graph, hot)
             retriever = EngineRetriever(engine, budget=max(BUDGETS))
             results = [evaluate_retriever("compassmem", retriever, questions, text_of=corpus.text_of)]
+            ablation = ([evaluate_retriever(name, EngineRetriever(
+                QueryEngine(embedder, stores.vectors, stores.graph, hot, config), budget=max(BUDGETS)), questions)
+                for name, config in ABLATIONS.items()] if args.ablation else [])
     if not args.no_baselines:
         baselines = build_baselines(corpus, embedder)
         results += [evaluate_retriever(name, r, questions, text_of=corpus.text_of) for name, r in baselines.items()]
@@ -109,8 +153,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"compassmem query latency (in-process): p50 {p50:.1f} ms, p99 {p99:.1f} ms over {len(latencies)} queries; "
           "mean context tokens @" + "/".join(map(str, BUDGETS)) + ": "
           + "/".join(f"{tokens.get(b, 0):.0f}" for b in BUDGETS))
+    if ablation:
+        print("\nablation (same memory; each row switches one part of the graph off):")
+        print_table(*table_rows(results[:1] + ablation))
+    shapes = recall_by_shape(retriever.ranked, questions)
+    print("\ncompassmem recall by question shape, categories 1-2 (%):")
+    print_table(["shape", "questions", *(f"r@{b}" for b in BUDGETS)],
+                [[shape, f"{row['questions']:.0f}", *(f"{row[f'recall@{b}']:.1f}" for b in BUDGETS)]
+                 for shape, row in shapes.items()])
     print(f"{seconds:.1f} s in all")
     output = results_json(data, report, results, seconds)
+    output["compassmem_by_shape"] = shapes
+    if ablation:
+        output["ablation"] = results_json(data, report, results[:1] + ablation, seconds)["methods"]
     output["compassmem"] = {"latency_ms": {"p50": p50, "p99": p99, "median": statistics.median(latencies)},
                             "ingest_seconds": ingest_seconds, "embedder": chosen}
     write_results(args.out, output)

@@ -208,7 +208,7 @@ def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top
     from compassmem.query_api.engine import EngineConfig, RankingConfig
 
     embedder, stores = art_memory
-    question = QueryRequest(conversation_id="art", question="What did Ann paint over the lake last weekend?",
+    question = QueryRequest(conversation_id="art", question="What did Ann paint over the lake?",
                             budget_turns=5)
 
     def top5(hedge: int) -> list[str]:
@@ -221,3 +221,65 @@ def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top
     assert "D1:2" not in top5(0)
     hedged = top5(5)
     assert "D1:2" in hedged and len(hedged) == 5
+
+
+def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    from datetime import UTC, datetime, timedelta
+
+    from compassmem.models import Turn
+    from compassmem.query_api.engine import EngineConfig, RankingConfig
+
+    def session(day: datetime, number: int, lines: list[tuple[str, str]]) -> list[Turn]:
+        return [Turn(conversation_id="trips", turn_id=f"D{number}:{n}", speaker=speaker, text=text,
+                     timestamp=day + timedelta(minutes=n), session_id=str(number))
+                for n, (speaker, text) in enumerate(lines, start=1)]
+
+    turns = [
+        *session(datetime(2023, 5, 2, 18, 0, tzinfo=UTC), 1, [
+            ("Ann", "What did I see at the museum today? Old paintings, so many, I loved what I saw at the museum."),
+            ("Bob", "Nice, I visited a museum in the city too, with my cousin."),
+        ]),
+        *session(datetime(2023, 5, 9, 18, 0, tzinfo=UTC), 2, [
+            ("Ann", "Yesterday I went to the museum and loved the sculptures."),
+            ("Bob", "That sounds lovely, I have not been to a museum in ages."),
+        ]),
+        *session(datetime(2023, 5, 20, 18, 0, tzinfo=UTC), 3, [
+            ("Ann", "At the museum today I got to see the dinosaurs, what a sight, I loved seeing the museum again."),
+            ("Bob", "The dinosaurs at that museum are great."),
+        ]),
+    ]
+    with open_stores(Settings(data_dir=tmp_path), dim=embedder.dim) as stores:
+        MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns)
+
+        def first(date_boost: float) -> str:
+            config = EngineConfig(ranking=RankingConfig(date_boost=date_boost))
+            engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph),
+                                 config)
+            question = QueryRequest(conversation_id="trips", question="What did Ann see at the museum on 8 May 2023?")
+            return engine.query(question).turn_ids[0]
+
+        # Said on 9 May, "yesterday" names 8 May: that turn answers, not the museum visits of other days.
+        assert first(0.2) == "D2:1"
+        assert first(0.0) != "D2:1"  # without the date it is one museum turn among others
+
+
+def test_a_walk_takes_no_step_of_a_skipped_kind(engine: QueryEngine) -> None:
+    from compassmem.query_api.memory_view import MemoryView
+    from compassmem.query_api.navigation import NavigationConfig, walk
+
+    events = engine.vectors.conversation_events("default", "priya-tom")
+    view = MemoryView("default", engine.hot.events("default", [e.event_id for e in events]).values(),
+                      engine.embedder.dim)
+    query = engine.embedder.embed(["Why was the Atlas launch moved?"])[0]
+    seeds = {events[0].event_id: 1.0}
+
+    def steps(skipped: frozenset[str]) -> list[str]:
+        reached = walk(view, query, seeds, 3, NavigationConfig(node_budget=len(events), skipped_steps=skipped))
+        # An edge that only links consecutive events is an "adjacent" step whatever its relation type.
+        return ["adjacent" if step.adjacency else step.type for hit in reached.values() for step in hit.path]
+
+    taken = steps(frozenset())
+    assert len(set(taken)) >= 2, taken
+    for kind in set(taken):
+        assert kind not in steps(frozenset({kind}))
+    assert steps(frozenset(taken)) == []  # nothing left to walk on

@@ -43,6 +43,8 @@ class NavigationConfig(BaseModel):
     type_weights: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_TYPE_WEIGHTS))
     # When the question asks about time, temporal edges are the logical ones to follow.
     temporal_weight_when_asked: float = 0.9
+    # Kinds of step (relation types, "cluster", "adjacent") the walk does not take: for ablations.
+    skipped_steps: frozenset[str] = frozenset()
 
 
 class Reached(BaseModel):
@@ -78,7 +80,7 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
         if score >= config.strong_evidence and hops > 0 and (not heap or -heap[0][0] < score):
             break
         for neighbour, step_type, confidence, step in _steps(view, event_id):
-            if neighbour in reached or neighbour not in view.event_row:
+            if neighbour in reached or neighbour not in view.event_row or step_type in config.skipped_steps:
                 continue
             semantic = float(similarity[view.event_row[neighbour]])
             logical = weights.get(step_type, 0.3) * confidence
