@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from datetime import date, datetime
 
 import numpy as np
 import structlog
@@ -15,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from compassmem.embedding import Embedder
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
+from compassmem.processors.time_resolution import resolve_time_expressions
 from compassmem.query_api.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
 from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.memory_view import MemoryView, TurnKey
@@ -57,6 +59,9 @@ class RankingConfig(BaseModel):
     feedback_weight: float = Field(default=1.0, ge=0.0)
     # Temporal questions: turns that carry a time expression are where dates are said.
     time_boost: float = Field(default=0.15, ge=0.0)
+    # A question that names a day or a period ("What did Jon do in May 2023?") is answered by turns said then or
+    # naming a day in it.
+    date_boost: float = Field(default=0.2, ge=0.0)
     # A question about a participant ("What pets does Nate have?") is answered by that participant's own turns.
     speaker_boost: float = Field(default=0.2, ge=0.0)
     # ... unless the question names the wrong one ("What did Melanie paint?" when Caroline painted it): the best
@@ -334,6 +339,9 @@ class QueryEngine:
         final = ranking.turn_weight * turn_scores + ranking.context_weight * context + event_weight * event_part
         if analysis.temporal:
             final = final + ranking.time_boost * view.has_time
+        spans = question_spans(analysis.question, view.latest_time())
+        if spans:
+            final = final + ranking.date_boost * view.dated_within(spans)
         asked = asked_speakers(analysis.question, view.speakers)
         unboosted = final
         if asked and len(asked) < len(view.speakers):
@@ -401,6 +409,14 @@ def _keep_others_best(view: MemoryView, order: np.ndarray, unboosted: np.ndarray
             ranked.pop()  # keep the budget
         ranked.insert(min(top, len(ranked) + 1) - 1, int(row))
     return np.asarray(ranked, dtype=np.int64)
+
+
+def question_spans(question: str, reference: datetime | None) -> list[tuple[date, date]]:
+    """The days and periods a question names, resolved as a turn's would be, against the conversation's latest
+    time (relative ones: "last month" of a question asked now)."""
+    if reference is None:
+        return []
+    return [(a.start, a.end) for a in resolve_time_expressions(question, reference)]
 
 
 def asked_speakers(question: str, speakers: set[str]) -> set[str]:

@@ -8,7 +8,8 @@ session of one conversation as far as the candidates show.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
 
 import numpy as np
 
@@ -93,6 +94,23 @@ class MemoryView:
         per_window = window_bm25(text, self._turn_counts, self.window_rows, self.window_of_row, self.window_count)
         np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
         return scores
+
+    def latest_time(self) -> datetime | None:
+        return max((t.timestamp for t in self.turns), default=None)
+
+    def dated_within(self, spans: Sequence[tuple[date, date]]) -> np.ndarray:
+        """Per turn: was it said on a day of ``spans``, or does it name such a day (its resolved time anchors: a
+        "yesterday" told a day later counts for the day it names)?"""
+        said = np.asarray([t.timestamp.date().toordinal() for t in self.turns], dtype=np.int64)
+        hit = np.zeros(len(self.turns), dtype=bool)
+        for start, end in spans:
+            hit |= (said >= start.toordinal()) & (said <= end.toordinal())
+        for event in self.events.values():
+            for anchor in event.time_anchors:
+                row = self.turn_row.get((event.conversation_id, anchor.turn_id or ""))
+                if row is not None and any(anchor.start <= end and start <= anchor.end for start, end in spans):
+                    hit[row] = True
+        return hit
 
     def neighbours(self, event_id: str) -> tuple[tuple[str, dict], ...]:
         """Active relations touching an event, walked in both directions (a cause explains its effect and back)."""
