@@ -3,7 +3,8 @@
 Checks every turn lands in exactly one event, prints the summary (events, turns per event, relations by type,
 average degree with and without adjacency edges, duplicate rate), a seeded random sample of causal relations with
 their cue and both events' frames, and a seeded random sample of event frames (what happened, who, the main
-entities, when).
+entities, when). With the LLM steps switched on in the settings (COMPASSMEM_LLM_URL and
+COMPASSMEM_LLM_BOUNDARY_CHECK / COMPASSMEM_LLM_SUMMARY) it builds with them and reports what they did.
 
     python -m benchmarks.memory_report [--data PATH] [--samples 10] [--events 5] [--seed 7]
 """
@@ -21,8 +22,11 @@ from compassmem.config import Settings
 from compassmem.embedding import make_embedder
 from compassmem.importers import read_turns
 from compassmem.models import Event, Relation, RelationType
+from compassmem.llm_events import llm_steps
+from compassmem.models import SummarySource
 from compassmem.processors.event_frames import frame_lines
-from compassmem.pipeline import MemoryPipeline
+from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.processors.segmentation import JudgeCounts
 from compassmem.sinks.batching import Record
 
 
@@ -70,7 +74,9 @@ def main() -> None:
     args = parser.parse_args()
     turns = list(read_turns(require_data(args.data)))
     written = LatestRecords()
-    pipeline = MemoryPipeline(make_embedder(Settings(_env_file=None)), [written])
+    settings = Settings(_env_file=None)
+    pipeline = MemoryPipeline(make_embedder(settings), [written], PipelineConfig.from_settings(settings),
+                              llm=llm_steps(settings))
     summary = pipeline.ingest(turns)
 
     membership = Counter((key, turn_id) for (key, _), event in written.events.items() for turn_id in event.turn_ids)
@@ -86,6 +92,13 @@ def main() -> None:
         boundary.update(memory.stats.boundary_reasons)
         merges.update(memory.stats.merge_reasons)
     print(f"boundaries by reason: {dict(boundary)}; merges by reason: {dict(merges)}")
+    judged = JudgeCounts()
+    for memory in pipeline.memories.values():
+        for name, count in memory.segmenter.judge:
+            setattr(judged, name, getattr(judged, name) + count)
+    sources = Counter(event.summary_source.value for event in written.events.values())
+    if judged.asked or sources[SummarySource.LLM]:
+        print(f"LLM boundary checks: {judged.model_dump()}; summaries by source: {dict(sources)}")
 
     # Conversation by conversation (the last events of all of them are closed at the end of the input).
     order = {key: number for number, key in enumerate(pipeline.memories)}
@@ -116,7 +129,8 @@ def main() -> None:
         frames.append({"conversation": key, **frame(event)})
     write_results(args.out, {
         "summary": summary.model_dump(), "turns_missing": len(missing), "turns_repeated": len(repeated),
-        "boundaries": dict(boundary), "merges": dict(merges), "causal_samples": samples, "event_frames": frames,
+        "boundaries": dict(boundary), "merges": dict(merges), "llm_boundary_checks": judged.model_dump(),
+        "summary_sources": dict(sources), "causal_samples": samples, "event_frames": frames,
     })
 
 

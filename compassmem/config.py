@@ -171,6 +171,26 @@ class Settings(BaseSettings):
     llm_model: str = Field(default="default", description="Model name sent with each request.")
     llm_api_key: SecretStr | None = None
     llm_timeout_s: float = Field(default=10.0, gt=0, description="Wall-clock limit of one request.")
+    # The write path's LLM steps: each needs llm_url and its own switch, so configuring an endpoint for answers
+    # changes no event.
+    llm_boundary_check: bool = Field(
+        default=False, description="Ask the LLM whether a turn starts a new topic when the topic-shift score is "
+        "uncertain (within llm_boundary_band of its threshold); its yes or no decides, and on a failure or an unclear "
+        "reply the score does. LLM answers are not deterministic: a replay after a restart may cut differently.",
+    )
+    llm_boundary_band: float = Field(
+        default=0.10, ge=0.0, le=0.5, description="Scores this close to the 0.30 threshold are uncertain (0.20 to "
+        "0.40): on TIAGE dev 27% of the gaps scored (12% of turns), where the score is right 53% of the time, "
+        "against 83% outside. Past 160 tokens the band shrinks with the threshold.",
+    )
+    llm_boundary_max_share: float = Field(
+        default=0.25, gt=0.0, le=1.0, description="A conversation's boundary checks stay within this share of its "
+        "turns (about twice what the default band needs); past it the score decides.",
+    )
+    llm_summary: bool = Field(
+        default=False, description="An event's summary is written by the LLM when the event closes (one or two "
+        "sentences: who did what, when); the extractive summary is kept beside it and stands on a failure.",
+    )
     # Prometheus. `compassmem worker` serves /metrics here; the API (and `compassmem dev`) serves it on api_port.
     metrics_host: str = Field(default="127.0.0.1", description="Interface of the worker's /metrics endpoint.")
     metrics_port: int = Field(default=9464, ge=0, le=65535,

@@ -340,6 +340,11 @@ class TemporalInfo(BaseModel):
     end: datetime
 
 
+class SummarySource(StrEnum):
+    EXTRACTIVE = "extractive"  # the event's most central sentences (processors/event_frames.py)
+    LLM = "llm"  # written by an LLM at event close (COMPASSMEM_LLM_SUMMARY)
+
+
 class Event(BaseModel):
     """An episodic event frame: a run of turns about one thing, with who, what and when."""
 
@@ -350,6 +355,9 @@ class Event(BaseModel):
     subject_id: str | None = None
     observations: list[Observation]
     summary: str
+    summary_source: SummarySource = SummarySource.EXTRACTIVE
+    # The extractive summary, kept when ``summary`` is another source's.
+    extractive_summary: str | None = None
     participants: list[str]
     actions: list[str] = Field(default_factory=list)
     entities: list[str] = Field(default_factory=list)

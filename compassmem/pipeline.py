@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from compassmem.config import Settings
 from compassmem.embedding import Embedder
 from compassmem.models import RelationType, Turn, partition_key
 from compassmem.processors.clustering import Reclusterer
@@ -25,9 +27,10 @@ from compassmem.processors.conversation_memory import (
     ConversationMemory,
     MemoryUpdate,
 )
+from compassmem.processors.event_frames import EventSummariser
 from compassmem.processors.merging import EventMerger, MergeConfig
 from compassmem.processors.relations import RelationConfig, RelationExtractor
-from compassmem.processors.segmentation import BoundaryDetector, SegmentationConfig
+from compassmem.processors.segmentation import BoundaryDetector, BoundaryJudge, SegmentationConfig
 from compassmem.sinks.batching import Sink
 from compassmem.sinks.checkpoint import SinkCheckpoint
 
@@ -40,6 +43,22 @@ class PipelineConfig(BaseModel):
     # Events of a conversation its memory holds (COMPASSMEM_WORKER_HOT_EVENTS): the most recent ones.
     hot_events: int = Field(default=DEFAULT_HOT_EVENTS, ge=MIN_HOT_EVENTS)
     batch_turns: int = Field(default=256, ge=1)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PipelineConfig:
+        """What the settings choose of the write path: the memory window and the LLM boundary check's band."""
+        return cls(hot_events=settings.worker_hot_events,
+                   segmentation=SegmentationConfig(llm_band=settings.llm_boundary_band,
+                                                   llm_max_share=settings.llm_boundary_max_share))
+
+
+@dataclass(frozen=True)
+class LlmSteps:
+    """The write path's optional LLM upgrades (``compassmem.llm_events.llm_steps`` builds them from settings):
+    a judge for uncertain topic boundaries and a summariser of closed events. None: the offline path."""
+
+    boundary_judge: BoundaryJudge | None = None
+    summariser: EventSummariser | None = None
 
 
 class IngestSummary(BaseModel):
@@ -78,12 +97,14 @@ class PipelineObserver(Protocol):
 
 class MemoryPipeline:
     def __init__(self, embedder: Embedder, sinks: Sequence[Sink] | SinkCheckpoint,
-                 config: PipelineConfig | None = None, observer: PipelineObserver | None = None) -> None:
+                 config: PipelineConfig | None = None, observer: PipelineObserver | None = None,
+                 llm: LlmSteps | None = None) -> None:
         self.embedder = embedder
         # A SinkCheckpoint when the caller flushes it too (the stream processor's commit), else one of our own.
         self.checkpoint = sinks if isinstance(sinks, SinkCheckpoint) else SinkCheckpoint(sinks, observer)
         self.config = config or PipelineConfig()
         self.observer = observer
+        self.llm = llm or LlmSteps()
         self.memories: dict[str, ConversationMemory] = {}
         self._turns = 0
         self._seconds = 0.0
@@ -93,11 +114,12 @@ class MemoryPipeline:
         if key not in self.memories:
             config = self.config
             self.memories[key] = ConversationMemory(
-                BoundaryDetector(config.segmentation),
+                BoundaryDetector(config.segmentation, self.llm.boundary_judge),
                 EventMerger(config.merging),
                 RelationExtractor(config.relations),
                 Reclusterer(config.recluster_window),
                 config.hot_events,
+                self.llm.summariser,
             )
         return self.memories[key]
 

@@ -1,13 +1,12 @@
 """The LLM client against a small local server speaking the chat-completions protocol, and its fallbacks.
 
-The server is a FastAPI app under uvicorn on a loopback port; each test sets how it behaves (answer, slow,
-HTTP 500, flaky, malformed JSON). Through the query API: an answer comes back in ``answer``, and every
-failure leaves ``answer`` null while the evidence is still returned.
+The server (fake_chat_server.py) is a FastAPI app under uvicorn on a loopback port; each test sets how it
+behaves (answer, slow, HTTP 500, flaky, malformed JSON). Through the query API: an answer comes back in
+``answer``, and every failure leaves ``answer`` null while the evidence is still returned.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,8 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fake_chat_server import ANSWER, FakeChatServer, serving_fake_chat
+from fastapi import FastAPI
 
 from compassmem.config import Settings
 from compassmem.llm import ChatClient, ChatMessage, LlmAnswerer, LlmDecomposer, LlmError, chat_completions_url
@@ -31,59 +30,19 @@ from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 
 TENANT = "llm-test"
-ANSWER = "The launch slipped because the client changed the requirements."
 TIMEOUT_S = 0.5
-SLOW_S = 1.5
-
-
-class FakeChatServer:
-    """What the endpoint does next (``mode``) and what it was sent (``requests``)."""
-
-    def __init__(self) -> None:
-        self.mode = "answer"
-        self.reply = ANSWER
-        self.requests: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self.app = FastAPI()
-        self.app.post("/v1/chat/completions")(self.complete)
-
-    async def complete(self, request: Request) -> Response:
-        self.requests.append(await request.json())
-        self.headers.append(dict(request.headers))
-        mode = self.mode
-        if mode == "flaky":  # one failure, then fine: the retry should cure it
-            self.mode = "answer"
-            return JSONResponse({"error": {"message": "overloaded"}}, status_code=503)
-        if mode == "slow":
-            await asyncio.sleep(SLOW_S)
-        if mode == "error":
-            return JSONResponse({"error": {"message": "model crashed"}}, status_code=500)
-        if mode == "garbage":
-            return PlainTextResponse('{"choices": [{"message": ', media_type="application/json")
-        if mode == "wrong-shape":
-            return JSONResponse({"choices": []})
-        return JSONResponse({
-            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": "test-model",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.reply},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        })
 
 
 @pytest.fixture(scope="module")
 def fake_llm() -> Iterator[tuple[FakeChatServer, str]]:
-    fake = FakeChatServer()
-    with BackgroundServer(fake.app) as server:
-        yield fake, server.url
+    with serving_fake_chat() as served:
+        yield served
 
 
 @pytest.fixture
 def llm(fake_llm: tuple[FakeChatServer, str]) -> tuple[FakeChatServer, str]:
-    fake, url = fake_llm
-    fake.mode, fake.reply = "answer", ANSWER
-    fake.requests.clear()
-    fake.headers.clear()
-    return fake, url
+    fake_llm[0].reset()
+    return fake_llm
 
 
 def _client(url: str) -> ChatClient:

@@ -82,8 +82,9 @@ class MemoryMetrics:
             ["stage"], registry=r)
         self.stage_seconds = Histogram(
             "compassmem_stage_duration_seconds",
-            "Seconds one batch spent in a stage: embed, segment, merge, relate, recluster, store, publish (change "
-            "feeds and dead letters), state (table writes), batch (all of it).",
+            "Seconds one batch spent in a stage: embed, segment (with the LLM boundary check, when on), merge, "
+            "summarise (LLM summaries, when on), relate, recluster, store, publish (change feeds and dead letters), "
+            "state (table writes), batch (all of it).",
             ["stage"], buckets=_STAGE_BUCKETS, registry=r)
         self.dead_letters = Counter(
             "compassmem_dead_letters_total", "Records sent to the dead-letter topic, by stage and reason code.",

@@ -23,7 +23,14 @@ from pydantic import BaseModel, Field, model_validator
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn
 from compassmem.processors.clustering import ClusterState, Reclusterer
 from compassmem.processors.event_index import EventIndex
-from compassmem.processors.event_frames import build_event, indexed_turns, merge_into, segment_texts
+from compassmem.processors.event_frames import (
+    EventSummariser,
+    build_event,
+    indexed_turns,
+    merge_into,
+    segment_texts,
+    summarised,
+)
 from compassmem.processors.merging import EventMerger, MergeDecision, nearest_events
 from compassmem.processors.relation_ledger import RelationLedger
 from compassmem.processors.relations import ADJACENCY_EVIDENCE, KeywordStats, RelationExtractor
@@ -138,6 +145,7 @@ class ConversationMemory:
         extractor: RelationExtractor,
         reclusterer: Reclusterer,
         hot_events: int = DEFAULT_HOT_EVENTS,
+        summariser: EventSummariser | None = None,
     ) -> None:
         if hot_events < MIN_HOT_EVENTS:
             raise ValueError(f"hot_events must be at least {MIN_HOT_EVENTS}, got {hot_events}")
@@ -146,6 +154,7 @@ class ConversationMemory:
         self._extractor = extractor
         self._reclusterer = reclusterer
         self._hot_events = hot_events
+        self._summariser = summariser
         self.segmenter = SegmenterState()
         # The hot window: the ``hot_events`` most recent events. Insertion order is creation order: the
         # chronology relation extraction relies on.
@@ -184,8 +193,9 @@ class ConversationMemory:
         extractor: RelationExtractor,
         reclusterer: Reclusterer,
         hot_events: int = DEFAULT_HOT_EVENTS,
+        summariser: EventSummariser | None = None,
     ) -> ConversationMemory:
-        memory = cls(detector, merger, extractor, reclusterer, hot_events)
+        memory = cls(detector, merger, extractor, reclusterer, hot_events, summariser)
         memory.restore(state)
         return memory
 
@@ -251,6 +261,9 @@ class ConversationMemory:
         else:
             event = build_event(segment)
         mark = _lap(update, "merge", mark)
+        if self._summariser is not None:
+            event = summarised(event, self._summariser)
+            mark = _lap(update, "summarise", mark)
         relations = self._extractor.extract(event, history, segment_texts(segment), self.keyword_stats,
                                             adjacent=decision is None)
         # Counted after extraction, so a clause's terms are judged rare against the earlier events only.

@@ -7,6 +7,7 @@ import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Protocol
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from compassmem.models import (
     Granularity,
     IndexedTurn,
     Observation,
+    SummarySource,
     TemporalInfo,
     TimeAnchor,
     event_id_for,
@@ -187,7 +189,11 @@ def frame_lines(event: Event) -> list[tuple[str, str]]:
     elif f"{end:%H:%M}" != f"{start:%H:%M}":
         said += f"-{end:%H:%M}"
     mentioned = list(dict.fromkeys(f"{a.expression} = {_when(a)}" for a in event.time_anchors))
-    lines = [("what", event.summary), ("who", ", ".join(event.participants))]
+    lines = [("what", event.summary)]
+    if event.summary_source is not SummarySource.EXTRACTIVE:
+        # The line above is the LLM's; the extractive summary stays beside it, marked as such.
+        lines.append(("extract", event.extractive_summary or ""))
+    lines.append(("who", ", ".join(event.participants)))
     named = main_entities(event)
     if named:
         lines.append(("entities", ", ".join(named)))
@@ -241,6 +247,9 @@ def _frame_fields(observations: list[Observation], texts: list[str], anchors: li
     return {
         "observations": observations,
         "summary": _summary(observations, anchors),
+        # A changed event's summary is extractive again until a summariser writes it anew.
+        "summary_source": SummarySource.EXTRACTIVE,
+        "extractive_summary": None,
         "participants": sorted({o.speaker for o in observations}),
         "actions": list(features.actions)[:MAX_ACTIONS],
         "entities": list(features.names),
@@ -318,6 +327,24 @@ def merge_into(event: Event, segment: Segment) -> Event:
             "merged_from": event.merged_from + [segment_event_id(segment)],
         }
     )
+
+
+class EventSummariser(Protocol):
+    """A summary of a closed event written by another means than extraction (an LLM), or None when there is
+    none to be had (the extractive summary then stands)."""
+
+    def __call__(self, event: Event) -> str | None: ...
+
+
+def summarised(event: Event, summariser: EventSummariser) -> Event:
+    """The event with the summariser's summary, the extractive one kept beside it; unchanged on no answer."""
+    if event.summary_source is not SummarySource.EXTRACTIVE:
+        return event
+    summary = summariser(event)
+    if summary is None:
+        return event
+    return event.model_copy(update={"summary": summary, "summary_source": SummarySource.LLM,
+                                    "extractive_summary": event.summary})
 
 
 def indexed_turns(segment: Segment, event_id: str) -> list[IndexedTurn]:

@@ -42,6 +42,7 @@ from pydantic import ValidationError
 from compassmem.config import Settings
 from compassmem.embedding import Embedder
 from compassmem.importers import describe_validation_error
+from compassmem.llm_events import llm_steps
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import PipelineConfig
 from compassmem.sinks.factory import Stores
@@ -170,8 +171,9 @@ class StreamingWorker:
         self.stores = stores
         self.metrics = metrics or MemoryMetrics(conversation_labels=settings.metrics_conversation_labels,
                                                     api_keys=settings.api_keys)
-        config = pipeline_config or PipelineConfig(hot_events=settings.worker_hot_events)
-        self.processor = MemoryStreamProcessor(embedder, stores, config, observer=self.metrics)
+        config = pipeline_config or PipelineConfig.from_settings(settings)
+        self.processor = MemoryStreamProcessor(embedder, stores, config, observer=self.metrics,
+                                               llm=llm_steps(settings))
         # Turns partition -> the next offset this worker will process there (for the lag gauge).
         self._next_offsets: dict[int, int] = {}
         # One thread: batches and forgets reach the stores strictly one at a time, in arrival order.

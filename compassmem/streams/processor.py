@@ -31,7 +31,7 @@ import structlog
 
 from compassmem.embedding import Embedder
 from compassmem.models import Cluster, Event, Relation, partition_key
-from compassmem.pipeline import MemoryPipeline, PipelineConfig, PipelineObserver
+from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, PipelineObserver
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
@@ -215,7 +215,7 @@ class MemoryStreamProcessor:
 
     def __init__(self, embedder: Embedder, stores: Stores, config: PipelineConfig | None = None,
                  clock: Callable[[], float] = time.time, max_cached_conversations: int = 256,
-                 observer: PipelineObserver | None = None) -> None:
+                 observer: PipelineObserver | None = None, llm: LlmSteps | None = None) -> None:
         self.stores = stores
         self.feed = ChangeFeed()
         # Step 1 of the batch's commit (checkpoint.py flushes it); the order is the order of the writes.
@@ -226,7 +226,7 @@ class MemoryStreamProcessor:
              self.feed],
             observer, on_discard=self._forget_all_live,
         )
-        self.pipeline = MemoryPipeline(embedder, self.sinks, config, observer)
+        self.pipeline = MemoryPipeline(embedder, self.sinks, config, observer, llm)
         self._clock = clock
         # key -> the table bytes its live ConversationMemory in pipeline.memories was built from. A table value
         # that is another object (recovered after a rebalance, or deleted) makes the memory stale.
