@@ -22,16 +22,18 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 # promtool (Debian's prometheus package) checks and unit-tests the alert rules, amtool (prometheus-alertmanager)
-# checks the Alertmanager config: tests/test_monitoring_files.py.
+# checks the Alertmanager config: tests/test_monitoring_files.py. Chromium (Debian's chromium) is the browser the
+# explorer's Playwright tests drive (tests/test_explorer_browser.py): Playwright's own browser download is not used.
 tools:
 	@missing=; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v amtool >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	[ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	[ -z "$$missing" ] || { \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=; \
 		elif command -v sudo >/dev/null; then sudo=sudo; \
-		else echo "promtool/amtool missing; installing them needs root or sudo: apt-get install$$missing" >&2; exit 1; fi; \
-		command -v apt-get >/dev/null || { echo "promtool/amtool missing and there is no apt-get: install$$missing" >&2; exit 1; }; \
+		else echo "test tools missing; installing them needs root or sudo: apt-get install$$missing" >&2; exit 1; fi; \
+		command -v apt-get >/dev/null || { echo "test tools missing and there is no apt-get: install$$missing" >&2; exit 1; }; \
 		echo "installing Debian packages:$$missing"; \
 		$$sudo apt-get update -qq && \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; }

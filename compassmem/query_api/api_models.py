@@ -129,3 +129,70 @@ class DeleteResult(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     checks: dict[str, str] = Field(description="Per store: 'ok' or the error it gave.")
+
+
+# -- The memory explorer (compassmem/query_api/explorer/): listings, a limited graph, live changes ----------------
+
+
+class ConversationSummary(BaseModel):
+    conversation_id: str
+    events: int = Field(description="Events, provisional ones (an open segment being streamed) included.")
+    provisional_events: int
+    turns: int = Field(description="Turns in those events.")
+    first_at: datetime | None = Field(description="Timestamp of its earliest turn.")
+    last_at: datetime | None = Field(description="Timestamp of its latest turn (when it was last updated, in the "
+                                                 "conversation's own time).")
+    subject_ids: list[str]
+    participants: list[str]
+
+
+class ConversationPage(BaseModel):
+    tenant: str
+    conversations: list[ConversationSummary]
+    total: int = Field(description="Conversations of the tenant that match the search, over all pages.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class EventPage(BaseModel):
+    tenant: str
+    conversation_id: str
+    events: list[GraphNode] = Field(description="Events in time order (start, then id), provisional ones included.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class GraphLimits(BaseModel):
+    max_nodes: int | None = Field(description="The limit asked for: at most this many events, the most recent.")
+    since: datetime | None = Field(description="The limit asked for: only events that end at or after it.")
+    events_total: int = Field(description="Events the conversation holds, provisional ones included.")
+    events_omitted: int = Field(description="Events left out by the limits.")
+
+
+class LimitedConversationGraph(ConversationGraph):
+    """A conversation's graph within the limits asked for; ``counts`` describe what is returned."""
+
+    limits: GraphLimits
+
+
+class LiveChange(BaseModel):
+    """One change of a conversation's memory, as the live stream sends it (SSE event ``change``)."""
+
+    op: Literal["upsert", "delete", "forget"] = Field(description="upsert: an event, topic or relation was "
+                                                                  "written; delete: an event was removed (merged "
+                                                                  "away); forget: the whole conversation was.")
+    node: GraphNode | None = Field(default=None, description="The event or topic written.")
+    edge: GraphEdge | None = Field(default=None, description="The relation written.")
+    removed: str | None = Field(default=None, description="The id of the event deleted.")
+
+
+class LiveReady(BaseModel):
+    """The live stream's first event (SSE ``ready``): changes from here on will follow."""
+
+    ends_after_s: float = Field(description="The stream ends after this long; reconnect with Last-Event-ID to get "
+                                            "the changes in between.")
+
+
+class LiveNotice(BaseModel):
+    """SSE ``resync`` (changes were lost: reload the graph, then reconnect without Last-Event-ID) or
+    ``unavailable`` (this API process follows no change feed); the stream ends after it."""
+
+    reason: str

@@ -25,14 +25,10 @@ from compassmem.config import Settings
 from compassmem.models import DEFAULT_TENANT, ID_PATTERN, ID_RULE, MAX_ID_CHARS, TENANT_PATTERN, Turn, check_id
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.api_models import (
-    ConversationGraph,
     DeleteResult,
     ErrorResponse,
     EventOut,
     FieldError,
-    GraphCounts,
-    GraphEdge,
-    GraphNode,
     Health,
     TurnsAccepted,
     ValidationErrorResponse,
@@ -258,33 +254,6 @@ def create_app(services: ApiServices) -> FastAPI:
             raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r} for tenant {tenant!r}")
         return EventOut.of(found[0])
 
-    @app.get("/v1/conversations/{conversation_id}/graph", response_model=ConversationGraph, tags=["memory"],
-             summary="A conversation's event graph, for display",
-             description="Event and cluster (topic) nodes, and every relation edge including superseded ones, "
-                         "which are marked and kept as history.",
-             responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID})
-    def get_graph(conversation_id: ConversationId, tenant: Tenant) -> ConversationGraph:
-        graph = services.stores.graph.conversation_graph(tenant, conversation_id)
-        if graph.number_of_nodes() == 0:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(tenant, conversation_id))
-        nodes = [GraphNode.of(node_id, data) for node_id, data in graph.nodes(data=True)]
-        edges = [
-            GraphEdge(id=key, source=source, target=target, type=str(data["type"]), subtype=data.get("subtype"),
-                      confidence=data["confidence"], evidence=data.get("evidence", ""),
-                      created_at=data["created_at"], superseded=bool(data.get("superseded_by")),
-                      superseded_by=data.get("superseded_by"))
-            for source, target, key, data in graph.edges(keys=True, data=True)
-        ]
-        counts = GraphCounts(
-            events=sum(1 for n in nodes if n.kind == "event" and not n.stub),
-            stubs=sum(1 for n in nodes if n.stub),
-            clusters=sum(1 for n in nodes if n.kind == "cluster"),
-            relations=len(edges),
-            superseded_relations=sum(1 for e in edges if e.superseded),
-        )
-        return ConversationGraph(tenant=tenant, conversation_id=conversation_id, nodes=nodes, edges=edges,
-                                 counts=counts)
-
     @app.delete("/v1/conversations/{conversation_id}", response_model=DeleteResult, tags=["memory"],
                 summary="Forget a conversation",
                 description="Records a forget command on the control topic when one is configured (so a replay "
@@ -327,6 +296,11 @@ def create_app(services: ApiServices) -> FastAPI:
         return Response(content=generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     install_request_ids(app)
+    # Imported here: the explorer's router uses this module's parameter types and response documentation.
+    from compassmem.query_api.explorer.router import explorer_router, mount_ui
+
+    app.include_router(explorer_router(services, authorized_tenant))
+    mount_ui(app)
     return app
 
 

@@ -45,16 +45,20 @@ TENANT_FIELD = "tenant"
 CONVERSATION_FIELD = "conversation_id"
 KIND_FIELD = "kind"
 EVENT_ID_FIELD = "event_id"
+# "open" for a provisional event (a conversation's open segment), "closed" otherwise: a keyword, because qdrant-edge's
+# Python filters do not match boolean payload values (MatchValue(True) finds nothing), so `provisional` cannot be used.
+SEGMENT_FIELD = "segment"
+OPEN_SEGMENT, CLOSED_SEGMENT = "open", "closed"
 # The customer, user or account a conversation is about (``Turn.subject_id``), on events and turns alike; absent
 # (null) when the turns named none.
 SUBJECT_FIELD = "subject_id"
 EVENT_KIND = "event"
 TURN_KIND = "turn"
 # Keyword payload indexes besides the tenant one (which the backends create with is_tenant=True).
-KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD)
+KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD)
 
 # Added to the event for filtering (e.g. "which event holds turn D3:5", time ranges); dropped on the way back.
-DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts", KIND_FIELD)
+DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts", KIND_FIELD, SEGMENT_FIELD)
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +85,7 @@ def event_to_payload(event: Event) -> dict[str, Any]:
     payload["start_ts"] = event.temporal_info.start.timestamp()
     payload["end_ts"] = event.temporal_info.end.timestamp()
     payload[KIND_FIELD] = EVENT_KIND
+    payload[SEGMENT_FIELD] = OPEN_SEGMENT if event.provisional else CLOSED_SEGMENT
     return payload
 
 
@@ -312,6 +317,11 @@ class PointStore(VectorStore):
     def conversation_events(self, tenant: str, conversation_id: str) -> list[Event]:
         records = self._scroll(scope(tenant, conversation_id, EVENT_KIND))
         return in_time_order([event_from_point(*record) for record in records])
+
+    def provisional_events(self, tenant: str, conversation_id: str | None = None) -> list[Event]:
+        where = scope(tenant, conversation_id, EVENT_KIND)
+        open_segments = Scope({**where.match, SEGMENT_FIELD: OPEN_SEGMENT})
+        return in_time_order([event_from_payload(_required(payload)) for payload, _ in self._scroll(open_segments)])
 
     def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
                          with_vectors: bool = True) -> list[ScoredEvent]:

@@ -20,7 +20,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import networkx as nx
@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
-from compassmem.sinks.graph_store import GraphEdge, GraphStore
+from compassmem.sinks.graph_store import ConversationStats, EventPosition, GraphEdge, GraphStore
 
 log = structlog.get_logger(__name__)
 
@@ -134,6 +134,45 @@ UNWIND $ids AS id
 MATCH (t:Event {{event_id: id}})<-[r:REL]-(s)
 RETURN s.event_id, t.event_id, {_EDGE_FIELDS}
 """
+# Display reads (the explorer): stubs are relation endpoints whose event has not arrived, not events to show.
+_NOT_STUB = "coalesce({0}.stub, false) = false"
+_EVENT_COUNT = f"MATCH (e:Event {{conversation_id: $c}}) WHERE {_NOT_STUB.format('e')} RETURN count(e)"
+# The most recent events first, so that a limit keeps the newest; since and limit are optional parameters.
+_RECENT_EVENTS = f"""
+MATCH (e:Event {{conversation_id: $c}})
+WHERE {_NOT_STUB.format('e')} AND ($since IS NULL OR e.end_ts >= $since)
+RETURN properties(e) ORDER BY e.start_ts DESC, e.event_id DESC
+"""
+_RELATIONS_FROM = """
+UNWIND $ids AS id
+MATCH (s:Event {event_id: id})-[r:REL]->(t)
+RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
+"""
+_CLUSTERS_OF = """
+UNWIND $ids AS id
+MATCH (e:Event {event_id: id})-[:MEMBER_OF]->(c:Cluster)
+RETURN properties(c), collect(e.event_id)
+"""
+_EVENT_PAGE = f"""
+MATCH (e:Event {{conversation_id: $c}})
+WHERE {_NOT_STUB.format('e')} AND ($ts IS NULL OR e.start_ts > $ts OR (e.start_ts = $ts AND e.event_id > $id))
+RETURN properties(e) ORDER BY e.start_ts, e.event_id LIMIT $n
+"""
+_STATS = """
+WITH e.conversation_id AS c, count(e) AS events, sum(size(e.turn_ids)) AS turns, min(e.start_ts) AS first_ts,
+     max(e.end_ts) AS last_ts, collect(DISTINCT e.subject_id) AS subjects, collect(e.participants) AS people
+RETURN c, events, turns, first_ts, last_ts, subjects, people
+"""
+_ALL_STATS = f"MATCH (e:Event) WHERE {_NOT_STUB.format('e')}" + _STATS
+_MATCHING_STATS = f"""
+MATCH (m:Event)
+WHERE {_NOT_STUB.format('m')}
+  AND (toLower(m.conversation_id) CONTAINS $q OR toLower(coalesce(m.subject_id, '')) CONTAINS $q
+       OR toLower(coalesce(m.summary, '')) CONTAINS $q
+       OR any(p IN coalesce(m.participants, []) WHERE toLower(p) CONTAINS $q))
+WITH DISTINCT m.conversation_id AS matched
+MATCH (e:Event {{conversation_id: matched}}) WHERE {_NOT_STUB.format('e')}
+""" + _STATS
 _DELETE_EVENTS = "MATCH (e:Event {conversation_id: $c}) WHERE e.event_id IN $ids DETACH DELETE e"
 _DELETE_CONVERSATION = (
     "MATCH (e:Event {conversation_id: $c}) DETACH DELETE e",
@@ -222,7 +261,10 @@ class FalkorDBGraphStore(GraphStore):
 
     # -- reads -----------------------------------------------------------------------------------------------
 
-    def conversation_graph(self, tenant: str, conversation_id: str) -> nx.MultiDiGraph:
+    def conversation_graph(self, tenant: str, conversation_id: str, *, since: datetime | None = None,
+                           max_events: int | None = None) -> nx.MultiDiGraph:
+        if since is not None or max_events is not None:
+            return self._limited_graph(tenant, conversation_id, since, max_events)
         graph = nx.MultiDiGraph(tenant=tenant, conversation_id=conversation_id)
         params = {"c": conversation_id}
         for (props,) in self._read(tenant, _CONVERSATION_EVENTS, params):
@@ -232,7 +274,51 @@ class FalkorDBGraphStore(GraphStore):
         for source, target, props in self._read(tenant, _CONVERSATION_RELATIONS, params):
             relation = _relation_from(tenant, source, target, props)
             graph.add_edge(source, target, key=relation.relation_id, **relation.model_dump())
+        graph.graph["events_total"] = sum(1 for _, data in graph.nodes(data=True)
+                                          if data["kind"] == "event" and not data["stub"])
         return graph
+
+    def _limited_graph(self, tenant: str, conversation_id: str, since: datetime | None,
+                       max_events: int | None) -> nx.MultiDiGraph:
+        """The kept events' subgraph, read by id so that a large conversation is never loaded whole."""
+        [[total]] = self._read(tenant, _EVENT_COUNT, {"c": conversation_id}) or [[0]]
+        graph = nx.MultiDiGraph(tenant=tenant, conversation_id=conversation_id, events_total=int(total))
+        query = _RECENT_EVENTS + (" LIMIT $n" if max_events is not None else "")
+        rows = self._read(tenant, query, {"c": conversation_id, "n": max_events,
+                                          "since": since.timestamp() if since is not None else None})
+        for (props,) in rows:
+            graph.add_node(props["event_id"], **_event_view(props))
+        ids = list(graph.nodes)
+        for id_chunk in _chunks(ids):
+            for props, members in self._read(tenant, _CLUSTERS_OF, {"ids": id_chunk}):
+                if props["cluster_id"] in graph:  # a cluster whose members span two chunks
+                    members = [*graph.nodes[props["cluster_id"]]["members"], *members]
+                graph.add_node(props["cluster_id"], **_cluster_view(props, members))
+        for id_chunk in _chunks(ids):
+            for source, target, props in self._read(tenant, _RELATIONS_FROM, {"ids": id_chunk}):
+                if target in graph:
+                    relation = _relation_from(tenant, source, target, props)
+                    graph.add_edge(source, target, key=relation.relation_id, **relation.model_dump())
+        return graph
+
+    def conversation_stats(self, tenant: str, query: str | None = None) -> list[ConversationStats]:
+        rows = (self._read(tenant, _MATCHING_STATS, {"q": query.lower()}) if query
+                else self._read(tenant, _ALL_STATS, {}))
+        return [
+            ConversationStats(
+                conversation_id=conversation_id, events=int(events), turns=int(turns or 0),
+                first_at=_from_timestamp(first_ts), last_at=_from_timestamp(last_ts),
+                subject_ids=tuple(sorted(s for s in subjects if s)),
+                participants=tuple(sorted({p for names in people for p in names or []})),
+            )
+            for conversation_id, events, turns, first_ts, last_ts, subjects, people in rows
+        ]
+
+    def event_page(self, tenant: str, conversation_id: str, after: EventPosition | None,
+                   limit: int) -> list[dict[str, Any]]:
+        params = {"c": conversation_id, "n": limit, "ts": after.start_ts if after else None,
+                  "id": after.event_id if after else None}
+        return [_event_view(props) for (props,) in self._read(tenant, _EVENT_PAGE, params)]
 
     def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[GraphEdge]:
         ids = sorted(set(event_ids))
@@ -359,6 +445,10 @@ def _event_view(props: dict[str, Any]) -> dict[str, Any]:
     if isinstance(view.get("time_anchors"), str):
         view["time_anchors"] = [TimeAnchor.model_validate(a) for a in json.loads(view["time_anchors"])]
     return view
+
+
+def _from_timestamp(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
 
 
 def _cluster_props(cluster: Cluster) -> dict[str, Any]:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
+from datetime import datetime
+from typing import Any, NamedTuple
 
 import networkx as nx
 
@@ -31,6 +32,26 @@ class GraphEdge(NamedTuple):
         return self._asdict()
 
 
+class ConversationStats(NamedTuple):
+    """One conversation of a tenant as a listing shows it, over its stored (closed, not stub) events."""
+
+    conversation_id: str
+    events: int
+    turns: int
+    first_at: datetime | None
+    last_at: datetime | None
+    subject_ids: tuple[str, ...]
+    participants: tuple[str, ...]
+
+
+class EventPosition(NamedTuple):
+    """Where a page of a conversation's events in time order ended: its last event's start and id (ties on the
+    start are ordered by id), so the next page starts right after it whatever was written in between."""
+
+    start_ts: float
+    event_id: str
+
+
 class GraphStore(ABC):
     @abstractmethod
     def upsert_events(self, events: Sequence[Event]) -> None:
@@ -48,9 +69,26 @@ class GraphStore(ABC):
         The cluster's size is its members in the store."""
 
     @abstractmethod
-    def conversation_graph(self, tenant: str, conversation_id: str) -> nx.MultiDiGraph:
+    def conversation_graph(self, tenant: str, conversation_id: str, *, since: datetime | None = None,
+                           max_events: int | None = None) -> nx.MultiDiGraph:
         """Event nodes (attributes: the stored event properties) and relation edges (key = relation_id,
-        attributes: the relation fields), including superseded relations; cluster nodes carry kind="cluster"."""
+        attributes: the relation fields), including superseded relations; cluster nodes carry kind="cluster".
+
+        ``since`` keeps the events that end at or after it, ``max_events`` the most recent ones (by start); with
+        either, only the relations between kept events (or to their clusters) and the clusters of kept events
+        (listing only those members) are returned, and stub endpoints are left out. The graph attribute
+        ``events_total`` is the number of (not stub) events the conversation holds in any case."""
+
+    @abstractmethod
+    def conversation_stats(self, tenant: str, query: str | None = None) -> list[ConversationStats]:
+        """Every conversation of the tenant with an event, in no particular order; with ``query``, only those with
+        an event whose conversation id, subject id, summary or a participant contains it (case-insensitive)."""
+
+    @abstractmethod
+    def event_page(self, tenant: str, conversation_id: str, after: EventPosition | None,
+                   limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` (not stub) events of a conversation in time order (start, then id), from just after
+        ``after`` (None: from the first), each as ``conversation_graph`` gives an event node's attributes."""
 
     @abstractmethod
     def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[GraphEdge]:

@@ -92,6 +92,11 @@ class VectorStore(ABC):
         return self.keyword_search_events_in(SearchScope.conversation(tenant, conversation_id), query, limit)
 
     @abstractmethod
+    def provisional_events(self, tenant: str, conversation_id: str | None = None) -> list[Event]:
+        """The provisional events (open segments of conversations being streamed: at most one per conversation)
+        of a tenant, or of one of its conversations, without embeddings, in time order."""
+
+    @abstractmethod
     def upsert_turns(self, turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector]) -> None:
         """Insert or replace turns (point id from tenant, conversation and turn id); each needs its embedding."""
 
