@@ -1,3 +1,35 @@
-"""compassmem: an event-graph long-term memory for LLM agents, fed by a stream."""
+"""compassmem: an event-graph long-term memory for LLM agents, fed by a stream.
+
+The public surface: ``Memory`` (in-process), ``Client`` and ``AsyncClient`` (over HTTP) and the errors they raise.
+They load on first use, so importing any compassmem module does not pull in the stores, torch or httpx.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from compassmem.client import AsyncClient, Client
+    from compassmem.errors import (
+        BadRequest,
+        CompassmemError,
+        Forbidden,
+        NotFound,
+        ServerError,
+        Unauthorized,
+        Unavailable,
+    )
+    from compassmem.memory import Memory
+
+__all__ = ["AsyncClient", "BadRequest", "Client", "CompassmemError", "Forbidden", "Memory", "NotFound",
+           "ServerError", "Unauthorized", "Unavailable", "__version__"]
+_MODULES = {"Memory": "compassmem.memory", "Client": "compassmem.client", "AsyncClient": "compassmem.client"}
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - whichever public class was asked for
+    if name not in __all__:
+        raise AttributeError(f"module 'compassmem' has no attribute {name!r}")
+    return getattr(import_module(_MODULES.get(name, "compassmem.errors")), name)

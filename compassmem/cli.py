@@ -64,10 +64,7 @@ def print_summary(summary: IngestSummary) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import make_embedder
-    from compassmem.pipeline import MemoryPipeline, PipelineConfig
-    from compassmem.sinks.batching import GraphSink, VectorSink
-    from compassmem.sinks.factory import open_stores
+    from compassmem.memory import Memory
 
     try:
         turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant,
@@ -76,12 +73,8 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"read {len(turns)} turns from {args.path}")
-    embedder = make_embedder(settings)
-    with open_stores(settings, dim=embedder.dim) as stores:
-        # The worker's window too, so that ingesting a conversation builds the memory streaming it would.
-        pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)],
-                                  PipelineConfig(hot_events=settings.worker_hot_events))
-        summary = pipeline.ingest(turns, progress=Progress(len(turns)))
+    with Memory(settings) as memory:
+        summary = memory.add(turns, progress=Progress(len(turns)))
     print(f"memory built in {settings.data_dir}:")
     print_summary(summary)
     return 0
@@ -113,12 +106,9 @@ def print_answer(question: str, response: QueryResponse, shown: int,
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import make_embedder
-    from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
-    from compassmem.query_api.engine import QueryEngine
-    from compassmem.query_api.hot_tier import HotTier
+    from compassmem.errors import NotFound
+    from compassmem.memory import Memory
     from compassmem.query_api.schemas import QueryRequest
-    from compassmem.sinks.factory import open_stores
 
     scope: dict[str, object]
     words = list(args.words)
@@ -138,21 +128,18 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    embedder = make_embedder(settings)
-    client = ChatClient.from_settings(settings)
-    with open_stores(settings, dim=embedder.dim) as stores:
-        engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph),
-                             answerer=LlmAnswerer(client) if client else None,
-                             decomposer=LlmDecomposer(client).decompose if client else None)
+    with Memory(settings) as memory:
         for request in requests:
-            question = request.question
-            response = engine.query(request)
-            if not response.turn_ids:
+            try:
+                response = memory.query(request)
+            except NotFound:
+                response = None
+            if response is None or not response.turn_ids:
                 print(f"error: no memory for {request.scope_label} of tenant {args.tenant!r}", file=sys.stderr)
                 return 1
             shown = list(dict.fromkeys(item.event_id for item in response.evidence[:3]))
-            frames = {event.event_id: event for event in stores.vectors.get_events(args.tenant, shown)}
-            print_answer(question, response, args.budget, frames)
+            frames = {event.event_id: event for event in memory.get_events(shown, tenant=args.tenant)}
+            print_answer(request.question, response, args.budget, frames)
     return 0
 
 
@@ -177,6 +164,15 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
 
     overrides = {key: value for key, value in (("api_host", args.host), ("api_port", args.port)) if value}
     return run_api(settings.model_copy(update=overrides))
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.mcp_server import run_mcp
+    from compassmem.memory import Memory
+
+    with Memory(settings) as memory:
+        run_mcp(memory, args.host, args.port)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "process for its whole run (about 30 s per 100k turns on 2 cores). A Qdrant server indexes "
                     "by itself: there it does nothing.")
     build_index.set_defaults(handler=cmd_build_index)
+    mcp = commands.add_parser("mcp", help="serve memory as MCP tools for an agent (stdio, or HTTP with --port)",
+                              description="Tools remember, recall, list_conversations and forget over the memory "
+                                          "of the data directory (or the store servers the settings name).")
+    mcp.add_argument("--port", type=int, help="serve streamable HTTP on this port (at /mcp) instead of stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="bind address with --port (default 127.0.0.1)")
+    mcp.set_defaults(handler=cmd_mcp)
     add_streaming_commands(commands)
     return parser
 
@@ -254,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # Commands that always write under the data directory (dev broker log, Faust's directory), and commands that
 # open the stores, which need it only for an embedded store.
 _DATA_DIR_COMMANDS = frozenset({"dev", "worker", "broker"})
-_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index"})
+_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "mcp"})
 
 
 if __name__ == "__main__":

@@ -621,8 +621,13 @@ def served_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedMe
         def ingested() -> bool:
             answers = [httpx.post(f"{url}/v1/query", json=body, headers=headers, timeout=30)
                        for body, headers, _ in questions]
+            # And every segment closed (idle), so that the listings count every turn in a stored event.
+            listed = [httpx.get(f"{url}/v1/conversations", params={"tenant": tenant}, headers=headers,
+                                timeout=30).json()["conversations"]
+                      for tenant, headers in (("default", {}), (SERVED_KEY_TENANT, questions[1][1]))]
             return all(answer.status_code == 200 and turn_id in answer.json()["turn_ids"]
-                       for answer, (_, _, turn_id) in zip(answers, questions, strict=True))
+                       for answer, (_, _, turn_id) in zip(answers, questions, strict=True)) \
+                and [sum(c["turns"] for c in page if not c["provisional_events"]) for page in listed] == [len(turns), 1]
 
         wait_until(ingested, 90, "the worker to make the turns queryable", 0.5,
                    lambda: (root / "dev.log").read_text()[-3000:])

@@ -35,9 +35,9 @@ FAST_STREAM_ENV = {
 
 @contextmanager
 def serving_child(args: Sequence[str], log_path: Path, ready_url: str, ready_timeout_s: float,
-                  env: Mapping[str, str] | None = None) -> Iterator[None]:
+                  env: Mapping[str, str] | None = None, ready_status: int = 200) -> Iterator[None]:
     """Run a server as a child (in its own process group, so its own children go with it), output into
-    ``log_path``; ready once ``ready_url`` answers 200. Stopped with SIGTERM, SIGKILL after 30 s."""
+    ``log_path``; ready once ``ready_url`` answers ``ready_status``. Stopped with SIGTERM, SIGKILL after 30 s."""
     name = Path(args[0]).name if args[0] != sys.executable else " ".join(args[1:4])
     with log_path.open("w") as log:
         process = subprocess.Popen(list(args), env=dict(env) if env is not None else None, stdout=log,
@@ -47,7 +47,7 @@ def serving_child(args: Sequence[str], log_path: Path, ready_url: str, ready_tim
             while True:
                 assert process.poll() is None, f"{name} exited: {log_path.read_text()[-3000:]}"
                 try:
-                    if httpx.get(ready_url, timeout=2).status_code == 200:
+                    if httpx.get(ready_url, timeout=2).status_code == ready_status:
                         break
                 except httpx.HTTPError:
                     pass

@@ -1,0 +1,218 @@
+"""``Memory``: compassmem as a library, and the one module that wires the embedder, the stores, the write
+pipeline and the query engine together.
+
+    with Memory() as memory:                      # Settings() from COMPASSMEM_* (embedded stores by default)
+        memory.add(turns)
+        response = memory.query("Why was the launch moved?", conversation_id="priya-tom")
+
+The verbs take and return the HTTP API's own records (``QueryRequest``/``QueryResponse``, ``ConversationPage``,
+``EventPage``, ``LimitedConversationGraph``, ``DeleteResult``), so code moves between ``Memory`` and
+``compassmem.Client`` without changing what it reads.
+Failures are the classes of ``compassmem.errors``; bad fields raise pydantic's ValidationError (a ValueError).
+
+Writes (``add``, ``forget``) go straight to the stores through an in-process pipeline, like ``compassmem ingest``:
+no Kafka, no worker. An embedded store belongs to one process, so while a ``Memory`` holds the data directory no
+``compassmem dev`` or second ``Memory`` can open it (StoreOpenError says so).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Annotated, Any
+
+import structlog
+from pydantic import StringConstraints, TypeAdapter
+
+from compassmem.config import Settings
+from compassmem.embedding import Embedder, make_embedder
+from compassmem.errors import NotFound, Unavailable
+from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
+from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
+from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
+from compassmem.query_api.api_models import ConversationPage, DeleteResult, EventPage, LimitedConversationGraph
+from compassmem.query_api.engine import QueryDeadlineExceeded, QueryEngine
+from compassmem.query_api.explorer.listing import (
+    ConversationOrder,
+    conversation_graph,
+    list_conversations,
+    list_events,
+)
+from compassmem.query_api.hot_tier import HotTier
+from compassmem.query_api.schemas import QueryRequest, QueryResponse
+from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.factory import Stores, open_stores
+
+log = structlog.get_logger(__name__)
+
+_TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
+TurnInput = Turn | Mapping[str, Any]
+
+
+def _no_memory(tenant: str, conversation_id: str) -> str:
+    return f"no memory for conversation {conversation_id!r} of tenant {tenant!r}"
+
+
+def _page_size(limit: int) -> int:
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    return limit
+
+
+class Memory:
+    """Long-term memory of conversations: add turns, ask questions with evidence, look at and forget memory.
+
+    ``Memory(settings)`` opens the stores the settings name (embedded qdrant-edge and FalkorDB under
+    ``settings.data_dir`` unless COMPASSMEM_QDRANT_URL / COMPASSMEM_FALKORDB_URL are set) and builds the embedder
+    they choose. A process that already holds open stores and an embedder (the API inside ``compassmem dev`` shares
+    the worker's) passes them in; they stay the caller's to close. Safe to share between threads.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, stores: Stores | None = None,
+                 embedder: Embedder | None = None) -> None:
+        self.settings = settings or Settings()
+        self.embedder = embedder or make_embedder(self.settings)
+        self._owns_stores = stores is None
+        self.stores = stores or open_stores(self.settings, dim=self.embedder.dim)
+        try:
+            self.hot = HotTier(self.stores.vectors, self.stores.graph, max_turns=self.settings.api_hot_turns,
+                               max_age_s=self.settings.api_view_max_age_s,
+                               followed_max_age_s=self.settings.api_hot_followed_max_age_s)
+            chat = ChatClient.from_settings(self.settings)
+            self.engine = QueryEngine(self.embedder, self.stores.vectors, self.stores.graph, self.hot,
+                                      answerer=LlmAnswerer(chat) if chat else None,
+                                      decomposer=LlmDecomposer(chat).decompose if chat else None)
+        except BaseException:
+            self.close()
+            raise
+        # Built on the first add: a reader (the API, `ask`) never needs the segmentation state.
+        self._pipeline: MemoryPipeline | None = None
+        # One writer at a time: the pipeline's per-conversation state is not thread-safe (queries need no lock).
+        self._writing = threading.Lock()
+        self._closed = False
+
+    # -- writing -------------------------------------------------------------------------------------------------
+
+    def add(self, turns: TurnInput | Iterable[TurnInput], *,
+            progress: Callable[[int], None] | None = None) -> IngestSummary:
+        """Build memory from turns (``Turn`` objects or dicts in the turn schema), in order, and write it.
+
+        Each call ends its conversations' open segments, so add a whole exchange or session at a time rather than
+        turn by turn. Within one ``Memory`` a conversation's later calls continue its memory (merging, relations,
+        topics); a new ``Memory`` starts a fresh segmentation state for turns added to a stored conversation.
+        Returns the running totals of this object's writes."""
+        batch = [turns] if isinstance(turns, Turn | Mapping) else list(turns)
+        validated = [turn if isinstance(turn, Turn) else Turn.model_validate(turn) for turn in batch]
+        with self._writing:
+            summary = self._writer().ingest(validated, progress=progress)
+        for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
+            # Merges rewrite older events: cached copies would be stale until their maximum age.
+            self.hot.invalidate(tenant, conversation_id)
+        return summary
+
+    def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
+        """Delete a conversation from both stores. Forgetting one that has no memory is not an error
+        (``events_deleted`` is 0). No forget command is recorded: that is the streaming topology's job
+        (``compassmem forget``, or DELETE on the API of ``compassmem dev``)."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        with self._writing:
+            events = self.stores.vectors.count(tenant, conversation_id)
+            self.stores.vectors.delete_conversation(tenant, conversation_id)
+            self.stores.graph.delete_conversation(tenant, conversation_id)
+            self.hot.invalidate(tenant, conversation_id)
+            if self._pipeline is not None:
+                # Turns added again later start a new memory, with no relations to the deleted events.
+                self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)
+        log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events)
+        return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
+                            forget_published=False)
+
+    # -- reading -------------------------------------------------------------------------------------------------
+
+    def query(self, request: QueryRequest | str, *, conversation_id: str | None = None,
+              conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
+              all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
+              max_hops: int | None = None, deadline_s: float | None = None) -> QueryResponse:
+        """Answer a question with ranked source turns and the evidence events that hold them.
+
+        Pass a ``QueryRequest``, or the question and its fields (exactly one scope: ``conversation_id``,
+        ``conversation_ids``, ``subject_id`` or ``all_conversations=True``). NotFound when the scope holds no
+        memory at all; Unavailable when ``deadline_s`` passed while gathering evidence."""
+        fields: dict[str, Any] = {name: value for name, value in (
+            ("conversation_id", conversation_id), ("conversation_ids", conversation_ids),
+            ("subject_id", subject_id), ("all_conversations", all_conversations), ("tenant", tenant),
+            ("budget_turns", budget_turns), ("max_hops", max_hops)) if value is not None}
+        if isinstance(request, QueryRequest):
+            if fields:
+                raise TypeError(f"give either a QueryRequest or a question with its fields, not both "
+                                f"({', '.join(fields)})")
+        else:
+            request = QueryRequest(question=request, **fields)
+        try:
+            response = self.engine.query(request, deadline_s=deadline_s)
+        except QueryDeadlineExceeded as error:
+            raise Unavailable(str(error)) from error
+        # Only an empty answer asks whether the scope holds anything at all (NotFound rather than no evidence).
+        if not response.turn_ids and self.stores.vectors.count_turns(request.scope) == 0:
+            raise NotFound(f"no memory for {request.scope_label} of tenant {request.tenant!r}")
+        return response
+
+    def conversations(self, *, tenant: str = DEFAULT_TENANT, query: str | None = None, limit: int = 50,
+                      cursor: str | None = None, order: ConversationOrder = "recent") -> ConversationPage:
+        """One page of the tenant's conversations with their event and turn counts and last update, most recent
+        first (or by id); ``query`` keeps those whose id, subject, an event summary or a participant contains it.
+        Pass the page's ``next_cursor`` for the next one (None on the last page)."""
+        return list_conversations(self.stores, _TENANT.validate_python(tenant), query=query,
+                                  limit=_page_size(limit), cursor=cursor, order=order)
+
+    def events(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, limit: int = 50,
+               cursor: str | None = None) -> EventPage:
+        """One page of a conversation's events in time order; ``next_cursor`` as for ``conversations``. NotFound
+        when the conversation has no memory."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        page = list_events(self.stores, tenant, conversation_id, limit=_page_size(limit), cursor=cursor)
+        if not page.events and cursor is None:
+            raise NotFound(_no_memory(tenant, conversation_id))
+        return page
+
+    def graph(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, max_nodes: int | None = None,
+              since: datetime | None = None) -> LimitedConversationGraph:
+        """A conversation's event graph: events, topic clusters and every relation (superseded ones marked);
+        ``max_nodes`` keeps the most recent events, ``since`` those that end at or after it."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        graph = conversation_graph(self.stores, tenant, conversation_id,
+                                   max_nodes=None if max_nodes is None else _page_size(max_nodes), since=since)
+        if graph is None:
+            raise NotFound(_no_memory(tenant, conversation_id))
+        return graph
+
+    def get_events(self, event_ids: Sequence[str], *, tenant: str = DEFAULT_TENANT) -> list[Event]:
+        """The stored events of these ids (evidence names them) that the tenant has; unknown ids are left out."""
+        return self.stores.vectors.get_events(_TENANT.validate_python(tenant), list(event_ids))
+
+    # -- lifetime ------------------------------------------------------------------------------------------------
+
+    def _writer(self) -> MemoryPipeline:
+        if self._pipeline is None:
+            # The worker's window too, so that adding a conversation builds the memory streaming it would.
+            self._pipeline = MemoryPipeline(
+                self.embedder, [VectorSink(self.stores.vectors), GraphSink(self.stores.graph)],
+                PipelineConfig(hot_events=self.settings.worker_hot_events))
+        return self._pipeline
+
+    def close(self) -> None:
+        """Close the stores this object opened (not ones passed in). Safe to call twice."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        if self._owns_stores:
+            self.stores.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
