@@ -31,17 +31,24 @@ def token_counts(texts: Sequence[str]) -> list[Counter[str]]:
     return [Counter(tokens) for tokens in bm25_tokens(texts)]
 
 
-def window_bm25(query: str, turn_counts: Sequence[Counter[str]], window_rows: np.ndarray, window_of_row: np.ndarray,
-                windows: int, k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
-    """BM25 score of each window for ``query``; window ``window_of_row[i]`` holds turn ``window_rows[i]``."""
+def token_lengths(turn_counts: Sequence[Counter[str]]) -> np.ndarray:
+    """Tokens per turn: what a window's length adds up, computed once per corpus rather than per query."""
+    return np.fromiter((sum(counts.values()) for counts in turn_counts), dtype=np.float64, count=len(turn_counts))
+
+
+def window_bm25(query: str, turn_counts: Sequence[Counter[str]], lengths: np.ndarray, window_rows: np.ndarray,
+                window_of_row: np.ndarray, windows: int, k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
+    """BM25 score of each window for ``query``; window ``window_of_row[i]`` holds turn ``window_rows[i]``;
+    ``lengths``: token_lengths(turn_counts)."""
     scores = np.zeros(windows, dtype=np.float64)
     query_tokens = bm25_tokens([query])[0]
     if not query_tokens or windows == 0:
         return scores
     terms = sorted(set(query_tokens))
-    per_turn = np.asarray([[counts.get(term, 0) for term in terms] for counts in turn_counts],
-                          dtype=np.float64).reshape(len(turn_counts), len(terms))
-    lengths = np.asarray([sum(counts.values()) for counts in turn_counts], dtype=np.float64)
+    per_turn = np.zeros((len(turn_counts), len(terms)), dtype=np.float64)
+    for column, term in enumerate(terms):
+        per_turn[:, column] = np.fromiter((counts.get(term, 0) for counts in turn_counts), dtype=np.float64,
+                                          count=len(turn_counts))
     tf = np.zeros((windows, len(terms)), dtype=np.float64)
     np.add.at(tf, window_of_row, per_turn[window_rows])
     length = np.zeros(windows, dtype=np.float64)
@@ -59,7 +66,8 @@ class Bm25Index:
 
     def __init__(self, texts: Sequence[str]) -> None:
         self._counts = token_counts(texts) if texts else []
+        self._lengths = token_lengths(self._counts)
         self._rows = np.arange(len(self._counts), dtype=np.int64)
 
     def scores(self, query: str) -> np.ndarray:
-        return window_bm25(query, self._counts, self._rows, self._rows, len(self._counts))
+        return window_bm25(query, self._counts, self._lengths, self._rows, self._rows, len(self._counts))

@@ -152,7 +152,7 @@ class QueryEngine:
         vectors = self.embedder.embed([s.text for s in analysis.subgoals])
         timings["embed"] = _elapsed(mark)
         mark = time.perf_counter()
-        view = self._candidates(request.scope, [s.text for s in analysis.subgoals], vectors)
+        view = self._candidates(request.scope, [s.text for s in analysis.subgoals], vectors, timings)
         timings["load"] = _elapsed(mark)
         if view.empty:
             timings["total"] = _elapsed(started)
@@ -188,9 +188,12 @@ class QueryEngine:
         return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
                              subgoals=[s.text for s in analysis.subgoals], answer=answer, timings_ms=timings)
 
-    def _candidates(self, scope: SearchScope, texts: list[str], vectors: np.ndarray) -> MemoryView:
+    def _candidates(self, scope: SearchScope, texts: list[str], vectors: np.ndarray,
+                    timings: dict[str, float]) -> MemoryView:
         """The events worth ranking for these subgoals, from store searches within the scope, with their turns
-        and the events one relation away; everything else stays in the stores."""
+        and the events one relation away; everything else stays in the stores. ``timings`` gets the load's
+        parts: store searches, hot-tier reads (misses load from the stores) and building the view."""
+        mark = time.perf_counter()
         ranking = self.config.ranking
         best_rank: dict[str, int] = {}
         must_hold: dict[str, set[str]] = {}
@@ -213,6 +216,8 @@ class QueryEngine:
                                                                            with_vectors=False)):
                 found(event_hit.event.event_id, rank)
         chosen = sorted(best_rank, key=lambda e: (best_rank[e], e))[: ranking.max_candidate_events]
+        timings["load_search"] = _elapsed(mark)
+        mark = time.perf_counter()
         hot = self.hot.events(scope.tenant, chosen, must_hold)
         links: dict[str, int] = {}
         for entry in hot.values():
@@ -222,8 +227,11 @@ class QueryEngine:
         nearby = sorted(links, key=lambda e: (-links[e], e))[: ranking.neighbour_events]
         # A far end that is no event (a part_of edge's cluster id) loads as nothing.
         hot.update(self.hot.events(scope.tenant, nearby))
+        timings["load_hot"] = _elapsed(mark)
+        mark = time.perf_counter()
         view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)
         view.keyword_hits.update(keyword_hits)
+        timings["load_view"] = _elapsed(mark)
         return view
 
     def _keyword_hits(self, view: MemoryView, text: str) -> list[TurnKey]:

@@ -23,7 +23,7 @@ from datetime import datetime
 import numpy as np
 
 from compassmem.models import Event, IndexedTurn, search_text
-from compassmem.query_api.bm25_index import token_counts
+from compassmem.query_api.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import VectorStore
 
@@ -45,12 +45,15 @@ class HotEvent:
     links: tuple[tuple[str, dict[str, str | float | None]], ...]
     loaded_at: float = field(default_factory=time.monotonic)
     turn_ids: frozenset[str] = field(init=False)
+    # Tokens per turn (BM25 window lengths), summed once per load rather than once per query.
+    turn_lengths: np.ndarray = field(init=False)
     # Sort keys a query's view orders events and turns by, computed once per load rather than once per query.
     order: tuple[str, datetime, str] = field(init=False)
     turn_order: tuple[tuple[str, datetime, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "turn_ids", frozenset(t.turn_id for t in self.turns))
+        object.__setattr__(self, "turn_lengths", token_lengths(self.turn_counts))
         object.__setattr__(self, "order", (self.event.conversation_id, self.event.temporal_info.start,
                                            self.event.event_id))
         object.__setattr__(self, "turn_order", tuple((t.conversation_id, t.timestamp, t.turn_id)

@@ -34,6 +34,7 @@ class MemoryView:
         turns = [t for h in entries for t in h.turns]
         keys = [k for h in entries for k in h.turn_order]
         counts = [c for h in entries for c in h.turn_counts]
+        lengths = np.concatenate([h.turn_lengths for h in entries]) if entries else np.zeros(0)
         matrix = (np.concatenate([h.turn_vectors for h in entries]) if entries
                   else np.zeros((0, dim), dtype=np.float32))
         # A turn reported in two events (it moved between two loads) is kept once.
@@ -44,6 +45,7 @@ class MemoryView:
         self.turns: list[IndexedTurn] = [turns[i] for i in rows]
         self.turn_matrix = matrix[rows].reshape(len(rows), dim)
         self._turn_counts: list[Counter[str]] = [counts[i] for i in rows]
+        self._turn_lengths = lengths[rows]
         self.turn_row: dict[TurnKey, int] = dict(zip(kept, range(len(rows)), strict=True))
         self.turn_event = np.asarray([self.event_row.get(t.event_id, -1) for t in self.turns], dtype=np.int64)
         self.has_time = np.asarray([t.has_time_expression for t in self.turns], dtype=bool)
@@ -91,7 +93,8 @@ class MemoryView:
         scores = np.zeros(len(self.turns), dtype=np.float64)
         if not self.turns:
             return scores
-        per_window = window_bm25(text, self._turn_counts, self.window_rows, self.window_of_row, self.window_count)
+        per_window = window_bm25(text, self._turn_counts, self._turn_lengths, self.window_rows, self.window_of_row,
+                                 self.window_count)
         np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
         return scores
 

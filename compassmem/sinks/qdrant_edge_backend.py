@@ -139,11 +139,14 @@ class EdgeVectorStore(PointStore):
             return []
         # Payloads (and vectors) fetched by id afterwards: asking the search for them cost 5 ms more per 100 hits
         # than the search itself (measured on a 100k-point shard: 7.3 ms with payloads, 2.3 + 0.6 ms this way).
+        # Each .id access builds a new uuid.UUID: read every id once (1,600 UUIDs per query otherwise).
+        ids = [hit.id for hit in hits]
         records = self.shard.retrieve(
-            [hit.id for hit in hits], with_payload=True, with_vector=[layout.DENSE_VECTOR] if with_vectors else False
+            ids, with_payload=True, with_vector=[layout.DENSE_VECTOR] if with_vectors else False
         )
         by_id = {record.id: record for record in records}
-        return [(by_id[hit.id].payload, by_id[hit.id].vector, float(hit.score)) for hit in hits if hit.id in by_id]
+        found = [(by_id.get(point_id), hit.score) for point_id, hit in zip(ids, hits, strict=True)]
+        return [(record.payload, record.vector, float(score)) for record, score in found if record is not None]
 
     def _delete(self, where: Scope) -> None:
         self.shard.update(UpdateOperation.delete_points_by_filter(_filter(where)))
