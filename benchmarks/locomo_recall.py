@@ -132,11 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open_stores(Settings(data_dir=data_dir), dim=embedder.dim) as stores:
             ingest_seconds = 0.0 if args.reuse else build_memory(data, stores, embedder)
             hot = HotTier(stores.vectors, stores.graph, max_age_s=1e9)
-            engine = QueryEngine(embedder, stores.vectors, stores.graph, hot)
+            engine = QueryEngine(embedder, stores.vectors, hot)
             retriever = EngineRetriever(engine, budget=max(BUDGETS))
             results = [evaluate_retriever("compassmem", retriever, questions, text_of=corpus.text_of)]
             ablation = ([evaluate_retriever(name, EngineRetriever(
-                QueryEngine(embedder, stores.vectors, stores.graph, hot, config), budget=max(BUDGETS)), questions)
+                QueryEngine(embedder, stores.vectors, hot, config), budget=max(BUDGETS)), questions)
                 for name, config in ABLATIONS.items()] if args.ablation else [])
     if not args.no_baselines:
         baselines = build_baselines(corpus, embedder)

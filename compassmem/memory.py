@@ -30,6 +30,7 @@ from compassmem.config import Settings
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.errors import NotFound, Unavailable
 from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
+from compassmem.llm_events import llm_steps
 from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.query_api.api_models import ConversationPage, DeleteResult, EventPage, LimitedConversationGraph
@@ -80,8 +81,8 @@ class Memory:
             self.hot = HotTier(self.stores.vectors, self.stores.graph, max_turns=self.settings.api_hot_turns,
                                max_age_s=self.settings.api_view_max_age_s,
                                followed_max_age_s=self.settings.api_hot_followed_max_age_s)
-            chat = ChatClient.from_settings(self.settings)
-            self.engine = QueryEngine(self.embedder, self.stores.vectors, self.stores.graph, self.hot,
+            chat = self._chat = ChatClient.from_settings(self.settings)
+            self.engine = QueryEngine(self.embedder, self.stores.vectors, self.hot,
                                       answerer=LlmAnswerer(chat) if chat else None,
                                       decomposer=LlmDecomposer(chat).decompose if chat else None)
         except BaseException:
@@ -199,7 +200,7 @@ class Memory:
             # The worker's window too, so that adding a conversation builds the memory streaming it would.
             self._pipeline = MemoryPipeline(
                 self.embedder, [VectorSink(self.stores.vectors), GraphSink(self.stores.graph)],
-                PipelineConfig(hot_events=self.settings.worker_hot_events))
+                PipelineConfig.from_settings(self.settings), llm=llm_steps(self.settings, self._chat))
         return self._pipeline
 
     def close(self) -> None:

@@ -8,6 +8,8 @@ the client, the prompts and the server are the real ones.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -251,6 +253,20 @@ def test_summaries_come_from_the_llm_when_on(llm: tuple[FakeChatServer, str], em
     sent = fake.requests[0]
     prompt = sent["messages"][-1]["content"]
     assert "[Monday 2024-03-04] Ann: " + PLAIN[0] in prompt and "who did what" in sent["messages"][0]["content"]
+
+
+def test_the_library_writes_llm_summaries_when_the_settings_say_so(llm: tuple[FakeChatServer, str], embedder,  # noqa: ANN001
+                                                                   tmp_path: Path) -> None:
+    from compassmem.memory import Memory
+
+    fake, url = llm
+    fake.reply = f'"{SUMMARY}"\n'
+    settings = Settings(_env_file=None, data_dir=tmp_path, llm_url=url, llm_timeout_s=TIMEOUT_S, llm_summary=True)
+    with Memory(settings, embedder=embedder) as memory:
+        memory.add(chat(PLAIN))
+        stored = memory.stores.vectors.conversation_events("default", "c1")
+    assert stored and fake.requests
+    assert {(e.summary, e.summary_source) for e in stored} == {(SUMMARY, SummarySource.LLM)}
 
 
 @pytest.mark.parametrize("mode", ["slow", "error", "garbage"])

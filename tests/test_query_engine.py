@@ -29,7 +29,7 @@ def engine(embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Query
         other_tenant = [t.model_copy(update={"tenant": "other", "text": "Unrelated chat about gardening."})
                         for t in turns]
         MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns + other_tenant)
-        yield QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph))
+        yield QueryEngine(embedder, stores.vectors, HotTier(stores.vectors, stores.graph))
 
 
 def ask(engine: QueryEngine, question: str, **fields) -> list[str]:  # noqa: ANN003
@@ -87,7 +87,7 @@ def test_a_configured_decomposer_adds_subgoals(engine: QueryEngine) -> None:
     def llm_like(question: str) -> list[str]:
         return ["Biscuit puppy class graduation", question]  # a repeat of the question is not added twice
 
-    with_llm = QueryEngine(engine.embedder, engine.vectors, engine.graph, engine.hot, decomposer=llm_like)
+    with_llm = QueryEngine(engine.embedder, engine.vectors, engine.hot, decomposer=llm_like)
     response = with_llm.query(QueryRequest(conversation_id="priya-tom", question="How is the dog doing?",
                                            budget_turns=6))
     assert response.subgoals == ["How is the dog doing?", "Biscuit puppy class graduation"]
@@ -99,7 +99,7 @@ def test_the_hot_tier_is_bounded_by_turns_and_evicts_the_least_recently_used(eng
     events = engine.vectors.conversation_events("default", "priya-tom")
     sizes = {e.event_id: len(e.observations) for e in events}
     first, second, third = (e.event_id for e in events[:3])
-    hot = HotTier(engine.vectors, engine.graph, max_turns=sizes[first] + sizes[second], max_age_s=1e9)
+    hot = HotTier(engine.vectors, engine.hot.graph, max_turns=sizes[first] + sizes[second], max_age_s=1e9)
     held = hot.events("default", [first, second])
     assert hot.turns == sizes[first] + sizes[second] and len(hot) == 2
     assert hot.events("default", [first])[first] is held[first]  # a hit, and now the most recently used
@@ -132,7 +132,7 @@ class _CountingLoads:
 def test_a_followed_feed_keeps_entries_past_the_short_age_and_a_broken_one_does_not(engine: QueryEngine) -> None:
     event_id = engine.vectors.conversation_events("default", "priya-tom")[0].event_id
     vectors = _CountingLoads(engine.vectors)
-    hot = HotTier(vectors, engine.graph, max_age_s=0.05, followed_max_age_s=60)  # type: ignore[arg-type]
+    hot = HotTier(vectors, engine.hot.graph, max_age_s=0.05, followed_max_age_s=60)  # type: ignore[arg-type]
 
     hot.events("default", [event_id])
     time.sleep(0.1)
@@ -160,7 +160,7 @@ def test_a_followed_feed_keeps_entries_past_the_short_age_and_a_broken_one_does_
 def test_a_load_that_a_change_overtakes_is_served_once_but_not_kept(engine: QueryEngine, scope: str) -> None:
     event_id = engine.vectors.conversation_events("default", "priya-tom")[0].event_id
     vectors = _CountingLoads(engine.vectors)
-    hot = HotTier(vectors, engine.graph, max_age_s=60, followed_max_age_s=60)  # type: ignore[arg-type]
+    hot = HotTier(vectors, engine.hot.graph, max_age_s=60, followed_max_age_s=60)  # type: ignore[arg-type]
     hot.feed_followed(True)
     changes = {"event": lambda: hot.invalidate_event("default", event_id),
                "conversation": lambda: hot.invalidate("default", "priya-tom"),
@@ -213,7 +213,7 @@ def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top
 
     def top5(hedge: int) -> list[str]:
         config = EngineConfig(ranking=RankingConfig(speaker_hedge_top=hedge))
-        engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph), config)
+        engine = QueryEngine(embedder, stores.vectors, HotTier(stores.vectors, stores.graph), config)
         return engine.query(question).turn_ids
 
     # Bob painted the sunset; the question names Ann. Her seven art turns, boosted for being hers, would fill the
@@ -253,7 +253,7 @@ def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, 
 
         def first(date_boost: float) -> str:
             config = EngineConfig(ranking=RankingConfig(date_boost=date_boost))
-            engine = QueryEngine(embedder, stores.vectors, stores.graph, HotTier(stores.vectors, stores.graph),
+            engine = QueryEngine(embedder, stores.vectors, HotTier(stores.vectors, stores.graph),
                                  config)
             question = QueryRequest(conversation_id="trips", question="What did Ann see at the museum on 8 May 2023?")
             return engine.query(question).turn_ids[0]

@@ -22,7 +22,6 @@ from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.memory_view import MemoryView, TurnKey
 from compassmem.query_api.navigation import NavigationConfig, Reached, walk
 from compassmem.query_api.schemas import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
-from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import SearchScope, VectorStore
 
 log = structlog.get_logger(__name__)
@@ -124,14 +123,13 @@ class SubgoalScores(BaseModel, arbitrary_types_allowed=True):
 
 
 class QueryEngine:
-    def __init__(self, embedder: Embedder, vectors: VectorStore, graph: GraphStore, hot: HotTier,
+    def __init__(self, embedder: Embedder, vectors: VectorStore, hot: HotTier,
                  config: EngineConfig | None = None,
                  answerer: Callable[[str, list[EvidenceItem]], str | None] | None = None,
                  decomposer: Callable[[str], list[str] | None] | None = None) -> None:
         self.embedder = embedder
         self.decomposer = decomposer
         self.vectors = vectors
-        self.graph = graph
         self.hot = hot
         self.config = config or EngineConfig()
         self.answerer = answerer

@@ -79,6 +79,11 @@ class HotTier:
         self._lock = threading.Lock()
 
     @property
+    def graph(self) -> GraphStore:
+        """The graph store the tier reads relations from."""
+        return self._graph
+
+    @property
     def turns(self) -> int:
         """Turns held now (at most ``max_turns``, plus one event's worth while a larger event is being served)."""
         return self._turns

@@ -68,7 +68,7 @@ def build_services(settings: Settings, stores: Stores, embedder: Embedder, metri
     hot = HotTier(stores.vectors, stores.graph, max_turns=settings.api_hot_turns,
                   max_age_s=settings.api_view_max_age_s, followed_max_age_s=settings.api_hot_followed_max_age_s)
     client = ChatClient.from_settings(settings)
-    engine = QueryEngine(embedder, stores.vectors, stores.graph, hot, answerer=LlmAnswerer(client) if client else None,
+    engine = QueryEngine(embedder, stores.vectors, hot, answerer=LlmAnswerer(client) if client else None,
                          decomposer=LlmDecomposer(client).decompose if client else None)
     return ApiServices(engine=engine, stores=stores, hot=hot, settings=settings, metrics=metrics,
                        turn_publisher=turn_publisher, control_publisher=control_publisher)
