@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = make_embedder(defaults.model_copy(update={"embedder": chosen}))
     with tempfile.TemporaryDirectory() as scratch:
         data_dir = args.data_dir or Path(scratch)
-        with open_stores(Settings(data_dir=data_dir), dim=embedder.dim) as stores:
+        with open_stores(Settings(data_dir=data_dir, embedder=chosen), dim=embedder.dim) as stores:
             ingest_seconds = 0.0 if args.reuse else build_memory(data, stores, embedder)
             hot = HotTier(stores.vectors, stores.graph, max_age_s=1e9)
             engine = QueryEngine(embedder, stores.vectors, hot)

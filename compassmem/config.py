@@ -255,6 +255,11 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def vector_space(self) -> str:
+        """Which embedder's vectors the stores hold: recorded with them, so that another one is refused."""
+        return f"{self.embedder}:{self.embedding_model}"
+
+    @property
     def bootstrap_servers(self) -> str:
         """The Kafka cluster to use: ``kafka_bootstrap``, or the dev broker of ``compassmem broker``."""
         return self.kafka_bootstrap or f"{DEV_BROKER_HOST}:{self.dev_broker_port or 9092}"

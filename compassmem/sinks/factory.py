@@ -17,7 +17,7 @@ from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupEr
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import VectorStore
+from compassmem.sinks.vector_store import VectorSpaceMismatch, VectorStore
 
 log = structlog.get_logger(__name__)
 
@@ -131,6 +131,22 @@ def open_stores(settings: Settings, dim: int = 384) -> Stores:
 
 
 def open_vector_store(settings: Settings, dim: int = 384) -> VectorStore:
+    """The configured vector store, claimed for the configured embedder (VectorStore.claim_vector_space)."""
+    store = _vector_backend(settings, dim)
+    try:
+        store.claim_vector_space(settings.vector_space)
+    except VectorSpaceMismatch as error:
+        store.close()
+        where = f"COMPASSMEM_QDRANT_URL={settings.qdrant_url}" if settings.qdrant_url else \
+            f"{DATA_DIR_VARIABLE}={settings.data_dir}"
+        raise StoreOpenError(f"{where}: {error}") from error
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _vector_backend(settings: Settings, dim: int) -> VectorStore:
     if settings.qdrant_url:
         try:
             return QdrantServerVectorStore.from_url(

@@ -7,6 +7,8 @@ store logic live in ``event_payload``; this module only speaks qdrant-edge.
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,6 +99,22 @@ class EdgeVectorStore(PointStore):
         info = self.shard.info()
         log.info("vector_store.index_built", backend="qdrant-edge", path=str(self.path), points=info.points_count,
                  segments=info.segments_count, seconds=round(time.perf_counter() - started, 1))
+
+    @property
+    def _vector_space_file(self) -> Path:
+        # Inside the shard's folder, so that copying the folder carries it (qdrant-edge ignores the file).
+        return self.path / "compassmem-vector-space.json"
+
+    def recorded_vector_space(self) -> str | None:
+        try:
+            return str(json.loads(self._vector_space_file.read_text())["vector_space"])
+        except FileNotFoundError:
+            return None
+
+    def record_vector_space(self, space: str) -> None:
+        temporary = self._vector_space_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"vector_space": space}))
+        os.replace(temporary, self._vector_space_file)
 
     def close(self) -> None:
         if self._shard is None:

@@ -19,6 +19,9 @@ from compassmem.sinks import event_payload as layout
 from compassmem.sinks.event_payload import Payload, PointData, PointStore, Scope
 from compassmem.sinks.vector_store import SparseVector
 
+# Collection metadata: which embedder made the collection's vectors (VectorStore.claim_vector_space).
+VECTOR_SPACE_KEY = "compassmem_vector_space"
+
 log = structlog.get_logger(__name__)
 
 _PAYLOAD_INDEXES: dict[str, models.KeywordIndexParams] = {
@@ -84,6 +87,14 @@ class QdrantServerVectorStore(PointStore):
                 # Local mode warns that payload indexes do nothing there; on a server they matter.
                 warnings.filterwarnings("ignore", message="Payload indexes have no effect", category=UserWarning)
                 self.client.create_payload_index(self.collection, field, field_schema=params)
+
+    def recorded_vector_space(self) -> str | None:
+        metadata = self.client.get_collection(self.collection).config.metadata or {}
+        recorded = metadata.get(VECTOR_SPACE_KEY)
+        return None if recorded is None else str(recorded)
+
+    def record_vector_space(self, space: str) -> None:
+        self.client.update_collection(self.collection, metadata={VECTOR_SPACE_KEY: space})
 
     def _check_vectors(self) -> None:
         params = self.client.get_collection(self.collection).config.params

