@@ -632,3 +632,14 @@ def served_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedMe
         wait_until(ingested, 90, "the worker to make the turns queryable", 0.5,
                    lambda: (root / "dev.log").read_text()[-3000:])
         yield ServedMemory(url=url)
+
+
+# --- a local server speaking the OpenAI chat protocol (tests/fake_chat_server.py), for the LLM steps -----------
+
+
+@pytest.fixture(scope="module")
+def fake_llm():  # noqa: ANN201 - Iterator[tuple[FakeChatServer, str]]
+    from fake_chat_server import serving_fake_chat
+
+    with serving_fake_chat() as served:
+        yield served

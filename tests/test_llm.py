@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_chat_server import ANSWER, FakeChatServer, serving_fake_chat
+from fake_chat_server import ANSWER, FakeChatServer
 from fastapi import FastAPI
 
 from compassmem.config import Settings
@@ -31,12 +31,6 @@ from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 
 TENANT = "llm-test"
 TIMEOUT_S = 0.5
-
-
-@pytest.fixture(scope="module")
-def fake_llm() -> Iterator[tuple[FakeChatServer, str]]:
-    with serving_fake_chat() as served:
-        yield served
 
 
 @pytest.fixture

@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
-from fake_chat_server import FakeChatServer, serving_fake_chat
+from fake_chat_server import FakeChatServer
 
 from compassmem.config import Settings
 from compassmem.llm import ChatClient
@@ -54,12 +53,6 @@ PLAIN = [
     "Cycling through the city park is pleasant in spring.",
 ]
 SUMMARY = "Ann told Bob on 4 March 2024 that the launch moved to April."
-
-
-@pytest.fixture(scope="module")
-def fake_llm() -> Iterator[tuple[FakeChatServer, str]]:
-    with serving_fake_chat() as served:
-        yield served
 
 
 @pytest.fixture
