@@ -100,6 +100,9 @@ def test_metrics_exist_and_move_when_turns_flow(dev: tuple[str, str, str]) -> No
     assert value(samples, "compassmem_stage_turns_total", stage="embed") == len(turns)
     assert value(samples, "compassmem_stage_turns_total", stage="segment") == len(turns)
     assert value(samples, "compassmem_stage_duration_seconds_count", stage="batch") >= 1
+    # Every turn's produce-to-searchable age was observed once (not the dead letters'), within the run.
+    assert value(samples, "compassmem_ingest_freshness_seconds_count") == len(turns)
+    assert 0 < value(samples, "compassmem_ingest_freshness_seconds_sum") <= len(turns) * 180
     assert value(samples, "compassmem_dead_letters_total", stage="decode", reason="not_json") == 1
     assert value(samples, "compassmem_dead_letters_total", stage="validate", reason="invalid_fields") == 1
     assert max_lag > 0, "the lag gauge never saw the burst"

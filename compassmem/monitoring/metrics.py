@@ -39,6 +39,8 @@ from compassmem.streams.messages import DeadLetter, DeadLetterReason, DeadLetter
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # Queries: the goal is p50 <= 25 ms, p99 <= 150 ms; buckets resolve both.
 _QUERY_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
+# Produce-to-searchable age: the alert's objective is 10 s at the 95th percentile; buckets resolve it and a backlog.
+_FRESHNESS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 _HOP_BUCKETS = tuple(float(h) for h in range(11))
 _CONFIDENCE_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -86,6 +88,12 @@ class MemoryMetrics:
             "summarise (LLM summaries, when on), relate, recluster, store, publish (change feeds and dead letters), "
             "state (table writes), batch (all of it).",
             ["stage"], buckets=_STAGE_BUCKETS, registry=r)
+        self.freshness_seconds = Histogram(
+            "compassmem_ingest_freshness_seconds",
+            "Seconds from a turn's produce time (the broker's record timestamp) to the commit of the batch that "
+            "made it searchable: what a user waits for memory to know what was just said. Grows when the worker "
+            "falls behind, before lag alone says why.",
+            buckets=_FRESHNESS_BUCKETS, registry=r)
         self.dead_letters = Counter(
             "compassmem_dead_letters_total", "Records sent to the dead-letter topic, by stage and reason code.",
             ["stage", "reason"], registry=r)
@@ -236,6 +244,11 @@ class MemoryMetrics:
 
     def consumed(self, records: int) -> None:
         self.stage_turns.labels("consume").inc(records)
+
+    def turns_searchable(self, produced_at: Iterable[float], now: float) -> None:
+        """``produced_at``: the broker timestamps (seconds) of the turns a committed batch made searchable."""
+        for timestamp in produced_at:
+            self.freshness_seconds.observe(max(0.0, now - timestamp))
 
     def batch_done(self, seconds: float) -> None:
         self.stage("batch", seconds)
