@@ -20,6 +20,7 @@ from compassmem.models import Event
 from compassmem.pipeline import IngestSummary
 from compassmem.query_api.schemas import QueryResponse
 from compassmem.streams.commands import add_streaming_commands
+from compassmem.transfer.commands import add_transfer_commands
 
 log = structlog.get_logger(__name__)
 
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--host", default="127.0.0.1", help="bind address with --port (default 127.0.0.1)")
     mcp.set_defaults(handler=cmd_mcp)
     add_streaming_commands(commands)
+    add_transfer_commands(commands)
     return parser
 
 
@@ -256,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # Commands that always write under the data directory (dev broker log, Faust's directory), and commands that
 # open the stores, which need it only for an embedded store.
 _DATA_DIR_COMMANDS = frozenset({"dev", "worker", "broker"})
-_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "mcp"})
+_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "mcp", "export", "import"})
 
 
 if __name__ == "__main__":

@@ -45,6 +45,10 @@ from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
+from compassmem.transfer.exporter import export_memory
+from compassmem.transfer.files import Target, reading, writing
+from compassmem.transfer.importer import import_memory
+from compassmem.transfer.records import TransferSummary
 
 log = structlog.get_logger(__name__)
 
@@ -217,3 +221,32 @@ class Memory:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+    # -- export and import ---------------------------------------------------------------------------------------
+
+    def export(self, destination: Target, *, conversation_id: str | None = None,
+               tenant: str = DEFAULT_TENANT) -> TransferSummary:
+        """Write the tenant's memory, or one conversation's, to a path or text stream as JSONL (the format of
+        ``compassmem.transfer.records``): turns and events with their vectors, clusters, relations (superseded ones
+        too). NotFound when ``conversation_id`` has no memory."""
+        tenant = _TENANT.validate_python(tenant)
+        if conversation_id is not None:
+            self.events(conversation_id, tenant=tenant, limit=1)  # NotFound before a file is made
+        with writing(destination) as out:
+            return export_memory(self.stores, out, tenant=tenant, conversation_id=conversation_id,
+                                 vector_space=self.settings.vector_space, dim=self.embedder.dim)
+
+    def import_(self, source: Target, *, replace: bool = False) -> TransferSummary:
+        """Restore an export (a path or text stream) into these stores. Refused (ImportRefused) when its vectors
+        come from another embedder, or when the stores already hold its tenant (a tenant export) or conversation,
+        unless ``replace``: then each of its conversations replaces the stored one. A bad line raises
+        ExportFormatError naming it; a conversation is written whole or not at all."""
+        with self._writing, reading(source) as lines:
+            return import_memory(self.stores, lines, vector_space=self.settings.vector_space,
+                                 dim=self.embedder.dim, replace=replace, on_written=self._conversation_imported)
+
+    def _conversation_imported(self, tenant: str, conversation_id: str) -> None:
+        self.hot.invalidate(tenant, conversation_id)
+        if self._pipeline is not None:
+            # Segmentation state of a replaced conversation describes memory that is gone.
+            self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)

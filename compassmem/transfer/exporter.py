@@ -1,0 +1,97 @@
+"""Export: a tenant's conversations (or one) from the stores into the JSONL records of ``records``.
+
+Conversation by conversation and event page by event page, so memory holds one page of events and their turns
+plus one conversation's clusters and relations at a time, however large the tenant is. Events come from the vector
+store (the graph store keeps no observations or embeddings), provisional ones (open segments) included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import TextIO
+
+import structlog
+
+from compassmem.models import Cluster, Relation
+from compassmem.query_api.explorer.listing import list_conversations, list_events
+from compassmem.sinks.factory import Stores
+from compassmem.transfer.records import (
+    ClusterLine,
+    ConversationEnd,
+    Counts,
+    End,
+    EventLine,
+    Header,
+    RelationLine,
+    TransferSummary,
+    TurnLine,
+    dump,
+)
+
+log = structlog.get_logger(__name__)
+
+CONVERSATION_PAGE = 200
+EVENT_PAGE = 64
+
+
+def export_memory(stores: Stores, out: TextIO, *, tenant: str, vector_space: str, dim: int,
+                  conversation_id: str | None = None) -> TransferSummary:
+    """Write the tenant's memory (only ``conversation_id``'s when given) to ``out``."""
+    out.write(dump(Header(tenant=tenant, conversation_id=conversation_id, vector_space=vector_space, dim=dim,
+                          exported_at=datetime.now(UTC))))
+    total, conversations = Counts(), 0
+    for current in [conversation_id] if conversation_id else _conversation_ids(stores, tenant):
+        counts = _export_conversation(stores, out, tenant, current)
+        out.write(dump(ConversationEnd(conversation_id=current, counts=counts)))
+        total, conversations = total + counts, conversations + 1
+        log.info("export.conversation_written", tenant=tenant, conversation_id=current, **counts.model_dump())
+    out.write(dump(End(conversations=conversations)))
+    out.flush()
+    return TransferSummary(tenant=tenant, conversations=conversations, counts=total)
+
+
+def _conversation_ids(stores: Stores, tenant: str) -> Iterator[str]:
+    # By id, not most recent first: a conversation written to during the export cannot move between pages.
+    cursor: str | None = None
+    while True:
+        page = list_conversations(stores, tenant, limit=CONVERSATION_PAGE, cursor=cursor, order="id")
+        yield from (summary.conversation_id for summary in page.conversations)
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+def _export_conversation(stores: Stores, out: TextIO, tenant: str, conversation_id: str) -> Counts:
+    turns = events = 0
+    cursor: str | None = None
+    while True:
+        page = list_events(stores, tenant, conversation_id, limit=EVENT_PAGE, cursor=cursor)
+        ids = [node.id for node in page.events]
+        turns_by_event: dict[str, list[TurnLine]] = {}
+        for turn in stores.vectors.turns_of_events(tenant, ids):
+            turns_by_event.setdefault(turn.event_id, []).append(TurnLine(turn=turn))
+        for event in stores.vectors.get_events(tenant, ids):
+            out.write(dump(EventLine(event=event)))
+            for line in turns_by_event.get(event.event_id, []):
+                out.write(dump(line))
+                turns += 1
+            events += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    relations, clusters = _graph_records(stores, tenant, conversation_id)
+    for cluster in clusters:
+        out.write(dump(ClusterLine(cluster=cluster)))
+    for relation in relations:
+        out.write(dump(RelationLine(relation=relation)))
+    return Counts(turns=turns, events=events, relations=len(relations), clusters=len(clusters))
+
+
+def _graph_records(stores: Stores, tenant: str, conversation_id: str) -> tuple[list[Relation], list[Cluster]]:
+    """The conversation's relations (superseded ones too) and clusters, read in one go from its graph."""
+    graph = stores.graph.conversation_graph(tenant, conversation_id)
+    clusters = [Cluster.model_validate(data) for _, data in graph.nodes(data=True) if data["kind"] == "cluster"]
+    relations = [Relation.model_validate(data) for _, _, data in graph.edges(data=True)]
+    return (sorted(relations, key=lambda r: (r.created_at, r.relation_id)),
+            sorted(clusters, key=lambda c: c.cluster_id))
