@@ -87,6 +87,11 @@ class Settings(BaseSettings):
         default=False, description="Fail closed: every tenant needs an API key, and requests for a tenant without "
         "one get 401. Needs api_keys.",
     )
+    api_admin_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description='Operator keys as a JSON list, e.g. ["<secret>"]: only these may delete a whole tenant '
+        "(DELETE /v1/tenants/{tenant}); with none, no one may. Never a tenant's key.",
+    )
     api_view_max_age_s: float = Field(
         default=30.0, gt=0, description="The hot tier reloads an event (its turns, summary, cluster, relations) after "
         "this long at the latest. An API that follows the worker's change feeds (dev, or api with "
@@ -238,6 +243,14 @@ class Settings(BaseSettings):
     def _auth_has_keys(self) -> Settings:
         if self.api_auth_required and not self.api_keys:
             raise ValueError("api_auth_required needs api_keys: with no key configured every request is refused")
+        return self
+
+    @model_validator(mode="after")
+    def _admin_keys_are_not_tenant_keys(self) -> Settings:
+        tenant_keys = {key.get_secret_value() for key in self.api_keys.values()}
+        if any(key.get_secret_value() in tenant_keys for key in self.api_admin_keys):
+            raise ValueError("an api_admin_keys entry is also a tenant's key in api_keys: a tenant must never hold "
+                             "the key that deletes every tenant")
         return self
 
     @model_validator(mode="after")

@@ -10,9 +10,9 @@ The verbs take and return the HTTP API's own records (``QueryRequest``/``QueryRe
 ``compassmem.Client`` without changing what it reads.
 Failures are the classes of ``compassmem.errors``; bad fields raise pydantic's ValidationError (a ValueError).
 
-Writes (``add``, ``forget``) go straight to the stores through an in-process pipeline, like ``compassmem ingest``:
-no Kafka, no worker. An embedded store belongs to one process, so while a ``Memory`` holds the data directory no
-``compassmem dev`` or second ``Memory`` can open it (StoreOpenError says so).
+Writes (``add``, ``forget``, ``redact_turn``, ``delete_tenant``) go straight to the stores through an in-process
+pipeline, like ``compassmem ingest``: no Kafka, no worker. An embedded store belongs to one process, so while a
+``Memory`` holds the data directory no ``compassmem dev`` or second ``Memory`` can open it (StoreOpenError says so).
 """
 
 from __future__ import annotations
@@ -33,7 +33,14 @@ from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.llm_events import llm_steps
 from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
-from compassmem.query_api.api_models import ConversationPage, DeleteResult, EventPage, LimitedConversationGraph
+from compassmem.query_api.api_models import (
+    ConversationPage,
+    DeleteResult,
+    EventPage,
+    LimitedConversationGraph,
+    RedactResult,
+    TenantDeleteResult,
+)
 from compassmem.query_api.engine import QueryDeadlineExceeded, QueryEngine
 from compassmem.query_api.explorer.listing import (
     ConversationOrder,
@@ -43,6 +50,7 @@ from compassmem.query_api.explorer.listing import (
 )
 from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
+from compassmem.redaction import delete_stored_tenant, redact_stored_turn
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.transfer.exporter import export_memory
@@ -133,6 +141,37 @@ class Memory:
         log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events)
         return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
                             forget_published=False)
+
+    def redact_turn(self, conversation_id: str, turn_id: str, *, tenant: str = DEFAULT_TENANT) -> RedactResult:
+        """Delete one turn: the event that held it is rebuilt from its other turns (summary, keywords, entities,
+        embedding) or, when it was the last, deleted with its relations. NotFound when no store holds the turn.
+        As for ``forget``, no command is recorded (``compassmem redact`` or the API's DELETE records one)."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        turn_id = check_id(turn_id)
+        with self._writing:
+            stored = redact_stored_turn(self.stores, tenant, conversation_id, turn_id)
+            if stored is None:
+                raise NotFound(f"no turn {turn_id!r} in conversation {conversation_id!r} of tenant {tenant!r}")
+            self.hot.invalidate(tenant, conversation_id)
+            pipeline = self._pipeline
+            memory = pipeline.memories.get(partition_key(tenant, conversation_id)) if pipeline else None
+            if memory is not None:
+                # Later adds to this conversation must not write the turn back with its event.
+                memory.redact_turn(turn_id, stored.event_id, stored.event)
+        return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
+                            event_id=stored.event_id, event_deleted=stored.event is None, redaction_published=False)
+
+    def delete_tenant(self, tenant: str) -> TenantDeleteResult:
+        """Delete every conversation of a tenant from both stores (an operator's step: over HTTP it needs an admin
+        key). Deleting a tenant that has no memory is not an error."""
+        tenant = _TENANT.validate_python(tenant)
+        with self._writing:
+            events = delete_stored_tenant(self.stores, tenant)
+            self.hot.invalidate(tenant)
+            if self._pipeline is not None:
+                for key in [k for k in self._pipeline.memories if k.startswith(f"{tenant}/")]:
+                    self._pipeline.memories.pop(key)
+        return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=False)
 
     # -- reading -------------------------------------------------------------------------------------------------
 

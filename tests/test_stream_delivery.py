@@ -183,7 +183,7 @@ def test_a_forget_read_again_under_another_app_id_keeps_memory_built_after_it(
             producer.produce(interleave([before, other]))
             wait_until(lambda: graph_matches(graph, reference_snapshots(before + other, embedder)), 90,
                        "the first memory", 0.5, first.tail)
-            producer.forget(ForgetCommand(tenant="default", conversation_id="again"))
+            producer.send_command(ForgetCommand(tenant="default", conversation_id="again"))
             wait_until(lambda: graph_matches(graph, {"default/bystander": reference_after["default/bystander"]})
                        and not graph.conversation_graph("default", "again").number_of_nodes(),
                        60, "the forget", 0.3, first.tail)

@@ -384,8 +384,8 @@ def test_forget_removes_memory_from_stores_and_tables_and_a_replay_does_not_brin
         try:
             wait_until(lambda: graph_matches(graph, reference), 90, "the memory before the forget", 0.5,
                        lambda: graph_difference(graph, reference) + "\n" + worker.tail())
-            producer.forget(ForgetCommand(tenant="acme", conversation_id="drop"))
-            producer.forget(ForgetCommand(tenant="globex"))
+            producer.send_command(ForgetCommand(tenant="acme", conversation_id="drop"))
+            producer.send_command(ForgetCommand(tenant="globex"))
 
             def gone() -> bool:
                 return all(not graph_snapshot(graph, key)["events"] for key in forgotten) and graph_matches(graph, kept)

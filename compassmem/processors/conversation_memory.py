@@ -244,6 +244,34 @@ class ConversationMemory:
         segment = self._detector.close(self.segmenter, reason)
         return self._absorb(segment) if segment is not None else MemoryUpdate()
 
+    def redact_turn(self, turn_id: str, event_id: str | None = None, rebuilt: Event | None = None) -> None:
+        """Take a redacted turn out of the state, so that nothing written later carries it again: out of the open
+        segment, and its event (``event_id``, as the stores held it) replaced by ``rebuilt`` (or, None, dropped)
+        wherever the memory holds it. The segmenter's running figures (centre, token count, recent context) keep
+        only numbers and booleans of the turn, never its text, and stay as they are."""
+        segmenter = self.segmenter
+        kept = [t for t in segmenter.open_turns if t.turn.turn_id != turn_id]
+        if len(kept) != len(segmenter.open_turns):
+            # The look-ahead's pending boundary was before the last open turn: with that turn gone it has no
+            # turn to decide on.
+            if segmenter.open_turns[-1].turn.turn_id == turn_id:
+                segmenter.pending = False
+            segmenter.open_turns = kept
+        if event_id is None:
+            return
+        if rebuilt is not None:
+            for held in (self.events, self.evicted_pending):
+                if event_id in held:
+                    held[event_id] = rebuilt.model_copy(update={"cluster_id": held[event_id].cluster_id})
+        else:
+            if event_id in self.events:
+                self._leave_window(event_id)  # releases its relations from the ledger
+            self.evicted_pending.pop(event_id, None)
+            self.clusters.assignment.pop(event_id, None)
+            if event_id in self.clusters.pending:
+                self.clusters.pending.remove(event_id)
+        self._index = EventIndex(self.events.values())
+
     def _absorb(self, segment: Segment) -> MemoryUpdate:
         update = MemoryUpdate(segments_closed=1)
         mark = time.perf_counter()

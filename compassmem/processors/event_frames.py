@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -327,6 +328,21 @@ def merge_into(event: Event, segment: Segment) -> Event:
             "merged_from": event.merged_from + [segment_event_id(segment)],
         }
     )
+
+
+def without_turn(event: Event, turn_id: str, embeddings: Sequence[Sequence[float]]) -> Event | None:
+    """The event rebuilt from its other turns (a redaction): summary, keywords, entities, participants, time and
+    anchors recomputed from them alone, and ``embeddings`` (those turns' own) averaged anew; version bumped. None
+    when the turn was its only one. An LLM summary is dropped too: it was written from the redacted text."""
+    observations = [o for o in event.observations if o.turn_id != turn_id]
+    if not observations or not embeddings:
+        return None
+    anchors = [a for a in event.time_anchors if a.turn_id != turn_id]
+    return event.model_copy(update={
+        **_frame_fields(observations, [o.text for o in observations], anchors, event.event_id),
+        "embedding": unit(np.asarray(embeddings, dtype=np.float32).mean(axis=0)).tolist(),
+        "version": event.version + 1,
+    })
 
 
 class EventSummariser(Protocol):

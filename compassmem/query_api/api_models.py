@@ -126,6 +126,24 @@ class DeleteResult(BaseModel):
                                                "replay of the turns topic does not bring the conversation back.")
 
 
+class RedactResult(BaseModel):
+    tenant: str
+    conversation_id: str
+    turn_id: str
+    event_id: str = Field(description="The event that held the turn.")
+    event_deleted: bool = Field(description="The turn was the event's last: the event and its relations are gone; "
+                                            "otherwise the event was rebuilt from its other turns and re-embedded.")
+    redaction_published: bool = Field(description="Whether a redaction command went to the control topic, so that "
+                                                  "a replay of the turns topic does not bring the turn back.")
+
+
+class TenantDeleteResult(BaseModel):
+    tenant: str
+    events_deleted: int = Field(description="Events the vector store held for the tenant (0: nothing there).")
+    forget_published: bool = Field(description="Whether a forget command for the whole tenant went to the control "
+                                               "topic, so that a replay of the turns topic does not restore it.")
+
+
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     checks: dict[str, str] = Field(description="Per store: 'ok' or the error it gave.")

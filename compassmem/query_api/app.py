@@ -170,7 +170,8 @@ def create_app(services: ApiServices) -> FastAPI:
         return JSONResponse(status_code=500, content={"detail": f"internal error ({type(exc).__name__}); "
                                                                "see the server log"})
 
-    authorizer = Authorizer(services.settings.api_keys, required=services.settings.api_auth_required)
+    authorizer = Authorizer(services.settings.api_keys, required=services.settings.api_auth_required,
+                            admin_keys=services.settings.api_admin_keys)
 
     def authorize(request: Request, tenant: str) -> None:
         authorizer.check(tenant, request.headers.get("authorization"))
@@ -265,7 +266,8 @@ def create_app(services: ApiServices) -> FastAPI:
         published = False
         if services.control_publisher is not None:
             try:
-                services.control_publisher.publish_forget(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
+                command = ForgetCommand(tenant=tenant, conversation_id=conversation_id)
+                services.control_publisher.publish_command(command)
             except PublishError as error:
                 # Deleting without the log entry would let a replay resurrect the conversation.
                 raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
@@ -298,8 +300,10 @@ def create_app(services: ApiServices) -> FastAPI:
     install_request_ids(app)
     # Imported here: the explorer's router uses this module's parameter types and response documentation.
     from compassmem.query_api.explorer.router import explorer_router, mount_ui
+    from compassmem.query_api.management import management_router
 
     app.include_router(explorer_router(services, authorized_tenant))
+    app.include_router(management_router(services, authorized_tenant, authorizer))
     mount_ui(app)
     return app
 

@@ -2,23 +2,38 @@
 
 A tenant with a key needs ``Authorization: Bearer <key>``: 401 without one, 403 with another. A tenant without a
 key is open, unless ``COMPASSMEM_API_AUTH_REQUIRED`` is on: then the API fails closed and every tenant needs its
-key, so a tenant someone forgot to list is refused rather than readable by anyone. Keys are compared in constant
-time.
+key, so a tenant someone forgot to list is refused rather than readable by anyone. Operations over a whole tenant
+(its deletion) need an admin key (``COMPASSMEM_API_ADMIN_KEYS``), never a tenant's: 401 without a key, 403 with
+any other, and 403 for everyone when no admin key is configured. Keys are compared in constant time.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from fastapi import HTTPException, status
 from pydantic import SecretStr
 
 
 class Authorizer:
-    def __init__(self, keys: Mapping[str, SecretStr], required: bool) -> None:
+    def __init__(self, keys: Mapping[str, SecretStr], required: bool, admin_keys: Sequence[SecretStr] = ()) -> None:
         self._keys = {tenant: key.get_secret_value().encode("utf-8") for tenant, key in keys.items()}
         self._required = required
+        self._admin_keys = [key.get_secret_value().encode("utf-8") for key in admin_keys]
+
+    def check_admin(self, authorization: str | None) -> None:
+        """Return when the request carries an admin key; raise the 401 or 403 otherwise."""
+        if not self._admin_keys:
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                detail="no admin key is configured (COMPASSMEM_API_ADMIN_KEYS): tenant deletion is off")
+        presented = _bearer(authorization)
+        if presented is None:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"},
+                                detail="this needs an admin key: send 'Authorization: Bearer <admin key>'")
+        # Every key compared, so the time taken does not depend on which one matched.
+        if not any([hmac.compare_digest(presented, key) for key in self._admin_keys]):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, detail="the API key is not an admin key")
 
     def check(self, tenant: str, authorization: str | None) -> None:
         """Return when the request may act for ``tenant``; raise the 401 or 403 otherwise."""

@@ -1,4 +1,5 @@
-"""Where the API sends what it accepts: turns to the turns topic, forget commands to the control topic.
+"""Where the API sends what it accepts: turns to the turns topic, forget and redaction commands to the control
+topic.
 
 The app depends only on the two protocols, so ``compassmem dev`` and ``compassmem api`` hand in the Kafka
 publisher below and tests may hand in anything that keeps the contract. Records are keyed by
@@ -15,7 +16,7 @@ from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 from compassmem.models import Turn
 # One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
-from compassmem.streams.messages import ForgetCommand
+from compassmem.streams.messages import ForgetCommand, RedactCommand
 from compassmem.streams.producer import ProduceError, TurnProducer
 
 
@@ -37,13 +38,13 @@ class TurnPublisher(Protocol):
 
 @runtime_checkable
 class ControlPublisher(Protocol):
-    def publish_forget(self, command: ForgetCommand) -> None:
-        """Append a forget command to the control topic; raise PublishError when not acknowledged."""
+    def publish_command(self, command: ForgetCommand | RedactCommand) -> None:
+        """Append a forget or redaction command to the control topic; raise PublishError when not acknowledged."""
         ...
 
 
 class KafkaTurnPublisher:
-    """Both protocols over one kafka-python producer (the worker's ``TurnProducer``); forget commands need
+    """Both protocols over one kafka-python producer (the worker's ``TurnProducer``); control commands need
     ``control_topic``. Raises PublishError at construction when the brokers cannot be reached."""
 
     def __init__(self, bootstrap: str, topic: str, control_topic: str | None = None) -> None:
@@ -66,11 +67,11 @@ class KafkaTurnPublisher:
         except KafkaError as error:
             raise PublishError(f"the broker did not acknowledge: {error}") from error
 
-    def publish_forget(self, command: ForgetCommand) -> None:
+    def publish_command(self, command: ForgetCommand | RedactCommand) -> None:
         if self.control_topic is None:
             raise PublishError("this publisher has no control topic")
         try:
-            self._producer.forget(command)
+            self._producer.send_command(command)
         except ProduceError as error:
             raise PublishError(str(error)) from error
 

@@ -234,6 +234,11 @@ def turns_of(tenant: str, event_ids: Sequence[str]) -> Scope:
     return Scope({TENANT_FIELD: tenant, KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
 
 
+def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> Scope:
+    return Scope(scope(tenant, conversation_id, TURN_KIND).match,
+                 point_ids=(turn_point_id(tenant, conversation_id, turn_id),))
+
+
 def events_by_id(tenant: str, event_ids: Sequence[str]) -> Scope:
     # Tenant-filtered, never by bare id, so one tenant can never read or delete another tenant's points.
     ids = tuple(sorted({point_id(event_id) for event_id in event_ids}))
@@ -342,6 +347,10 @@ class PointStore(VectorStore):
         records = self._scroll(scope(tenant, conversation_id, TURN_KIND))
         return in_turn_order([turn_from_point(*record) for record in records])
 
+    def get_turn(self, tenant: str, conversation_id: str, turn_id: str) -> IndexedTurn | None:
+        found = self._scroll(_one_turn(tenant, conversation_id, turn_id))
+        return turn_from_point(*found[0]) if found else None
+
     def turns_of_events(self, tenant: str, event_ids: Sequence[str]) -> list[IndexedTurn]:
         if not event_ids:
             return []
@@ -370,6 +379,9 @@ class PointStore(VectorStore):
         if event_ids:
             # One filtered delete, so an event never outlives its turns or the other way round.
             self._delete(events_and_their_turns(tenant, event_ids))
+
+    def delete_turn(self, tenant: str, conversation_id: str, turn_id: str) -> None:
+        self._delete(_one_turn(tenant, conversation_id, turn_id))
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> None:
         self._delete(scope(tenant, conversation_id))

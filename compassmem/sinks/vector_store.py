@@ -117,6 +117,10 @@ class VectorStore(ABC):
         """Every turn of one conversation, with embeddings, in timestamp order."""
 
     @abstractmethod
+    def get_turn(self, tenant: str, conversation_id: str, turn_id: str) -> IndexedTurn | None:
+        """One turn, with its embedding, or None when the store does not hold it."""
+
+    @abstractmethod
     def turns_of_events(self, tenant: str, event_ids: Sequence[str]) -> list[IndexedTurn]:
         """The turns that belong to these events, with embeddings, in timestamp order."""
 
@@ -149,6 +153,10 @@ class VectorStore(ABC):
     @abstractmethod
     def delete_events(self, tenant: str, event_ids: Sequence[str]) -> None:
         """Delete events and the turn points that belong to them."""
+
+    @abstractmethod
+    def delete_turn(self, tenant: str, conversation_id: str, turn_id: str) -> None:
+        """Delete one turn point (a redaction; its event is rewritten by the caller)."""
 
     @abstractmethod
     def delete_conversation(self, tenant: str, conversation_id: str) -> None: ...

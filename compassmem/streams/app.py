@@ -4,9 +4,9 @@ Topology:
 
     turns ──► [memory agent: batch ─ embed ─ segment ─ merge ─ relate ─ recluster] ──► vector store, graph store
       ▲                                   │                                  └──► change feeds: events, relations,
-      │ forget / idle-close markers       └──► table conversation-memory (state, offsets)           clusters
+      │ forget/redact/idle markers        └──► table conversation-memory (state, offsets)           clusters
       │                                        table forget-tombstones
-    control ──► [control agent: delete from stores now, then a forget marker into every turns partition]
+    control ──► [control agent: delete (redact) in the stores now, then a marker into every turns partition]
     any stage ──► dlq
 
 Boundary detection, merging, relation extraction and reclustering of a conversation run in one agent because they
@@ -56,7 +56,9 @@ from compassmem.streams.checkpoint import (
 )
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.forget_log import executed_forgets
+from compassmem.redaction import redact_stored_turn
 from compassmem.streams.messages import (
+    CONTROL_COMMAND,
     CONTROL_HEADER,
     ControlKind,
     DeadLetterReason,
@@ -65,6 +67,8 @@ from compassmem.streams.messages import (
     ForgetDone,
     ForgetMarker,
     IdleCloseMarker,
+    RedactCommand,
+    RedactMarker,
 )
 from compassmem.streams.positions import Admission, GapNotRepairedError, PartitionPositions
 from compassmem.streams.processor import (
@@ -179,7 +183,8 @@ class StreamingWorker:
         # One thread: batches and forgets reach the stores strictly one at a time, in arrival order.
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compassmem-batch")
         self.totals: dict[str, int] = {"applied_turns": 0, "dead_letters": 0, "replayed_skipped": 0,
-                                       "idle_closed": 0, "forgets": 0, "batches": 0}
+                                       "idle_closed": 0, "forgets": 0, "redactions": 0,
+                                       "batches": 0}
         self._idle_requested: set[tuple[bytes, int]] = set()
         # The gap check (positions.py): next offset to apply per turns partition, set by every seek.
         self.positions = PartitionPositions(settings.turns_topic)
@@ -402,7 +407,7 @@ class StreamingWorker:
                                                            record.offset + 1)
         self.metrics.batch_done(time.perf_counter() - started)
         stats = out.stats
-        for name in ("applied_turns", "dead_letters", "replayed_skipped", "idle_closed", "forgets"):
+        for name in ("applied_turns", "dead_letters", "replayed_skipped", "idle_closed", "forgets", "redactions"):
             self.totals[name] += getattr(stats, name)
         self.totals["batches"] += 1
         spans: dict[int, list[int]] = {}
@@ -412,7 +417,8 @@ class StreamingWorker:
         log.info("stream.batch", records=stats.records,
                  offsets=" ".join(f"{p}:{a}-{b}" for p, (a, b) in sorted(spans.items())), applied=stats.applied_turns,
                  replayed_skipped=stats.replayed_skipped, forgotten_dropped=stats.forgotten_dropped,
-                 idle_closed=stats.idle_closed, forgets=stats.forgets, dead_letters=stats.dead_letters,
+                 idle_closed=stats.idle_closed, forgets=stats.forgets, redactions=stats.redactions,
+                 redacted_dropped=stats.redacted_dropped, dead_letters=stats.dead_letters,
                  careful=stats.careful_mode, ms=round(1000 * (time.perf_counter() - started), 1))
 
     def _batch_input(self, records: Sequence[RawRecord]) -> BatchInput:
@@ -479,7 +485,7 @@ class StreamingWorker:
             log.info("stream.forget_already_executed", partition=record.partition, offset=record.offset)
             return
         try:
-            command = ForgetCommand.model_validate_json(record.value or b"")
+            command = CONTROL_COMMAND.validate_json(record.value or b"")
         except ValidationError as error:
             letter = record.dead_letter(DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS,
                                         describe_validation_error(error))
@@ -489,13 +495,20 @@ class StreamingWorker:
                         offset=record.offset)
             return
         loop = asyncio.get_running_loop()
-        # Deleted now, so the memory disappears at once even where partitions lag; each partition deletes again
-        # when it reaches its marker (its own conversations only), which covers what it wrote meanwhile.
-        await loop.run_in_executor(self.executor, self._delete_from_stores, command)
-        marker = ForgetMarker(forget=command, source_partition=record.partition, source_offset=record.offset)
+        # Applied now, so the memory (or the turn) disappears at once even where partitions lag; each partition
+        # applies it again when it reaches its marker (its own conversations only), which covers what it wrote
+        # meanwhile.
+        await loop.run_in_executor(self.executor, self._apply_to_stores, command)
+        marker: ForgetMarker | RedactMarker
+        if isinstance(command, RedactCommand):
+            marker, kind = RedactMarker(redact=command, source_partition=record.partition,
+                                        source_offset=record.offset), ControlKind.REDACT
+        else:
+            marker, kind = ForgetMarker(forget=command, source_partition=record.partition,
+                                        source_offset=record.offset), ControlKind.FORGET
         value = marker.model_dump_json().encode("utf-8")
         sends = [await self.turns.send(key=command.key.encode("utf-8"), value=value, partition=partition,
-                                       headers={CONTROL_HEADER: ControlKind.FORGET.value.encode()})
+                                       headers={CONTROL_HEADER: kind.value.encode()})
                  for partition in range(self.settings.kafka_partitions)]
         written = await asyncio.gather(*sends)
         done = ForgetDone(source_partition=record.partition, source_offset=record.offset,
@@ -504,11 +517,13 @@ class StreamingWorker:
                                        partition=record.partition,
                                        headers={CONTROL_HEADER: ControlKind.FORGET_DONE.value.encode()}))
         self._executed_forgets.add((record.partition, record.offset))
-        log.info("stream.forget_requested", tenant=command.tenant, conversation_id=command.conversation_id,
-                 partitions=self.settings.kafka_partitions)
+        log.info("stream.control_command_applied", command=command.command, tenant=command.tenant,
+                 conversation_id=command.conversation_id, partitions=self.settings.kafka_partitions)
 
-    def _delete_from_stores(self, command: ForgetCommand) -> None:
-        if command.conversation_id is None:
+    def _apply_to_stores(self, command: ForgetCommand | RedactCommand) -> None:
+        if isinstance(command, RedactCommand):
+            redact_stored_turn(self.stores, command.tenant, command.conversation_id, command.turn_id)
+        elif command.conversation_id is None:
             self.stores.vectors.delete_tenant(command.tenant)
             self.stores.graph.delete_tenant(command.tenant)
         else:

@@ -1,4 +1,4 @@
-"""The streaming subcommands of ``compassmem``: broker, produce, worker, dev, forget."""
+"""The streaming subcommands of ``compassmem``: broker, produce, worker, dev, forget, redact."""
 
 from __future__ import annotations
 
@@ -6,10 +6,15 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from compassmem.config import Settings
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
+
+if TYPE_CHECKING:
+    from compassmem.streams.messages import ForgetCommand, RedactCommand
 
 MEMORY_ONLY = ("The dev broker is MEMORY-ONLY (Tansu with --storage-engine memory://): topics, offsets and consumer "
                "groups vanish when it stops. Use it for development and tests; set COMPASSMEM_KAFKA_BOOTSTRAP to a "
@@ -95,28 +100,47 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(error)
 
 
-def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactCommand]) -> int:
+    """Write a control command to COMPASSMEM_CONTROL_TOPIC; 0, or 2 with one line on a bad field or no broker."""
     from pydantic import ValidationError
 
     from compassmem.importers import describe_validation_error
-    from compassmem.streams.messages import ForgetCommand
     from compassmem.streams.producer import ProduceError, TurnProducer
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
 
     try:
-        command = ForgetCommand(tenant=args.tenant, conversation_id=args.conversation)
+        command = make()
     except ValidationError as error:
         return _fail(describe_validation_error(error))
     bootstrap = settings.bootstrap_servers
     try:
         ensure_topics(bootstrap, topic_specs(settings))
         with TurnProducer(bootstrap, settings.turns_topic, settings.control_topic) as producer:
-            producer.forget(command)
+            producer.send_command(command)
     except (TopicSetupError, ProduceError) as error:
         return _fail(error)
+    return 0
+
+
+def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.streams.messages import ForgetCommand
+
+    if code := _send_command(settings, lambda: ForgetCommand(tenant=args.tenant, conversation_id=args.conversation)):
+        return code
     what = f"conversation {args.conversation!r} of tenant {args.tenant!r}" if args.conversation \
         else f"every conversation of tenant {args.tenant!r}"
     print(f"forget requested for {what} on {settings.control_topic}; the worker deletes it from both stores")
+    return 0
+
+
+def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.streams.messages import RedactCommand
+
+    if code := _send_command(settings, lambda: RedactCommand(tenant=args.tenant, conversation_id=args.conversation,
+                                                             turn_id=args.turn)):
+        return code
+    print(f"redaction of turn {args.turn!r} of conversation {args.conversation!r} (tenant {args.tenant!r}) "
+          f"requested on {settings.control_topic}; the worker rebuilds its event without it")
     return 0
 
 
@@ -166,3 +190,12 @@ def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # typ
     scope.add_argument("--conversation", help="the conversation id to forget")
     scope.add_argument("--whole-tenant", action="store_true", help="forget every conversation of --tenant")
     forget.set_defaults(handler=cmd_forget)
+    redact = commands.add_parser(
+        "redact", help="delete one turn of a conversation through the control topic",
+        description="Write a redaction command to COMPASSMEM_CONTROL_TOPIC; the worker deletes the turn, rebuilds "
+                    "the event that held it from its other turns, and drops the turn if the turns topic is "
+                    "replayed. (In-process memory without a worker: Memory.redact_turn.)")
+    redact.add_argument("conversation", help="the conversation id")
+    redact.add_argument("turn", help="the turn id to delete")
+    redact.add_argument("--tenant", default="default")
+    redact.set_defaults(handler=cmd_redact)

@@ -24,6 +24,7 @@ from compassmem.streams.messages import (
     DeadLetterStage,
     ForgetMarker,
     IdleCloseMarker,
+    RedactMarker,
 )
 
 
@@ -72,12 +73,18 @@ class ForgetItem:
 
 
 @dataclass(frozen=True)
+class RedactItem:
+    record: RawRecord
+    marker: RedactMarker
+
+
+@dataclass(frozen=True)
 class IdleCloseItem:
     record: RawRecord
     marker: IdleCloseMarker
 
 
-Item = TurnItem | ForgetItem | IdleCloseItem
+Item = TurnItem | ForgetItem | RedactItem | IdleCloseItem
 
 
 def _json_object(record: RawRecord) -> dict | DeadLetter:
@@ -108,11 +115,13 @@ def decode_turns_record(record: RawRecord) -> Item | DeadLetter:
     value = _json_object(record)
     if isinstance(value, DeadLetter):
         return value
-    model: type[Turn] | type[ForgetMarker] | type[IdleCloseMarker]
+    model: type[Turn] | type[ForgetMarker] | type[RedactMarker] | type[IdleCloseMarker]
     if control is None:
         model = Turn
     elif control == ControlKind.FORGET.value.encode():
         model = ForgetMarker
+    elif control == ControlKind.REDACT.value.encode():
+        model = RedactMarker
     elif control == ControlKind.IDLE_CLOSE.value.encode():
         model = IdleCloseMarker
     else:
@@ -123,6 +132,8 @@ def decode_turns_record(record: RawRecord) -> Item | DeadLetter:
         return record.dead_letter(DeadLetterStage.VALIDATE, DeadLetterReason.INVALID_FIELDS, describe_validation_error(error))
     if isinstance(parsed, ForgetMarker):
         return ForgetItem(record, parsed)
+    if isinstance(parsed, RedactMarker):
+        return RedactItem(record, parsed)
     if isinstance(parsed, IdleCloseMarker):
         return IdleCloseItem(record, parsed)
     key = record.key.decode("utf-8", errors="replace") if record.key is not None else None

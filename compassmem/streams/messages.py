@@ -1,9 +1,10 @@
 """Message schemas of the streaming topics other than the turns themselves (a turn is ``models.Turn``).
 
-- control topic: ``ForgetCommand`` (the query API's DELETE and ``compassmem forget`` write it).
-- turns topic, besides turns: ``ForgetMarker`` and ``IdleCloseMarker``, written by the worker itself and told
-  apart by the ``compassmem-control`` header. They sit in the log at the position where they took effect, so a
-  replay of the turns topic reproduces forgets and idle closes exactly ("forgets are
+- control topic: ``ForgetCommand`` (the query API's DELETE and ``compassmem forget`` write it) and
+  ``RedactCommand`` (DELETE of one turn, ``compassmem redact``).
+- turns topic, besides turns: ``ForgetMarker``, ``RedactMarker`` and ``IdleCloseMarker``, written by the worker
+  itself and told apart by the ``compassmem-control`` header. They sit in the log at the position where they took
+  effect, so a replay of the turns topic reproduces forgets, redactions and idle closes exactly ("forgets are
   tombstones in the log").
 - dead-letter topic: ``DeadLetter``.
 - change feeds (events / relations / clusters topics): ``EventChange``, ``RelationChange``, ``ClusterChange``,
@@ -14,9 +15,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, check_id, partition_key
 
@@ -25,6 +26,7 @@ CONTROL_HEADER = "compassmem-control"
 
 class ControlKind(StrEnum):
     FORGET = "forget"
+    REDACT = "redact"
     IDLE_CLOSE = "idle-close"
     # On the control topic, after a command's markers are in the turns log (see ``ForgetDone``).
     FORGET_DONE = "forget-done"
@@ -76,8 +78,51 @@ class ForgetMarker(BaseModel):
     source_offset: int
 
 
+class RedactCommand(BaseModel):
+    """Redact one turn: its point leaves the vector store and its event is rebuilt from the other turns.
+
+    ``{"command": "redact", "tenant": ..., "conversation_id": ..., "turn_id": ..., "requested_at": ...}``, keyed
+    like the conversation's turns. Its marker in the turns log takes the turn out of the worker's state where it
+    took effect, and the conversation's table record keeps the turn id, so the turn is dropped if it comes again.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: Literal["redact"] = "redact"
+    tenant: str = Field(pattern=TENANT_PATTERN)
+    conversation_id: str
+    turn_id: str
+    requested_at: datetime = Field(default_factory=utc_now)
+
+    @model_validator(mode="after")
+    def _ids(self) -> RedactCommand:
+        check_id(self.conversation_id)
+        check_id(self.turn_id)
+        return self
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.conversation_id)
+
+
+ControlCommand = Annotated[ForgetCommand | RedactCommand, Field(discriminator="command")]
+CONTROL_COMMAND: TypeAdapter[ForgetCommand | RedactCommand] = TypeAdapter(ControlCommand)
+
+
+class RedactMarker(BaseModel):
+    """A redaction, copied by the worker into every partition of the turns topic (as a ``ForgetMarker`` is)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["redact"] = "redact"
+    redact: RedactCommand
+    source_partition: int
+    source_offset: int
+
+
 class ForgetDone(BaseModel):
-    """Written to the control topic once a command's markers are in every turns partition.
+    """Written to the control topic once a command's (a forget's or a redaction's) markers are in every turns
+    partition.
 
     A worker reading the control topic again (another app id, a reset consumer group) skips a command that has a
     ``ForgetDone``: its markers already sit in the turns log at the position where it took effect, and executing it

@@ -8,8 +8,8 @@ The memory is built by the in-process ``MemoryPipeline`` (the same ``ingest``/``
   offsets; redelivered records at or below that offset are skipped, the rest are applied. A batch only adds its
   writes to ``self.sinks``; ``checkpoint.Checkpoint`` commits them (stores flushed, then change feeds and dead
   letters, then the new state, then the offsets), so every crash point leads to the same final memory.
-- **Markers in the log.** Idle closes and forgets are records of the turns topic (see ``messages.py``), applied in
-  log order, so a replay reproduces them exactly.
+- **Markers in the log.** Idle closes, forgets and redactions are records of the turns topic (see
+  ``messages.py``), applied in log order, so a replay reproduces them exactly.
 - **Freshness.** After each batch a conversation's open segment goes to the vector store as a provisional event
   (``provisional=True``, the id its final event will have); a provisional event whose segment was merged into an
   older event is deleted. Both through ``ProvisionalSink``, one more sink of the batch.
@@ -48,7 +48,15 @@ from compassmem.sinks.batching import (
 from compassmem.sinks.checkpoint import SinkCheckpoint
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.failures import is_store_unavailable
-from compassmem.streams.decoding import ForgetItem, IdleCloseItem, RawRecord, TurnItem, decode_turns_record
+from compassmem.redaction import redact_stored_turn
+from compassmem.streams.decoding import (
+    ForgetItem,
+    IdleCloseItem,
+    RawRecord,
+    RedactItem,
+    TurnItem,
+    decode_turns_record,
+)
 from compassmem.streams.messages import (
     CONTROL_HEADER,
     ChangeOp,
@@ -183,6 +191,8 @@ class BatchStats:
     forgotten_dropped: int = 0
     idle_closed: int = 0
     forgets: int = 0
+    redactions: int = 0
+    redacted_dropped: int = 0
     dead_letters: int = 0
     careful_mode: bool = False
 
@@ -353,6 +363,8 @@ class MemoryStreamProcessor:
             self._apply_run(run, live, out, careful)
             if isinstance(item, IdleCloseItem):
                 self._idle_close(item, batch, live, out)
+            elif isinstance(item, RedactItem):
+                self._redact(item, batch, live, out)
             else:
                 self._forget(item, batch, live, tombstones, out)
         self._apply_run(run, live, out, careful)
@@ -426,6 +438,9 @@ class MemoryStreamProcessor:
             return
         if record.offset <= entry.header.last_offset:
             out.stats.replayed_skipped += 1  # already in the state: redelivered after a crash
+            return
+        if turn.turn_id in entry.header.redacted_turn_ids:
+            out.stats.redacted_dropped += 1  # redacted before it came (again): it must not come back
             return
         entry.header.last_offset = record.offset
         entry.header.last_turn_id = turn.turn_id
@@ -513,6 +528,36 @@ class MemoryStreamProcessor:
             log.info("stream.conversation_forgotten", tenant=header.tenant, conversation_id=header.conversation_id,
                      partition=record.partition, offset=record.offset)
 
+    def _redact(self, item: RedactItem, batch: BatchInput, live: dict[str, _Live], out: BatchOutput) -> None:
+        """Redact a turn at the marker's position: from the stores as they stand after the records before it, and
+        from the conversation's state, whose table record then keeps the turn id (turns it drops from now on)."""
+        command, record = item.marker.redact, item.record
+        key = command.key
+        if key not in live and key not in batch.states:
+            return  # not this partition's conversation, or forgotten: nothing holds the turn here
+        entry = self._live(key, command.tenant, command.conversation_id, record.partition, batch, live)
+        if entry.header.partition != record.partition or record.offset <= entry.header.last_offset:
+            return  # another partition's conversation, or applied before a crash
+        # The batch's writes before the marker reach the stores first: the redaction reads and rewrites them. A
+        # batch redone after a failure writes them again and redacts again here, so the result is the same.
+        self.sinks.flush()
+        stored = redact_stored_turn(self.stores, command.tenant, command.conversation_id, command.turn_id)
+        memory = self.pipeline.memories.get(key)
+        if memory is not None:
+            memory.redact_turn(command.turn_id, stored.event_id if stored else None, stored.event if stored else None)
+        if stored is not None:
+            if stored.event is None:
+                self.feed.delete_event(command.tenant, command.conversation_id, stored.event_id)
+            else:
+                self.feed.upsert_event(stored.event)
+        if command.turn_id not in entry.header.redacted_turn_ids:
+            entry.header.redacted_turn_ids.append(command.turn_id)
+        entry.header.last_offset = record.offset
+        entry.touched = True
+        out.stats.redactions += 1
+        log.info("stream.turn_redacted", key=key, turn_id=command.turn_id, partition=record.partition,
+                 offset=record.offset, in_stores=stored is not None)
+
     # -- freshness -----------------------------------------------------------------------------------------------
 
     def _provisional_events(self, live: dict[str, _Live]) -> None:
@@ -546,11 +591,12 @@ class MemoryStreamProcessor:
 
 
 def _isolation_groups(records: Sequence[RawRecord]) -> list[list[RawRecord]]:
-    """Records split by key, in order; a forget marker is a group of its own and closes the groups before it."""
+    """Records split by key, in order; a forget or redaction marker is a group of its own and closes the groups
+    before it (both act on the stores at their position)."""
     groups: list[list[RawRecord]] = []
     open_groups: dict[bytes | None, list[RawRecord]] = {}
     for record in records:
-        if record.header(CONTROL_HEADER) == ControlKind.FORGET.value.encode():
+        if record.header(CONTROL_HEADER) in _STORE_MARKERS:
             groups.extend(open_groups.values())
             open_groups = {}
             groups.append([record])
@@ -558,6 +604,9 @@ def _isolation_groups(records: Sequence[RawRecord]) -> list[list[RawRecord]]:
         open_groups.setdefault(record.key, []).append(record)
     groups.extend(open_groups.values())
     return groups
+
+
+_STORE_MARKERS = frozenset({ControlKind.FORGET.value.encode(), ControlKind.REDACT.value.encode()})
 
 
 def _merge_output(into: BatchOutput, part: BatchOutput, states: dict[str, bytes],
@@ -578,7 +627,7 @@ def _merge_output(into: BatchOutput, part: BatchOutput, states: dict[str, bytes]
         into.tombstones[key] = (offset, partition)
         tombstones[key] = offset
     for name in ("records", "applied_turns", "replayed_skipped", "forgotten_dropped", "idle_closed", "forgets",
-                 "dead_letters"):
+                 "redactions", "redacted_dropped", "dead_letters"):
         setattr(into.stats, name, getattr(into.stats, name) + getattr(part.stats, name))
     into.stats.careful_mode = into.stats.careful_mode or part.stats.careful_mode
 

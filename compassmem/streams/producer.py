@@ -18,7 +18,7 @@ from kafka.errors import KafkaError
 from pydantic import BaseModel
 
 from compassmem.models import Turn
-from compassmem.streams.messages import ForgetCommand
+from compassmem.streams.messages import ForgetCommand, RedactCommand
 
 log = structlog.get_logger(__name__)
 
@@ -91,13 +91,15 @@ class TurnProducer:
         return ProduceSummary(turns=count, conversations=len(conversations), seconds=round(seconds, 3),
                               turns_per_second=count / seconds if seconds else 0.0)
 
-    def forget(self, command: ForgetCommand) -> None:
+    def send_command(self, command: ForgetCommand | RedactCommand) -> None:
+        """Append a forget or redaction command to the control topic, keyed like what it covers."""
         if self.control_topic is None:
             raise ValueError("this producer was made without a control topic")
         future = self._producer.send(self.control_topic, key=command.key.encode("utf-8"),
                                      value=command.model_dump_json().encode("utf-8"))
         self._settle([future])
-        log.info("produce.forget", tenant=command.tenant, conversation_id=command.conversation_id)
+        log.info("produce.command", command=command.command, tenant=command.tenant,
+                 conversation_id=command.conversation_id)
 
     def _settle(self, futures: list) -> None:  # noqa: ANN001 - kafka-python FutureRecordMetadata
         try:

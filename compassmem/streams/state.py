@@ -48,6 +48,10 @@ class RecordHeader(BaseModel):
     updated_at: float = 0.0
     # The counts behind the memory-health metrics (degree, duplicate rate) as of this state.
     health: ConversationHealth = Field(default_factory=ConversationHealth)
+    # Turns redacted from this conversation: dropped if they come again (a producer's retry, a re-sent export).
+    # Bounded by the conversation's own turns, and gone with its record when the conversation is forgotten; in
+    # the header because a turn is checked against it before the body is ever decoded.
+    redacted_turn_ids: list[str] = Field(default_factory=list)
 
     @property
     def key(self) -> str:

@@ -1,0 +1,226 @@
+"""Deleting one turn (redaction) and a whole tenant: over HTTP against a real API over real embedded stores, through
+``Memory``, and through the real broker and worker, where a replay of the turns topic must not bring a redacted
+turn back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from compassmem import Memory, NotFound
+from compassmem.config import Settings
+from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.query_api.app import create_app
+from compassmem.query_api.server import BackgroundServer, build_services
+from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
+from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
+from compassmem.sinks.factory import open_stores
+from compassmem.streams.messages import RedactCommand
+from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
+from test_streaming import committed_offsets, graph_matches, true_end_offsets
+
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
+MODEL_CACHE = Path(".compassmem", "models").resolve()
+ACME_KEY, GLOBEX_KEY, ADMIN_KEY = "acme-secret-key", "globex-secret-key", "operator-admin-key"
+# A turn of the sample conversation that shares its event with others, and words only it says.
+REDACTED, REDACTED_WORDS = "S1:3", "multi-currency invoices"
+
+
+def _settings(data_dir: Path, **fields: object) -> Settings:
+    return Settings(_env_file=None, data_dir=data_dir, embedder_cache_dir=MODEL_CACHE, **fields)
+
+
+def _sample() -> list[dict[str, object]]:
+    return [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
+
+
+def _acme_turns(conversation_id: str) -> list[dict[str, object]]:
+    return [{"tenant": "acme", "conversation_id": conversation_id, "turn_id": str(n), "speaker": "Zed",
+             "text": text, "timestamp": f"2024-05-01T18:0{n}:00+00:00"}
+            for n, text in enumerate(["The greenhouse router drops the wifi every evening.",
+                                      "It started after the firmware update last week."], start=1)]
+
+
+@dataclass
+class Served:
+    memory: Memory
+    client: httpx.Client
+    services: object
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    settings = _settings(tmp_path_factory.mktemp("redaction"), api_keys={"acme": ACME_KEY, "globex": GLOBEX_KEY},
+                         api_admin_keys=[ADMIN_KEY])
+    with Memory(settings) as memory:
+        memory.add(_sample())
+        memory.add(_acme_turns("router"))
+        services = build_services(settings, memory.stores, memory.embedder, MemoryMetrics())
+        with BackgroundServer(create_app(services)) as server, \
+                httpx.Client(base_url=server.url, timeout=30) as client:
+            yield Served(memory, client, services)
+
+
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_a_redacted_turn_leaves_its_event_the_turns_and_the_answers(served: Served) -> None:
+    vectors = served.memory.stores.vectors
+    turn = vectors.get_turn("default", "priya-tom", REDACTED)
+    assert turn is not None
+    [before] = vectors.get_events("default", [turn.event_id])
+    others = [o.turn_id for o in before.observations if o.turn_id != REDACTED]
+    assert others, "the chosen turn must share its event"
+
+    response = served.client.delete(f"/v1/conversations/priya-tom/turns/{REDACTED}")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body == {"tenant": "default", "conversation_id": "priya-tom", "turn_id": REDACTED,
+                    "event_id": turn.event_id, "event_deleted": False, "redaction_published": False}
+
+    assert vectors.get_turn("default", "priya-tom", REDACTED) is None
+    [after] = vectors.get_events("default", [turn.event_id])
+    assert [o.turn_id for o in after.observations] == others
+    assert REDACTED_WORDS not in after.model_dump_json()
+    assert after.version == before.version + 1
+    assert not np.allclose(after.embedding, before.embedding), "the event was not re-embedded"
+    assert [t.turn_id for t in vectors.turns_of_events("default", [turn.event_id])] == others
+    graph_event = served.client.get(f"/v1/events/{turn.event_id}").json()
+    assert REDACTED_WORDS not in json.dumps(graph_event)
+    answer = served.client.post("/v1/query", json={"conversation_id": "priya-tom",
+                                                    "question": "Which invoices need multi-currency support?"})
+    assert answer.status_code == 200
+    assert REDACTED not in answer.json()["turn_ids"]
+    assert REDACTED_WORDS not in answer.text
+
+    # Gone now: asking again, or for a turn that never was, is a 404.
+    assert served.client.delete(f"/v1/conversations/priya-tom/turns/{REDACTED}").status_code == 404
+    assert served.client.delete("/v1/conversations/priya-tom/turns/nope").status_code == 404
+
+
+def test_another_tenants_key_cannot_redact(served: Served) -> None:
+    url = "/v1/conversations/router/turns/1?tenant=acme"
+    assert served.client.delete(url).status_code == 401
+    assert served.client.delete(url, headers=_bearer(GLOBEX_KEY)).status_code == 403
+    # Globex asking for the same ids in its own tenant finds nothing of acme's.
+    assert served.client.delete("/v1/conversations/router/turns/1?tenant=globex",
+                                headers=_bearer(GLOBEX_KEY)).status_code == 404
+    assert served.memory.stores.vectors.get_turn("acme", "router", "1") is not None
+
+
+def test_the_last_turn_of_an_event_takes_the_event_with_it(served: Served) -> None:
+    served.memory.add({"tenant": "acme", "conversation_id": "single", "turn_id": "only", "speaker": "Zed",
+                       "text": "A lone remark about the boiler.", "timestamp": "2024-06-01T10:00:00+00:00"})
+    result = served.memory.redact_turn("single", "only", tenant="acme")
+    assert result.event_deleted and result.turn_id == "only"
+    assert served.memory.stores.vectors.count("acme", "single") == 0
+    assert served.memory.stores.graph.conversation_graph("acme", "single").number_of_nodes() == 0
+    with pytest.raises(NotFound):
+        served.memory.redact_turn("single", "only", tenant="acme")
+
+
+def test_a_redacted_turn_is_not_written_back_by_later_adds(tmp_path: Path) -> None:
+    with Memory(_settings(tmp_path)) as memory:
+        memory.add(_acme_turns("later"))
+        memory.redact_turn("later", "1", tenant="acme")
+        memory.add({"tenant": "acme", "conversation_id": "later", "turn_id": "3", "speaker": "Zed",
+                    "text": "Rebooting the router fixed the wifi for now.", "timestamp": "2024-05-01T18:03:00+00:00"})
+        events = memory.stores.vectors.conversation_events("acme", "later")
+        assert "1" not in [o.turn_id for event in events for o in event.observations]
+        assert "greenhouse" not in " ".join(event.model_dump_json() for event in events)
+
+
+def test_tenant_delete_needs_an_admin_key(served: Served) -> None:
+    served.memory.add(_acme_turns("doomed"))
+    assert served.client.delete("/v1/tenants/acme").status_code == 401
+    assert served.client.delete("/v1/tenants/acme", headers=_bearer(ACME_KEY)).status_code == 403
+    assert served.client.delete("/v1/tenants/acme", headers=_bearer(GLOBEX_KEY)).status_code == 403
+    assert served.memory.stores.vectors.count("acme") > 0
+
+    # No admin key configured: nobody may, whatever they send.
+    no_admin = replace(served.services, settings=Settings(_env_file=None, api_keys={"acme": ACME_KEY}))
+    with BackgroundServer(create_app(no_admin)) as server:
+        assert httpx.delete(f"{server.url}/v1/tenants/acme", headers=_bearer(ADMIN_KEY), timeout=30).status_code == 403
+
+    response = served.client.delete("/v1/tenants/acme", headers=_bearer(ADMIN_KEY))
+    assert response.status_code == 200, response.text
+    assert response.json()["events_deleted"] > 0 and response.json()["forget_published"] is False
+    assert served.memory.stores.vectors.count("acme") == 0
+    assert served.memory.stores.graph.conversation_stats("acme") == []
+    assert served.memory.stores.vectors.count("default") > 0, "another tenant was touched"
+
+
+def test_an_admin_key_may_not_be_a_tenant_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="api_admin_keys"):
+        _settings(tmp_path, api_keys={"acme": ACME_KEY}, api_admin_keys=[ACME_KEY])
+
+
+def test_memory_delete_tenant(tmp_path: Path) -> None:
+    with Memory(_settings(tmp_path)) as memory:
+        memory.add(_acme_turns("a"))
+        memory.add(_acme_turns("b"))
+        assert memory.delete_tenant("acme").events_deleted > 0
+        assert memory.stores.vectors.count("acme") == 0
+        assert memory.delete_tenant("acme").events_deleted == 0
+
+
+# -- through the broker and the worker ------------------------------------------------------------------------
+
+
+def test_a_redaction_survives_a_replay_of_the_turns_topic(stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
+    turns = stream_conversation("talk", 1, tenant="acme")
+    reference = reference_snapshots(turns, embedder)
+    event_id, members = next((e, m[0]) for e, m in reference["acme/talk"]["events"].items() if len(m[0]) >= 2)
+    redacted = members[1]
+    redacted_text = next(t.text for t in turns if t.turn_id == redacted)
+    data_dir = stream_run.root / "worker-data"
+    worker = stream_run.start_worker("redact", data_dir)
+    worker.wait_assigned()
+    with stream_run.producer() as producer:
+        producer.produce(turns)
+        graph = FalkorDBGraphStore.from_embedded(stream_run.falkordb)
+        try:
+            wait_until(lambda: graph_matches(graph, reference), 90, "the memory before the redaction", 0.5,
+                       worker.tail)
+        finally:
+            graph.close()
+        producer.send_command(RedactCommand(tenant="acme", conversation_id="talk", turn_id=redacted))
+    wait_until(lambda: "stream.turn_redacted" in worker.log(), 60, "the worker to reach the redaction marker", 0.3,
+               worker.tail)
+    worker.stop()
+
+    def check(stores) -> None:  # noqa: ANN001
+        turn_ids = [t.turn_id for t in stores.vectors.conversation_turns("acme", "talk")]
+        assert redacted not in turn_ids, "the redacted turn is back"
+        assert len(turn_ids) == len(turns) - 1, "other turns went missing"
+        events = stores.vectors.conversation_events("acme", "talk")
+        assert redacted_text not in " ".join(e.model_dump_json() for e in events)
+        [event] = [e for e in events if e.event_id == event_id]
+        assert [o.turn_id for o in event.observations] == [m for m in members if m != redacted]
+
+    with stream_run.open_stores(data_dir) as stores:
+        check(stores)
+
+    # The replay: a new consumer group with empty tables and empty stores reads the turns topic from the start;
+    # the turn comes in again before the marker, and the marker takes it out again at its position.
+    settings = stream_run.settings()
+    group = f"{stream_run.name}-replay"
+    with EmbeddedFalkorDB(stream_run.root / "falkordb-replay") as fresh_graph:
+        replay_dir = stream_run.root / "replay-data"
+        replay = stream_run.start_worker("redact-replay", replay_dir, app_id=group,
+                                         COMPASSMEM_FALKORDB_URL=fresh_graph.url)
+        replay.wait_assigned()
+        wait_until(lambda: committed_offsets(stream_run, group, settings.turns_topic)
+                   == true_end_offsets(stream_run, settings.turns_topic), 120, "the replay to reach the end of the log",
+                   0.5, replay.stacks)
+        replay.stop()
+        assert replay.batch_totals().get("redactions", 0) >= 1, replay.tail()
+        with open_stores(stream_run.settings(replay_dir, falkordb_url=fresh_graph.url)) as stores:
+            check(stores)
