@@ -393,12 +393,8 @@ class StreamingWorker:
         started = time.perf_counter()
         self.metrics.consumed(len(records))
         out = await self._commit(self._batch_input(records), acknowledge)
-        # Committed: the batch's turns are searchable now (open segments' turns under their provisional event);
-        # dead letters never will be.
-        dead = {(letter.partition, letter.offset) for letter in out.dead_letters}
-        self.metrics.turns_searchable((r.timestamp for r in records if r.topic == self.settings.turns_topic
-                                       and r.timestamp is not None and (r.partition, r.offset) not in dead),
-                                      time.time())
+        # Committed: the turns it applied are searchable now (open segments' turns under their provisional event).
+        self.metrics.turns_searchable(out.applied_produced_at, time.time())
         self.metrics.dead_lettered(out.dead_letters)
         self.metrics.conversations_changed(out.health)
         for record in records:

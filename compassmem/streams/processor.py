@@ -207,6 +207,8 @@ class BatchOutput:
     relation_changes: list[RelationChange] = field(default_factory=list)
     cluster_changes: list[ClusterChange] = field(default_factory=list)
     stats: BatchStats = field(default_factory=BatchStats)
+    # Broker timestamps (seconds) of the turns this batch applied, not of replays it skipped: the freshness metric.
+    applied_produced_at: list[float] = field(default_factory=list)
     # Health counts of the conversations the batch changed (None: forgotten), for the memory-health metrics.
     health: dict[str, ConversationHealth | None] = field(default_factory=dict)
 
@@ -455,10 +457,11 @@ class MemoryStreamProcessor:
         if not careful:
             self.pipeline.add_turns(turns)
             out.stats.applied_turns += len(turns)
+            applied = run
         else:
-            for item in run:
-                if self._ingest_one(item, out):
-                    out.stats.applied_turns += 1
+            applied = [item for item in run if self._ingest_one(item, out)]
+            out.stats.applied_turns += len(applied)
+        out.applied_produced_at.extend(item.record.timestamp for item in applied if item.record.timestamp is not None)
         run.clear()
 
     def _ingest_one(self, item: TurnItem, out: BatchOutput) -> bool:
