@@ -32,9 +32,9 @@ from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.pipeline import MemoryPipeline
 from compassmem.models import RelationType
-from compassmem.query_api.engine import EngineConfig, QueryEngine, RankingConfig
-from compassmem.query_api.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
-from compassmem.query_api.hot_tier import HotTier
+from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig
+from compassmem.retrieval.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores

@@ -75,7 +75,7 @@ from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemory
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
-from compassmem.query_api.hot_tier import HotTier
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
 from compassmem.sinks.batching import GraphSink, VectorSink

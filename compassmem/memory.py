@@ -41,14 +41,14 @@ from compassmem.query_api.api_models import (
     RedactResult,
     TenantDeleteResult,
 )
-from compassmem.query_api.engine import QueryDeadlineExceeded, QueryEngine
-from compassmem.query_api.explorer.listing import (
+from compassmem.retrieval.engine import QueryDeadlineExceeded, QueryEngine
+from compassmem.retrieval.listing import (
     ConversationOrder,
     conversation_graph,
     list_conversations,
     list_events,
 )
-from compassmem.query_api.hot_tier import HotTier
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
 from compassmem.redaction import delete_stored_tenant, redact_stored_turn
 from compassmem.sinks.batching import GraphSink, VectorSink

@@ -30,7 +30,7 @@ from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
 from compassmem.processors.conversation_memory import ConversationHealth
 from compassmem.query_api.app import ApiServices, create_app
-from compassmem.query_api.decomposition import MAX_SUBGOALS
+from compassmem.retrieval.decomposition import MAX_SUBGOALS
 from compassmem.query_api.schemas import MAX_QUESTION_CHARS
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.query_api.turn_publisher import KafkaTurnPublisher

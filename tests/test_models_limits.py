@@ -29,8 +29,8 @@ from compassmem.models import (
     Turn,
     check_id,
 )
-from compassmem.query_api.decomposition import MAX_SUBGOALS, analyse, with_subgoals
 from compassmem.query_api.schemas import MAX_QUESTION_CHARS, QueryRequest
+from compassmem.retrieval.decomposition import MAX_SUBGOALS, analyse, with_subgoals
 from compassmem.streams.decoding import RawRecord, TurnItem, decode_turns_record
 from compassmem.streams.messages import DeadLetter, DeadLetterReason
 from compassmem.streams.producer import encode_turn

@@ -28,7 +28,7 @@ from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import ApiServices, create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
-from compassmem.query_api.hot_tier import HotTier
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.query_api.server import ApiSidecar, BackgroundServer, run_api
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores

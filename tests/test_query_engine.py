@@ -11,10 +11,10 @@ import pytest
 from compassmem.config import Settings
 from compassmem.importers import read_turns
 from compassmem.pipeline import MemoryPipeline
-from compassmem.query_api.decomposition import analyse
-from compassmem.query_api.engine import QueryEngine, asked_speakers
-from compassmem.query_api.hot_tier import HotTier
 from compassmem.query_api.schemas import QueryRequest
+from compassmem.retrieval.decomposition import analyse
+from compassmem.retrieval.engine import QueryEngine, asked_speakers
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import open_stores
 
@@ -205,7 +205,7 @@ def art_memory(embedder, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN
 
 
 def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top_5(art_memory) -> None:  # noqa: ANN001
-    from compassmem.query_api.engine import EngineConfig, RankingConfig
+    from compassmem.retrieval.engine import EngineConfig, RankingConfig
 
     embedder, stores = art_memory
     question = QueryRequest(conversation_id="art", question="What did Ann paint over the lake?",
@@ -227,7 +227,7 @@ def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, 
     from datetime import UTC, datetime, timedelta
 
     from compassmem.models import Turn
-    from compassmem.query_api.engine import EngineConfig, RankingConfig
+    from compassmem.retrieval.engine import EngineConfig, RankingConfig
 
     def session(day: datetime, number: int, lines: list[tuple[str, str]]) -> list[Turn]:
         return [Turn(conversation_id="trips", turn_id=f"D{number}:{n}", speaker=speaker, text=text,
@@ -264,8 +264,8 @@ def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, 
 
 
 def test_a_walk_takes_no_step_of_a_skipped_kind(engine: QueryEngine) -> None:
-    from compassmem.query_api.memory_view import MemoryView
-    from compassmem.query_api.navigation import NavigationConfig, walk
+    from compassmem.retrieval.memory_view import MemoryView
+    from compassmem.retrieval.navigation import NavigationConfig, walk
 
     events = engine.vectors.conversation_events("default", "priya-tom")
     view = MemoryView("default", engine.hot.events("default", [e.event_id for e in events]).values(),

@@ -38,7 +38,7 @@ import numpy as np
 import structlog
 from pydantic import BaseModel
 
-from compassmem.query_api.bm25_index import Bm25Index
+from compassmem.retrieval.bm25_index import Bm25Index
 from compassmem.embedding import Embedder
 from compassmem.evaluation.harness import BatchPreparable, Retriever
 from compassmem.evaluation.locomo_questions import Question

@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime
 
 from compassmem.processors.time_resolution import resolve_time_expressions
-from compassmem.query_api.decomposition import analyse
+from compassmem.retrieval.decomposition import analyse
 
 SHAPES = ("when", "names-a-date", "how-long", "which-year", "list", "two-event", "other")
 

@@ -35,9 +35,9 @@ from compassmem.query_api.api_models import (
 )
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
-from compassmem.query_api.hot_tier import HotTier
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.query_api.request_id import install_request_ids
-from compassmem.query_api.engine import QueryDeadlineExceeded, QueryEngine
+from compassmem.retrieval.engine import QueryDeadlineExceeded, QueryEngine
 from compassmem.query_api.schemas import QueryRequest, QueryResponse
 from compassmem.query_api.turn_publisher import ControlPublisher, PublishError, RecordTooLargeError, TurnPublisher
 from compassmem.sinks.factory import Stores

@@ -17,7 +17,7 @@ import structlog
 from pydantic import ValidationError
 
 from compassmem.config import Settings
-from compassmem.query_api.hot_tier import HotTier
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
 
 log = structlog.get_logger(__name__)

@@ -14,7 +14,7 @@ from typing import TextIO
 import structlog
 
 from compassmem.models import Cluster, Relation
-from compassmem.query_api.explorer.listing import list_conversations, list_events
+from compassmem.retrieval.listing import list_conversations, list_events
 from compassmem.sinks.factory import Stores
 from compassmem.transfer.records import (
     ClusterLine,

@@ -22,7 +22,7 @@ from kafka import KafkaConsumer, TopicPartition
 from pydantic import BaseModel, ValidationError
 
 from compassmem.query_api.api_models import GraphNode, LiveChange, LiveNotice
-from compassmem.query_api.explorer.listing import edge_of_relation, node_of_event
+from compassmem.retrieval.listing import edge_of_relation, node_of_event
 from compassmem.streams.messages import ChangeOp, ClusterChange, EventChange, RelationChange
 
 log = structlog.get_logger(__name__)

@@ -31,7 +31,7 @@ from compassmem.query_api.api_models import (
     LiveReady,
 )
 from compassmem.query_api.app import _AUTH_ERRORS, _INVALID, _NOT_FOUND, ApiServices, ConversationId, _no_memory
-from compassmem.query_api.explorer.listing import (
+from compassmem.retrieval.listing import (
     ConversationOrder,
     CursorError,
     conversation_graph,

@@ -17,10 +17,10 @@ from pydantic import BaseModel, Field
 from compassmem.embedding import Embedder
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.processors.time_resolution import resolve_time_expressions
-from compassmem.query_api.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
-from compassmem.query_api.hot_tier import HotTier
-from compassmem.query_api.memory_view import MemoryView, TurnKey
-from compassmem.query_api.navigation import NavigationConfig, Reached, walk
+from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
+from compassmem.retrieval.hot_tier import HotTier
+from compassmem.retrieval.memory_view import MemoryView, TurnKey
+from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
 from compassmem.query_api.schemas import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
 from compassmem.sinks.vector_store import SearchScope, VectorStore
 

@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 
 from compassmem.models import RelationType
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
-from compassmem.query_api.memory_view import MemoryView
 from compassmem.query_api.schemas import PathStep
+from compassmem.retrieval.memory_view import MemoryView
 
 CLUSTER_HOP = "cluster"
 # Edges that only say two events were told one after the other; neighbouring turns already score context.

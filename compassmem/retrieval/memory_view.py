@@ -14,8 +14,8 @@ from datetime import date, datetime
 import numpy as np
 
 from compassmem.models import Event, IndexedTurn
-from compassmem.query_api.bm25_index import window_bm25
-from compassmem.query_api.hot_tier import HotEvent
+from compassmem.retrieval.bm25_index import window_bm25
+from compassmem.retrieval.hot_tier import HotEvent
 
 TurnKey = tuple[str, str]
 """(conversation_id, turn_id): a turn id is unique only within its conversation."""
