@@ -8,7 +8,7 @@ a millisecond and no index is built: the corpus is whatever the query's candidat
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import bm25s
 import numpy as np
@@ -27,16 +27,18 @@ def bm25_tokens(texts: Sequence[str]) -> list[list[str]]:
     return [list(tokens) for tokens in tokenized]
 
 
-def token_counts(texts: Sequence[str]) -> list[Counter[str]]:
-    return [Counter(tokens) for tokens in bm25_tokens(texts)]
+def token_counts(texts: Sequence[str]) -> list[dict[str, int]]:
+    """Each text's token counts as a plain dict: the garbage collector stops tracking a dict of strings and ints
+    (it would track a Counter for good), and the API's hot tier keeps one per turn it holds."""
+    return [dict(Counter(tokens)) for tokens in bm25_tokens(texts)]
 
 
-def token_lengths(turn_counts: Sequence[Counter[str]]) -> np.ndarray:
+def token_lengths(turn_counts: Sequence[Mapping[str, int]]) -> np.ndarray:
     """Tokens per turn: what a window's length adds up, computed once per corpus rather than per query."""
     return np.fromiter((sum(counts.values()) for counts in turn_counts), dtype=np.float64, count=len(turn_counts))
 
 
-def window_bm25(query: str, turn_counts: Sequence[Counter[str]], lengths: np.ndarray, window_rows: np.ndarray,
+def window_bm25(query: str, turn_counts: Sequence[Mapping[str, int]], lengths: np.ndarray, window_rows: np.ndarray,
                 window_of_row: np.ndarray, windows: int, k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
     """BM25 score of each window for ``query``; window ``window_of_row[i]`` holds turn ``window_rows[i]``;
     ``lengths``: token_lengths(turn_counts)."""

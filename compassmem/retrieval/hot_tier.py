@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,13 +33,36 @@ from compassmem.sinks.vector_store import VectorStore
 INVALIDATION_MARKS = 10_000
 
 
+@dataclass(frozen=True, slots=True)
+class HotTurn:
+    """A turn as a query reads it. One object where its pydantic model takes three (the model, its ``__dict__``,
+    its fields-set): Python's full garbage collection walks every object a large hot tier holds, and its pauses
+    were the tail of tenant-wide query latency."""
+
+    conversation_id: str
+    turn_id: str
+    event_id: str
+    speaker: str
+    text: str
+    timestamp: datetime
+    session_id: str | None
+    has_time_expression: bool
+
+    @classmethod
+    def of(cls, turn: IndexedTurn) -> HotTurn:
+        return cls(conversation_id=turn.conversation_id, turn_id=turn.turn_id, event_id=turn.event_id,
+                   speaker=turn.speaker, text=turn.text, timestamp=turn.timestamp, session_id=turn.session_id,
+                   has_time_expression=turn.has_time_expression)
+
+
 @dataclass(frozen=True)
 class HotEvent:
+    # Without its embedding (``vector``) and its observations: the turns are in ``turns``, once.
     event: Event
     vector: np.ndarray
-    turns: tuple[IndexedTurn, ...]
+    turns: tuple[HotTurn, ...]
     turn_vectors: np.ndarray
-    turn_counts: tuple[Counter[str], ...]
+    turn_counts: tuple[dict[str, int], ...]
     # Every active relation with this event at one end, as (the other end, the edge's attributes): what a walk
     # from here can take, ready to use.
     links: tuple[tuple[str, dict[str, str | float | None]], ...]
@@ -192,9 +215,9 @@ class HotTier:
             turns = by_event.get(event.event_id, [])
             dim = len(event.embedding)
             loaded[event.event_id] = HotEvent(
-                event=event.model_copy(update={"embedding": None}),
+                event=event.model_copy(update={"embedding": None, "observations": []}),
                 vector=np.asarray(event.embedding, dtype=np.float32),
-                turns=tuple(t.model_copy(update={"embedding": None}) for t in turns),
+                turns=tuple(HotTurn.of(t) for t in turns),
                 turn_vectors=np.asarray([t.embedding for t in turns], dtype=np.float32).reshape(len(turns), dim),
                 turn_counts=tuple(token_counts([search_text(t.speaker, t.text, t.timestamp) for t in turns])) if turns else (),
                 # In a fixed order: the walk breaks ties by the order it meets edges, and the graph store returns

@@ -7,15 +7,14 @@ session of one conversation as far as the candidates show.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 
 import numpy as np
 
-from compassmem.models import Event, IndexedTurn
+from compassmem.models import Event
 from compassmem.retrieval.bm25_index import window_bm25
-from compassmem.retrieval.hot_tier import HotEvent
+from compassmem.retrieval.hot_tier import HotEvent, HotTurn
 
 TurnKey = tuple[str, str]
 """(conversation_id, turn_id): a turn id is unique only within its conversation."""
@@ -42,9 +41,9 @@ class MemoryView:
         for i in sorted(range(len(keys)), key=keys.__getitem__):
             kept.setdefault((keys[i][0], keys[i][2]), i)
         rows = list(kept.values())
-        self.turns: list[IndexedTurn] = [turns[i] for i in rows]
+        self.turns: list[HotTurn] = [turns[i] for i in rows]
         self.turn_matrix = matrix[rows].reshape(len(rows), dim)
-        self._turn_counts: list[Counter[str]] = [counts[i] for i in rows]
+        self._turn_counts: list[Mapping[str, int]] = [counts[i] for i in rows]
         self._turn_lengths = lengths[rows]
         self.turn_row: dict[TurnKey, int] = dict(zip(kept, range(len(rows)), strict=True))
         self.turn_event = np.asarray([self.event_row.get(t.event_id, -1) for t in self.turns], dtype=np.int64)
