@@ -22,6 +22,7 @@ from pathlib import Path
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
 from benchmarks.locomo_baselines import results_json, table_rows
 from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
 from compassmem.evaluation.harness import evaluate_retriever
@@ -30,12 +31,11 @@ from compassmem.evaluation.question_shapes import SHAPES, question_shape
 from compassmem.evaluation.recall import BUDGETS, recall_at
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
-from compassmem.pipeline import MemoryPipeline
 from compassmem.models import RelationType
+from compassmem.pipeline import MemoryPipeline
 from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig
-from compassmem.retrieval.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
 from compassmem.retrieval.hot_tier import HotTier
-from compassmem.query_api.schemas import QueryRequest
+from compassmem.retrieval.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 

@@ -30,14 +30,14 @@ from benchmarks.common import (
     write_results,
 )
 from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest
 from compassmem.embedding import make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
 from compassmem.importers import read_locomo_turns
 from compassmem.logging_setup import configure_logging
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import create_app
-from compassmem.query_api.schemas import QueryRequest
-from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import open_stores

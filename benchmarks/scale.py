@@ -65,6 +65,7 @@ from benchmarks.common import (
     write_results,
 )
 from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
 from compassmem.importers import read_turns
@@ -75,9 +76,8 @@ from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemory
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
-from compassmem.retrieval.hot_tier import HotTier
-from compassmem.query_api.schemas import QueryRequest
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker

@@ -14,11 +14,11 @@ from pydantic import ValidationError
 from compassmem import __version__
 from compassmem.cli_errors import one_line
 from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
+from compassmem.contracts.query import QueryResponse
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.models import Event
 from compassmem.pipeline import IngestSummary
-from compassmem.query_api.schemas import QueryResponse
 from compassmem.streams.commands import add_streaming_commands
 from compassmem.transfer.commands import add_transfer_commands
 
@@ -107,9 +107,9 @@ def print_answer(question: str, response: QueryResponse, shown: int,
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.contracts.query import QueryRequest
     from compassmem.errors import NotFound
     from compassmem.memory import Memory
-    from compassmem.query_api.schemas import QueryRequest
 
     scope: dict[str, object]
     words = list(args.words)

@@ -23,6 +23,17 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
+from compassmem.contracts.query import QueryRequest, QueryResponse
+from compassmem.contracts.records import (
+    ConversationPage,
+    DeleteResult,
+    ErrorResponse,
+    EventOut,
+    EventPage,
+    LimitedConversationGraph,
+    TurnsAccepted,
+    ValidationErrorResponse,
+)
 from compassmem.errors import (
     BadRequest,
     CompassmemError,
@@ -33,17 +44,6 @@ from compassmem.errors import (
     Unavailable,
 )
 from compassmem.models import DEFAULT_TENANT, Turn
-from compassmem.query_api.api_models import (
-    ConversationPage,
-    DeleteResult,
-    ErrorResponse,
-    EventOut,
-    EventPage,
-    LimitedConversationGraph,
-    TurnsAccepted,
-    ValidationErrorResponse,
-)
-from compassmem.query_api.schemas import QueryRequest, QueryResponse
 
 DEFAULT_TIMEOUT_S = 30.0
 R = TypeVar("R", bound=BaseModel)

@@ -3,7 +3,7 @@ HTTP (``Client``, ``AsyncClient``), so a caller handles "no such conversation" o
 
 from __future__ import annotations
 
-from compassmem.query_api.api_models import FieldError
+from compassmem.contracts.records import FieldError
 
 
 class CompassmemError(Exception):

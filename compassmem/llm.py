@@ -19,7 +19,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from compassmem.config import Settings
-from compassmem.query_api.schemas import EvidenceItem, TurnOut
+from compassmem.contracts.query import EvidenceItem, TurnOut
 
 log = structlog.get_logger(__name__)
 

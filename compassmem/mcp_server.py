@@ -22,11 +22,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, ValidationError
 
 from compassmem import __version__
+from compassmem.contracts.query import QueryResponse
+from compassmem.contracts.records import ConversationPage, DeleteResult
 from compassmem.errors import CompassmemError
 from compassmem.memory import Memory
 from compassmem.models import DEFAULT_TENANT, Turn
-from compassmem.query_api.api_models import ConversationPage, DeleteResult
-from compassmem.query_api.schemas import QueryResponse
 
 log = structlog.get_logger(__name__)
 

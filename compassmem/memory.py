@@ -27,13 +27,8 @@ import structlog
 from pydantic import StringConstraints, TypeAdapter
 
 from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.errors import NotFound, Unavailable
-from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
-from compassmem.llm_events import llm_steps
-from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
-from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
-from compassmem.query_api.api_models import (
+from compassmem.contracts.query import QueryRequest, QueryResponse
+from compassmem.contracts.records import (
     ConversationPage,
     DeleteResult,
     EventPage,
@@ -41,16 +36,21 @@ from compassmem.query_api.api_models import (
     RedactResult,
     TenantDeleteResult,
 )
+from compassmem.embedding import Embedder, make_embedder
+from compassmem.errors import NotFound, Unavailable
+from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
+from compassmem.llm_events import llm_steps
+from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
+from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
+from compassmem.redaction import delete_stored_tenant, redact_stored_turn
 from compassmem.retrieval.engine import QueryDeadlineExceeded, QueryEngine
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.listing import (
     ConversationOrder,
     conversation_graph,
     list_conversations,
     list_events,
 )
-from compassmem.retrieval.hot_tier import HotTier
-from compassmem.query_api.schemas import QueryRequest, QueryResponse
-from compassmem.redaction import delete_stored_tenant, redact_stored_turn
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.transfer.exporter import export_memory

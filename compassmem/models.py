@@ -11,7 +11,7 @@ import json
 import math
 import re
 import uuid
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -151,6 +151,11 @@ def stable_uuid(*parts: str) -> str:
 
 def partition_key(tenant: str, conversation_id: str) -> str:
     return f"{tenant}/{conversation_id}"
+
+
+def utc_now() -> datetime:
+    """Now, in UTC: the default of the time a record was made (a command's ``requested_at``, a dead letter's)."""
+    return datetime.now(UTC)
 
 
 class Attachment(BaseModel):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from compassmem.contracts.search import SparseVector
 from compassmem.models import (
     Cluster,
     Event,
@@ -28,7 +29,6 @@ from compassmem.models import (
 )
 from compassmem.processors.relations import make_relation
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
-from compassmem.sinks.vector_store import SparseVector
 
 # --- storage layer: tests/test_vector_stores.py, tests/test_graph_store.py ----------------------------------
 

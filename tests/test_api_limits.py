@@ -24,16 +24,16 @@ import httpx
 import pytest
 
 from compassmem.config import Settings
+from compassmem.contracts.query import MAX_QUESTION_CHARS
 from compassmem.models import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, Turn
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
 from compassmem.processors.conversation_memory import ConversationHealth
 from compassmem.query_api.app import ApiServices, create_app
-from compassmem.retrieval.decomposition import MAX_SUBGOALS
-from compassmem.query_api.schemas import MAX_QUESTION_CHARS
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.query_api.turn_publisher import KafkaTurnPublisher
+from compassmem.retrieval.decomposition import MAX_SUBGOALS
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore

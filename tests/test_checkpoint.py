@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
 from compassmem.models import Event, IndexedTurn, Observation, Relation, RelationType, TemporalInfo
 from compassmem.processors.conversation_memory import MemoryUpdate
 from compassmem.sinks.batching import (
@@ -38,7 +39,7 @@ from compassmem.streams.checkpoint import (
     outgoing_records,
     table_writes,
 )
-from compassmem.streams.messages import ChangeOp, DeadLetter, DeadLetterReason, DeadLetterStage, EventChange
+from compassmem.streams.messages import ChangeOp, EventChange
 from compassmem.streams.processor import BatchOutput
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)

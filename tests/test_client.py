@@ -20,7 +20,7 @@ from compassmem import (
     Unauthorized,
     Unavailable,
 )
-from compassmem.query_api.schemas import QueryRequest
+from compassmem.contracts.query import QueryRequest
 
 QUESTION = "Why was the Atlas launch moved, and when did it finally launch?"
 

@@ -2,7 +2,7 @@
 the graph within server-side limits, the live stream fed by a real change-feed topic, the API key, the page's files.
 
 Memory is built with the in-process pipeline into the embedded stores; the change feed is the session's Tansu broker,
-written to as the worker writes it (``streams/messages.py`` records).
+written to as the worker writes it (``compassmem/streams/messages.py`` records).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from compassmem import Memory, NotFound
 from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest, QueryResponse
 from compassmem.models import Turn
-from compassmem.query_api.schemas import QueryRequest, QueryResponse
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 # The cache the `embedder` fixture's default settings use: the ONNX export is made once per checkout, not per test.

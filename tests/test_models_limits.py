@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason
+from compassmem.contracts.query import MAX_QUESTION_CHARS, QueryRequest
 from compassmem.importers import ImportFormatError, read_jsonl_turns
 from compassmem.models import (
     ID_PATTERN,
@@ -29,10 +31,8 @@ from compassmem.models import (
     Turn,
     check_id,
 )
-from compassmem.query_api.schemas import MAX_QUESTION_CHARS, QueryRequest
 from compassmem.retrieval.decomposition import MAX_SUBGOALS, analyse, with_subgoals
 from compassmem.streams.decoding import RawRecord, TurnItem, decode_turns_record
-from compassmem.streams.messages import DeadLetter, DeadLetterReason
 from compassmem.streams.producer import encode_turn
 
 GOOD: dict[str, Any] = {"tenant": "acme", "conversation_id": "c1", "turn_id": "t1", "speaker": "Ann",

@@ -11,17 +11,17 @@ from prometheus_client import generate_latest
 from conftest import stream_conversation
 from prometheus_text import parse_samples, total, value
 
+from compassmem.contracts.dead_letters import DeadLetterReason, DeadLetterStage
 from compassmem.models import RelationType
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
 from compassmem.monitoring.measured_stores import MeasuredStore
 from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.messages import DeadLetterReason, DeadLetterStage
 
 SMALL_DRIFT = DriftConfig(recent_size=20, reference_half_life=50, sample_every=5, trend_samples=6)
 

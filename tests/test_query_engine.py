@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest
 from compassmem.importers import read_turns
 from compassmem.pipeline import MemoryPipeline
-from compassmem.query_api.schemas import QueryRequest
 from compassmem.retrieval.decomposition import analyse
 from compassmem.retrieval.engine import QueryEngine, asked_speakers
 from compassmem.retrieval.hot_tier import HotTier

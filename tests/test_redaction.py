@@ -15,13 +15,13 @@ import pytest
 
 from compassmem import Memory, NotFound
 from compassmem.config import Settings
+from compassmem.contracts.commands import RedactCommand
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.server import BackgroundServer, build_services
+from compassmem.sinks.factory import open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
-from compassmem.sinks.factory import open_stores
-from compassmem.streams.messages import RedactCommand
 from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
 from test_streaming import committed_offsets, graph_matches, true_end_offsets
 

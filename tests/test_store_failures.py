@@ -17,9 +17,9 @@ import pytest
 import redis.exceptions
 
 from compassmem.config import Settings
+from compassmem.contracts.dead_letters import DeadLetterReason, DeadLetterStage
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.messages import DeadLetterReason, DeadLetterStage
 from compassmem.streams.processor import (
     BatchInput,
     MemoryStreamProcessor,

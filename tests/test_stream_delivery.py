@@ -18,10 +18,10 @@ import pytest
 from kafka.partitioner.default import murmur2
 from prometheus_client import generate_latest
 
+from compassmem.contracts.commands import ForgetCommand
 from compassmem.sinks.factory import open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
-from compassmem.streams.messages import ForgetCommand
 from compassmem.streams import transport
 from compassmem.streams.runner import InProcessWorker
 

@@ -6,6 +6,8 @@ import json
 
 from conftest import stream_conversation
 
+from compassmem.contracts.commands import ForgetCommand
+from compassmem.contracts.dead_letters import DeadLetter
 from compassmem.pipeline import MemoryPipeline
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory, ConversationMemoryState
@@ -14,7 +16,6 @@ from compassmem.processors.relations import RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector
 from compassmem.query_api.turn_publisher import ForgetCommand as ApiForgetCommand
 from compassmem.streams.decoding import RawRecord, TurnItem, decode_turns_record
-from compassmem.streams.messages import DeadLetter, ForgetCommand
 from compassmem.streams.state import ConversationRecord, RecordHeader, decode_header, decode_record, encode_record
 
 

@@ -21,10 +21,10 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.partitioner.default import murmur2
 from prometheus_client import generate_latest
 
+from compassmem.contracts.commands import ForgetCommand
+from compassmem.sinks.factory import open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
-from compassmem.sinks.factory import open_stores
-from compassmem.streams.messages import ForgetCommand
 from compassmem.streams.runner import InProcessWorker
 from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, changelog_topic
 

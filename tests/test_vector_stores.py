@@ -11,6 +11,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from compassmem.config import Settings
+from compassmem.contracts.search import SearchScope, SparseVector
 from compassmem.models import Event, IndexedTurn, turn_point_id
 from compassmem.sinks.event_payload import (
     event_from_payload,
@@ -23,7 +24,7 @@ from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import SearchScope, SparseVector, VectorStore
+from compassmem.sinks.vector_store import VectorStore
 
 Opener = Callable[[], VectorStore]
 EventBuilder = Callable[..., Event]

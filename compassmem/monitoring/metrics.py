@@ -29,11 +29,15 @@ from prometheus_client import (
 )
 from pydantic import SecretStr
 
+from compassmem.contracts.dead_letters import (
+    DeadLetter,
+    DeadLetterReason,
+    DeadLetterStage,
+)
+from compassmem.contracts.query import QueryResponse
 from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
 from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
-from compassmem.query_api.schemas import QueryResponse
-from compassmem.streams.messages import DeadLetter, DeadLetterReason, DeadLetterStage
 
 # Per-batch stage durations run from a millisecond (a small store flush) to tens of seconds (a cold embedding batch).
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import Stemmer
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-from compassmem.sinks.vector_store import SparseVector
+from compassmem.contracts.search import SparseVector
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -11,43 +11,47 @@ dependencies made inside ``create_app`` would not resolve from strings.
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import structlog
 from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import AfterValidator, Discriminator, Field, Tag
+from pydantic import AfterValidator, BaseModel, Discriminator, Field, Tag
 
 from compassmem import __version__
 from compassmem.config import Settings
-from compassmem.models import DEFAULT_TENANT, ID_PATTERN, ID_RULE, MAX_ID_CHARS, TENANT_PATTERN, Turn, check_id
-from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.query_api.api_models import (
+from compassmem.contracts.commands import ForgetCommand
+from compassmem.contracts.query import QueryRequest, QueryResponse
+from compassmem.contracts.records import (
     DeleteResult,
     ErrorResponse,
     EventOut,
     FieldError,
-    Health,
     TurnsAccepted,
     ValidationErrorResponse,
 )
+from compassmem.models import DEFAULT_TENANT, ID_PATTERN, ID_RULE, MAX_ID_CHARS, TENANT_PATTERN, Turn, check_id
+from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
-from compassmem.retrieval.hot_tier import HotTier
 from compassmem.query_api.request_id import install_request_ids
-from compassmem.retrieval.engine import QueryDeadlineExceeded, QueryEngine
-from compassmem.query_api.schemas import QueryRequest, QueryResponse
 from compassmem.query_api.turn_publisher import ControlPublisher, PublishError, RecordTooLargeError, TurnPublisher
+from compassmem.retrieval.engine import QueryDeadlineExceeded, QueryEngine
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.factory import Stores
-from compassmem.streams.messages import ForgetCommand
 
 log = structlog.get_logger(__name__)
 
 MAX_TURNS_PER_REQUEST = 1000
 # Names of the two shapes POST /v1/turns accepts; pydantic puts them in error locations, the handler drops them.
 _ONE_TURN, _TURN_LIST = "one turn", "list of turns"
+
+
+class Health(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, str] = Field(description="Per store: 'ok' or the error it gave.")
 
 
 @dataclass

@@ -13,13 +13,13 @@ import structlog
 from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 from pydantic import AfterValidator
 
+from compassmem.contracts.commands import ForgetCommand, RedactCommand
+from compassmem.contracts.records import ErrorResponse, RedactResult, TenantDeleteResult
 from compassmem.models import TENANT_PATTERN, check_id
-from compassmem.query_api.api_models import ErrorResponse, RedactResult, TenantDeleteResult
 from compassmem.query_api.app import _AUTH_ERRORS, _INVALID, _UNAVAILABLE, ApiServices, ConversationId
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.turn_publisher import PublishError
 from compassmem.redaction import delete_stored_tenant, redact_stored_turn
-from compassmem.streams.messages import ForgetCommand, RedactCommand
 
 log = structlog.get_logger(__name__)
 

@@ -16,7 +16,7 @@ from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 from compassmem.models import Turn
 # One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
-from compassmem.streams.messages import ForgetCommand, RedactCommand
+from compassmem.contracts.commands import ForgetCommand, RedactCommand
 from compassmem.streams.producer import ProduceError, TurnProducer
 
 

@@ -14,6 +14,8 @@ import numpy as np
 import structlog
 from pydantic import BaseModel, Field
 
+from compassmem.contracts.query import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
+from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.processors.time_resolution import resolve_time_expressions
@@ -21,8 +23,7 @@ from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keywor
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
-from compassmem.query_api.schemas import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
-from compassmem.sinks.vector_store import SearchScope, VectorStore
+from compassmem.sinks.vector_store import VectorStore
 
 log = structlog.get_logger(__name__)
 

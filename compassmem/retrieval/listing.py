@@ -21,8 +21,7 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from compassmem.models import Event, Relation
-from compassmem.query_api.api_models import (
+from compassmem.contracts.records import (
     ConversationPage,
     ConversationSummary,
     EventPage,
@@ -32,6 +31,7 @@ from compassmem.query_api.api_models import (
     GraphNode,
     LimitedConversationGraph,
 )
+from compassmem.models import Event, Relation
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.graph_store import ConversationStats, EventPosition
 

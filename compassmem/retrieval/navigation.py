@@ -12,9 +12,9 @@ import heapq
 import numpy as np
 from pydantic import BaseModel, Field
 
+from compassmem.contracts.query import PathStep
 from compassmem.models import RelationType
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
-from compassmem.query_api.schemas import PathStep
 from compassmem.retrieval.memory_view import MemoryView
 
 CLUSTER_HOP = "cluster"

@@ -15,10 +15,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from compassmem.contracts.search import SparseVector
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, search_text, turn_point_id
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.graph_store import GraphStore
-from compassmem.sinks.vector_store import SparseVector, VectorStore
+from compassmem.sinks.vector_store import VectorStore
 
 
 @dataclass(frozen=True, slots=True)

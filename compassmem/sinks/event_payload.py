@@ -26,15 +26,9 @@ from typing import Any
 
 import structlog
 
+from compassmem.contracts.search import SearchScope, SparseVector
 from compassmem.models import Event, IndexedTurn, turn_point_id
-from compassmem.sinks.vector_store import (
-    ScoredEvent,
-    ScoredTurn,
-    SearchScope,
-    SparseVector,
-    TurnHit,
-    VectorStore,
-)
+from compassmem.sinks.vector_store import ScoredEvent, ScoredTurn, TurnHit, VectorStore
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "keywords"

@@ -38,9 +38,9 @@ from qdrant_edge import (
 )
 from qdrant_edge import SparseVector as EdgeSparseVector
 
+from compassmem.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
 from compassmem.sinks.event_payload import Payload, PointData, PointStore, Scope
-from compassmem.sinks.vector_store import SparseVector
 
 log = structlog.get_logger(__name__)
 

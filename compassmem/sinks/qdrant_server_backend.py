@@ -15,9 +15,9 @@ import structlog
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
+from compassmem.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
 from compassmem.sinks.event_payload import Payload, PointData, PointStore, Scope
-from compassmem.sinks.vector_store import SparseVector
 
 # Collection metadata: which embedder made the collection's vectors (VectorStore.claim_vector_space).
 VECTOR_SPACE_KEY = "compassmem_vector_space"

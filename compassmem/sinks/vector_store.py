@@ -13,14 +13,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from compassmem.contracts.search import SearchScope, SparseVector
 from compassmem.models import Event, IndexedTurn
-
-
-class SparseVector(BaseModel):
-    indices: list[int]
-    values: list[float]
 
 
 class ScoredEvent(BaseModel):
@@ -40,21 +36,6 @@ class TurnHit(NamedTuple):
     turn_id: str
     event_id: str
     score: float
-
-
-class SearchScope(BaseModel):
-    """What a search covers: always one tenant; within it a list of conversations, one subject's conversations,
-    or (neither given) all of the tenant's conversations."""
-
-    model_config = ConfigDict(frozen=True)
-
-    tenant: str
-    conversation_ids: tuple[str, ...] | None = None
-    subject_id: str | None = None
-
-    @classmethod
-    def conversation(cls, tenant: str, conversation_id: str) -> SearchScope:
-        return cls(tenant=tenant, conversation_ids=(conversation_id,))
 
 
 class VectorSpaceMismatch(RuntimeError):

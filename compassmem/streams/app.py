@@ -40,11 +40,14 @@ from faust.types import TP, EventT
 from pydantic import ValidationError
 
 from compassmem.config import Settings
+from compassmem.contracts.commands import CONTROL_COMMAND, ForgetCommand, RedactCommand
+from compassmem.contracts.dead_letters import DeadLetterReason, DeadLetterStage
 from compassmem.embedding import Embedder
 from compassmem.importers import describe_validation_error
 from compassmem.llm_events import llm_steps
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import PipelineConfig
+from compassmem.redaction import redact_stored_turn
 from compassmem.sinks.factory import Stores
 from compassmem.streams.checkpoint import (
     Acknowledge,
@@ -56,18 +59,12 @@ from compassmem.streams.checkpoint import (
 )
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.forget_log import executed_forgets
-from compassmem.redaction import redact_stored_turn
 from compassmem.streams.messages import (
-    CONTROL_COMMAND,
     CONTROL_HEADER,
     ControlKind,
-    DeadLetterReason,
-    DeadLetterStage,
-    ForgetCommand,
     ForgetDone,
     ForgetMarker,
     IdleCloseMarker,
-    RedactCommand,
     RedactMarker,
 )
 from compassmem.streams.positions import Admission, GapNotRepairedError, PartitionPositions

@@ -14,7 +14,7 @@ from compassmem.config import Settings
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 
 if TYPE_CHECKING:
-    from compassmem.streams.messages import ForgetCommand, RedactCommand
+    from compassmem.contracts.commands import ForgetCommand, RedactCommand
 
 MEMORY_ONLY = ("The dev broker is MEMORY-ONLY (Tansu with --storage-engine memory://): topics, offsets and consumer "
                "groups vanish when it stops. Use it for development and tests; set COMPASSMEM_KAFKA_BOOTSTRAP to a "
@@ -123,7 +123,7 @@ def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactC
 
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.streams.messages import ForgetCommand
+    from compassmem.contracts.commands import ForgetCommand
 
     if code := _send_command(settings, lambda: ForgetCommand(tenant=args.tenant, conversation_id=args.conversation)):
         return code
@@ -134,7 +134,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.streams.messages import RedactCommand
+    from compassmem.contracts.commands import RedactCommand
 
     if code := _send_command(settings, lambda: RedactCommand(tenant=args.tenant, conversation_id=args.conversation,
                                                              turn_id=args.turn)):

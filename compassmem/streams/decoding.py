@@ -14,14 +14,16 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from compassmem.contracts.dead_letters import (
+    DeadLetter,
+    DeadLetterReason,
+    DeadLetterStage,
+)
 from compassmem.importers import describe_validation_error
 from compassmem.models import Turn
 from compassmem.streams.messages import (
     CONTROL_HEADER,
     ControlKind,
-    DeadLetter,
-    DeadLetterReason,
-    DeadLetterStage,
     ForgetMarker,
     IdleCloseMarker,
     RedactMarker,

@@ -29,12 +29,14 @@ from functools import partial
 
 import structlog
 
+from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
 from compassmem.embedding import Embedder
 from compassmem.models import Cluster, Event, Relation, partition_key
 from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, PipelineObserver
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
+from compassmem.redaction import redact_stored_turn
 from compassmem.sinks.batching import (
     ConversationForgotten,
     GraphSink,
@@ -48,7 +50,6 @@ from compassmem.sinks.batching import (
 from compassmem.sinks.checkpoint import SinkCheckpoint
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.failures import is_store_unavailable
-from compassmem.redaction import redact_stored_turn
 from compassmem.streams.decoding import (
     ForgetItem,
     IdleCloseItem,
@@ -60,11 +61,8 @@ from compassmem.streams.decoding import (
 from compassmem.streams.messages import (
     CONTROL_HEADER,
     ChangeOp,
-    ControlKind,
     ClusterChange,
-    DeadLetter,
-    DeadLetterReason,
-    DeadLetterStage,
+    ControlKind,
     EventChange,
     RelationChange,
 )

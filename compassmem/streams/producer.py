@@ -17,8 +17,8 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from pydantic import BaseModel
 
+from compassmem.contracts.commands import ForgetCommand, RedactCommand
 from compassmem.models import Turn
-from compassmem.streams.messages import ForgetCommand, RedactCommand
 
 log = structlog.get_logger(__name__)
 

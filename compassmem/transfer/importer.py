@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 
 import structlog
 
+from compassmem.contracts.search import SearchScope
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
-from compassmem.sinks.vector_store import SearchScope
 from compassmem.transfer.reader import Conversation, numbered, read_conversations, read_header
 from compassmem.transfer.records import Counts, Header, ImportRefused, TransferSummary
 

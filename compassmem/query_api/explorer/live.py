@@ -1,9 +1,9 @@
 """The explorer's live view: the worker's change feeds, per conversation, as server-sent events.
 
 The worker publishes every event (provisional ones included), relation and topic it writes, once the stores hold
-them, on the events, relations and clusters topics (``streams/messages.py``). ``LiveFeed`` follows the three
-topics from their end on a daemon thread (no consumer group: every API process sees every change) and hands each
-change to the streams watching its conversation. Changes are numbered; the last ``buffer`` of them are kept, so a
+them, on the events, relations and clusters topics (``compassmem/streams/messages.py``). ``LiveFeed`` follows the
+three topics from their end on a daemon thread (no consumer group: every API process sees every change) and hands
+each change to the streams watching its conversation. Changes are numbered; the last ``buffer`` of them are kept, so a
 stream that reconnects with the id of the last change it got (SSE ``Last-Event-ID``) receives what it missed, or a
 ``resync`` when that is no longer kept (or the id is from another process), after which the page reloads the graph.
 """
@@ -19,9 +19,9 @@ from typing import Literal
 
 import structlog
 from kafka import KafkaConsumer, TopicPartition
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from compassmem.query_api.api_models import GraphNode, LiveChange, LiveNotice
+from compassmem.contracts.records import GraphEdge, GraphNode
 from compassmem.retrieval.listing import edge_of_relation, node_of_event
 from compassmem.streams.messages import ChangeOp, ClusterChange, EventChange, RelationChange
 
@@ -29,6 +29,34 @@ log = structlog.get_logger(__name__)
 
 # A stream that falls this far behind (a stalled tab) is ended with a resync rather than buffered without bound.
 _QUEUE_LIMIT = 1000
+
+
+# -- What the stream sends (documented in the OpenAPI schema of the live endpoint's responses) --------------------
+
+
+class LiveChange(BaseModel):
+    """One change of a conversation's memory, as the live stream sends it (SSE event ``change``)."""
+
+    op: Literal["upsert", "delete", "forget"] = Field(description="upsert: an event, topic or relation was "
+                                                                  "written; delete: an event was removed (merged "
+                                                                  "away); forget: the whole conversation was.")
+    node: GraphNode | None = Field(default=None, description="The event or topic written.")
+    edge: GraphEdge | None = Field(default=None, description="The relation written.")
+    removed: str | None = Field(default=None, description="The id of the event deleted.")
+
+
+class LiveReady(BaseModel):
+    """The live stream's first event (SSE ``ready``): changes from here on will follow."""
+
+    ends_after_s: float = Field(description="The stream ends after this long; reconnect with Last-Event-ID to get "
+                                            "the changes in between.")
+
+
+class LiveNotice(BaseModel):
+    """SSE ``resync`` (changes were lost: reload the graph, then reconnect without Last-Event-ID) or
+    ``unavailable`` (this API process follows no change feed); the stream ends after it."""
+
+    reason: str
 
 
 @dataclass(frozen=True)

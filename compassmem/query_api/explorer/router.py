@@ -21,16 +21,10 @@ from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
+from compassmem.contracts.records import ConversationPage, EventPage, FieldError, LimitedConversationGraph
 from compassmem.models import check_storable
-from compassmem.query_api.api_models import (
-    ConversationPage,
-    EventPage,
-    FieldError,
-    LimitedConversationGraph,
-    LiveNotice,
-    LiveReady,
-)
 from compassmem.query_api.app import _AUTH_ERRORS, _INVALID, _NOT_FOUND, ApiServices, ConversationId, _no_memory
+from compassmem.query_api.explorer.live import LiveFeed, LiveNotice, LiveReady, sse
 from compassmem.retrieval.listing import (
     ConversationOrder,
     CursorError,
@@ -38,7 +32,6 @@ from compassmem.retrieval.listing import (
     list_conversations,
     list_events,
 )
-from compassmem.query_api.explorer.live import LiveFeed, sse
 
 log = structlog.get_logger(__name__)
 

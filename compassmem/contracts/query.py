@@ -1,4 +1,5 @@
-"""Request and response records of the query API (also what the recall benchmark reads)."""
+"""A question and its answer: ``QueryRequest`` and ``QueryResponse`` with its evidence, as ``POST /v1/query``,
+``Memory.query``, ``Client.query`` and the MCP server take and give them (and the recall benchmark reads them)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compassmem.contracts.search import SearchScope
 from compassmem.models import (
     DEFAULT_TENANT,
     ID_PATTERN,
@@ -17,7 +19,6 @@ from compassmem.models import (
     check_id,
     check_storable,
 )
-from compassmem.sinks.vector_store import SearchScope
 
 # A question is one short sentence or a few; longer ones only cost more (every clause can become a subgoal).
 MAX_QUESTION_CHARS = 1000

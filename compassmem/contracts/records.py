@@ -1,4 +1,8 @@
-"""The HTTP API's own records (besides QueryRequest/QueryResponse): errors, events, graphs, acknowledgements."""
+"""The records the HTTP API answers with and the library, the HTTP client and the MCP server share (the question and
+its answer are in ``query.py``): errors, events, acknowledgements, deletion results, listings and graphs.
+
+``Memory`` returns them in process, ``Client`` parses them from the API's JSON, so the two give the same objects.
+"""
 
 from __future__ import annotations
 
@@ -144,12 +148,7 @@ class TenantDeleteResult(BaseModel):
                                                "topic, so that a replay of the turns topic does not restore it.")
 
 
-class Health(BaseModel):
-    status: Literal["ok", "unavailable"]
-    checks: dict[str, str] = Field(description="Per store: 'ok' or the error it gave.")
-
-
-# -- The memory explorer (compassmem/query_api/explorer/): listings, a limited graph, live changes ----------------
+# -- Listings and a limited graph (compassmem/retrieval/listing.py makes them) ------------------------------------
 
 
 class ConversationSummary(BaseModel):
@@ -189,28 +188,3 @@ class LimitedConversationGraph(ConversationGraph):
     """A conversation's graph within the limits asked for; ``counts`` describe what is returned."""
 
     limits: GraphLimits
-
-
-class LiveChange(BaseModel):
-    """One change of a conversation's memory, as the live stream sends it (SSE event ``change``)."""
-
-    op: Literal["upsert", "delete", "forget"] = Field(description="upsert: an event, topic or relation was "
-                                                                  "written; delete: an event was removed (merged "
-                                                                  "away); forget: the whole conversation was.")
-    node: GraphNode | None = Field(default=None, description="The event or topic written.")
-    edge: GraphEdge | None = Field(default=None, description="The relation written.")
-    removed: str | None = Field(default=None, description="The id of the event deleted.")
-
-
-class LiveReady(BaseModel):
-    """The live stream's first event (SSE ``ready``): changes from here on will follow."""
-
-    ends_after_s: float = Field(description="The stream ends after this long; reconnect with Last-Event-ID to get "
-                                            "the changes in between.")
-
-
-class LiveNotice(BaseModel):
-    """SSE ``resync`` (changes were lost: reload the graph, then reconnect without Last-Event-ID) or
-    ``unavailable`` (this API process follows no change feed); the stream ends after it."""
-
-    reason: str

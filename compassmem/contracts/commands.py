@@ -1,0 +1,76 @@
+"""The commands of the control topic: forget a conversation or a tenant, redact one turn.
+
+The query API's DELETE endpoints, ``compassmem forget`` / ``compassmem redact`` and any Kafka producer write them;
+the streaming worker (``compassmem/streams/app.py``) executes them and copies them into the turns log as markers
+(``compassmem/streams/messages.py``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+from compassmem.models import TENANT_PATTERN, check_id, partition_key, utc_now
+
+
+class ForgetCommand(BaseModel):
+    """Forget one conversation, or a whole tenant when ``conversation_id`` is None.
+
+    ``{"command": "forget", "tenant": ..., "conversation_id": ... or null, "requested_at": ISO 8601}``; key it by
+    ``tenant/conversation_id`` (or the tenant). A forget removes what the turns topic held for the conversation up
+    to the moment the worker applies it, from both stores and from the worker's tables; turns produced after it
+    start a new memory.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: Literal["forget"] = "forget"
+    tenant: str = Field(pattern=TENANT_PATTERN)
+    conversation_id: str | None = None
+    requested_at: datetime = Field(default_factory=utc_now)
+
+    @model_validator(mode="after")
+    def _ids(self) -> ForgetCommand:
+        if self.conversation_id is not None:
+            check_id(self.conversation_id)
+        return self
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.conversation_id) if self.conversation_id else self.tenant
+
+    def covers(self, tenant: str, conversation_id: str) -> bool:
+        return tenant == self.tenant and self.conversation_id in (None, conversation_id)
+
+
+class RedactCommand(BaseModel):
+    """Redact one turn: its point leaves the vector store and its event is rebuilt from the other turns.
+
+    ``{"command": "redact", "tenant": ..., "conversation_id": ..., "turn_id": ..., "requested_at": ...}``, keyed
+    like the conversation's turns. Its marker in the turns log takes the turn out of the worker's state where it
+    took effect, and the conversation's table record keeps the turn id, so the turn is dropped if it comes again.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: Literal["redact"] = "redact"
+    tenant: str = Field(pattern=TENANT_PATTERN)
+    conversation_id: str
+    turn_id: str
+    requested_at: datetime = Field(default_factory=utc_now)
+
+    @model_validator(mode="after")
+    def _ids(self) -> RedactCommand:
+        check_id(self.conversation_id)
+        check_id(self.turn_id)
+        return self
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.tenant, self.conversation_id)
+
+
+ControlCommand = Annotated[ForgetCommand | RedactCommand, Field(discriminator="command")]
+CONTROL_COMMAND: TypeAdapter[ForgetCommand | RedactCommand] = TypeAdapter(ControlCommand)
