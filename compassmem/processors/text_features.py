@@ -116,8 +116,16 @@ def _clauses(sentence: str, max_chars: int) -> list[str]:
 
 def keyword_stems(text: str) -> list[str]:
     """Content-word stems in order, repeats kept (term frequency matters for sparse vectors)."""
+    return list(_keyword_stems(text))
+
+
+# A turn's text is stemmed by segmentation, merging, frames, relations and both sparse vectors (about nine times
+# per turn in a worker batch): the recent texts' stems are kept. Bounded: a text is at most 16 KiB, so at most
+# 16 MiB of keys even for pathological input.
+@lru_cache(maxsize=1024)
+def _keyword_stems(text: str) -> tuple[str, ...]:
     content = [w.lower() for w in words(text) if len(w) > 2 and w.lower() not in STOP_WORDS and not w.isdigit()]
-    return _stemmer().stemWords(content)
+    return tuple(_stemmer().stemWords(content))
 
 
 def entities(text: str) -> list[str]:
