@@ -88,18 +88,22 @@ def run_batches(embedder: Any, records: Sequence[RawRecord], batch: int, scratch
         return count
 
 
-def top_functions(profile: cProfile.Profile, key: str, top: int) -> list[list[Any]]:
+def top_functions(profile: cProfile.Profile, key: str, top: int, ours_only: bool = False) -> list[list[Any]]:
+    """The ``top`` functions by own or cumulative time; ``ours_only``: compassmem's own functions only (by
+    cumulative time they say which stage of the batch costs what)."""
     stats = pstats.Stats(profile)
     entries = []
     for (filename, line, name), (_calls, primitive, own, cumulative, _callers) in stats.stats.items():  # type: ignore[attr-defined]
-        where = f"{Path(filename).name}:{line}" if line else filename
+        if ours_only and "/compassmem/" not in Path(filename).as_posix():
+            continue
+        where = f"{Path(filename).parent.name}/{Path(filename).name}:{line}" if line else filename
         entries.append((name, where, primitive, own, cumulative))
+    total = max(cumulative for _cc, _nc, _own, cumulative, _callers in stats.stats.values())  # type: ignore[attr-defined]
     index = 3 if key == "own" else 4
     entries.sort(key=lambda entry: entry[index], reverse=True)
-    total = max(entry[4] for entry in entries)
-    return [[name, where, calls, round(own, 3), round(cumulative, 3), round(100 * entry_value / total, 1)]
-            for name, where, calls, own, cumulative in entries[:top]
-            for entry_value in [own if key == "own" else cumulative]]
+    return [[name, where, calls, round(own, 3), round(cumulative, 3),
+             round(100 * (own if key == "own" else cumulative) / total, 1)]
+            for name, where, calls, own, cumulative in entries[:top]]
 
 
 def main() -> None:
@@ -142,12 +146,10 @@ def main() -> None:
           f"embedding {100 * embed_share:.0f} % of it, the rest {per_batch_ms * (1 - embed_share):.1f} ms per batch")
     headers = ["function", "where", "calls", "own s", "cumulative s", "% of run"]
     tables = {}
-    for key in ("own", "cumulative"):
-        print(f"\ntop {args.top} by {key} time (profiled pass)")
-        rows = top_functions(profile, key, args.top if key == "own" else args.top + 8)
-        if key == "cumulative":  # the entry points (this script's own frames) say nothing; skip them
-            rows = [row for row in rows if "batch_profile" not in row[1] and row[0] not in ("<lambda>", "write")]
-            rows = rows[: args.top]
+    for key, ours_only, title in (("own", False, "by own time"),
+                                  ("cumulative", True, "of compassmem's functions by cumulative time")):
+        print(f"\ntop {args.top} {title} (profiled pass)")
+        rows = top_functions(profile, key, args.top, ours_only)
         print_table(headers, rows)
         tables[key] = [dict(zip(headers, row, strict=True)) for row in rows]
     write_results(args.out, {
