@@ -10,7 +10,8 @@ from fastapi import FastAPI
 
 from compassmem.config import Settings
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.query_api.app import ApiServices, create_app
+from compassmem.query_api.app import create_app
+from compassmem.query_api.dependencies import ApiServices
 from compassmem.sinks.factory import Stores
 
 

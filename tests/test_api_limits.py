@@ -30,7 +30,8 @@ from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
 from compassmem.processors.conversation_memory import ConversationHealth
-from compassmem.query_api.app import ApiServices, create_app
+from compassmem.query_api.app import create_app
+from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.query_api.turn_publisher import KafkaTurnPublisher
 from compassmem.retrieval.decomposition import MAX_SUBGOALS

@@ -26,7 +26,8 @@ from compassmem.config import Settings
 from compassmem.models import Event, Relation, RelationType, Turn, relation_id_for
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
-from compassmem.query_api.app import ApiServices, create_app
+from compassmem.query_api.app import create_app
+from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.sinks.batching import GraphSink, VectorSink, event_keyword_vector
 from compassmem.sinks.factory import Stores

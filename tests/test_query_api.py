@@ -26,10 +26,11 @@ from compassmem.models import Cluster, Relation, RelationType, Turn, relation_id
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline
-from compassmem.query_api.app import ApiServices, create_app
+from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
-from compassmem.retrieval.hot_tier import HotTier
+from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import ApiSidecar, BackgroundServer, run_api
+from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore

@@ -28,11 +28,12 @@ from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.logging_setup import library_logging_config
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.query_api.app import ApiServices, create_app
+from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
+from compassmem.query_api.dependencies import ApiServices
+from compassmem.query_api.turn_publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
 from compassmem.retrieval.engine import QueryEngine
 from compassmem.retrieval.hot_tier import HotTier
-from compassmem.query_api.turn_publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
 from compassmem.sinks.factory import Stores, open_stores
 
 if TYPE_CHECKING:

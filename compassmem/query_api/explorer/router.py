@@ -3,18 +3,18 @@
 Every endpoint takes the app's tenant dependency, so the page is held to the same API keys as any client. The page
 itself (``/ui``) holds no data and needs no key: it asks for one and sends it with each request.
 No ``from __future__ import annotations``: FastAPI reads the annotations of the endpoints made in
-``explorer_router`` at runtime, and its local ``Tenant`` type would not resolve from a string.
+``explorer_router`` at runtime.
 """
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import structlog
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, status
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, status
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, AwareDatetime
 from starlette.responses import Response
@@ -22,8 +22,17 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from compassmem.contracts.records import ConversationPage, EventPage, FieldError, LimitedConversationGraph
+from compassmem.config import Settings
 from compassmem.models import check_storable
-from compassmem.query_api.app import _AUTH_ERRORS, _INVALID, _NOT_FOUND, ApiServices, ConversationId, _no_memory
+from compassmem.query_api.dependencies import (
+    AUTH_ERRORS,
+    INVALID,
+    NOT_FOUND,
+    ConversationId,
+    Services,
+    Tenant,
+    no_memory,
+)
 from compassmem.query_api.explorer.live import LiveFeed, LiveNotice, LiveReady, sse
 from compassmem.retrieval.listing import (
     ConversationOrder,
@@ -60,8 +69,8 @@ _STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": (
 class _Live:
     """The process's one LiveFeed, started by the first stream (an API nobody watches runs no extra consumer)."""
 
-    def __init__(self, services: ApiServices) -> None:
-        self._settings = services.settings
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
         self._feed: LiveFeed | None = None
         self._lock = threading.Lock()
 
@@ -82,9 +91,9 @@ class _Live:
                 self._feed = None
 
 
-def explorer_router(services: ApiServices, tenant_dependency: Callable[..., str]) -> APIRouter:
-    """The explorer's endpoints; ``tenant_dependency`` checks the request's API key for its tenant."""
-    live = _Live(services)
+def explorer_router(settings: Settings) -> APIRouter:
+    """The explorer's endpoints, with the live feed they start on first use (and stop with the app)."""
+    live = _Live(settings)
 
     @asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:  # noqa: ANN401 - the app
@@ -92,15 +101,14 @@ def explorer_router(services: ApiServices, tenant_dependency: Callable[..., str]
         live.stop()
 
     router = APIRouter(tags=["explorer"], lifespan=lifespan)
-    Tenant = Annotated[str, Depends(tenant_dependency)]
 
     @router.get("/v1/conversations", response_model=ConversationPage, summary="The tenant's conversations",
                 description="A page of the tenant's conversations with their event and turn counts (provisional "
                             "events of conversations being streamed included) and the time of their latest "
                             "turn, most recently updated first (order=recent) or by id; q searches them.",
-                responses={**_AUTH_ERRORS, **_INVALID})
-    def get_conversations(tenant: Tenant, q: Search = None, limit: Limit = 50, cursor: Cursor = None,
-                          order: ConversationOrder = "recent") -> ConversationPage:
+                responses={**AUTH_ERRORS, **INVALID})
+    def get_conversations(tenant: Tenant, services: Services, q: Search = None, limit: Limit = 50,
+                          cursor: Cursor = None, order: ConversationOrder = "recent") -> ConversationPage:
         with _cursor_errors():
             return list_conversations(services.stores, tenant, query=(q or "").strip() or None, limit=limit,
                                       cursor=cursor, order=order)
@@ -109,13 +117,13 @@ def explorer_router(services: ApiServices, tenant_dependency: Callable[..., str]
                 summary="A conversation's events, in time order",
                 description="A page of the conversation's events (start time, then id), its open segment "
                             "(a provisional event) included.",
-                responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID})
-    def get_events(conversation_id: ConversationId, tenant: Tenant, limit: Limit = 50,
+                responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID})
+    def get_events(conversation_id: ConversationId, tenant: Tenant, services: Services, limit: Limit = 50,
                    cursor: Cursor = None) -> EventPage:
         with _cursor_errors():
             page = list_events(services.stores, tenant, conversation_id, limit=limit, cursor=cursor)
         if not page.events and cursor is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(tenant, conversation_id))
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=no_memory(tenant, conversation_id))
         return page
 
     @router.get("/v1/conversations/{conversation_id}/graph", response_model=LimitedConversationGraph, tags=["memory"],
@@ -124,8 +132,8 @@ def explorer_router(services: ApiServices, tenant_dependency: Callable[..., str]
                             "edge including superseded ones, which are marked and kept as history. max_nodes keeps "
                             "the most recent events, since those that end at or after it; relations and topics "
                             "are then those of the events kept, and `limits` says how many were left out.",
-                responses={**_NOT_FOUND, **_AUTH_ERRORS, **_INVALID})
-    def get_graph(conversation_id: ConversationId, tenant: Tenant,
+                responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID})
+    def get_graph(conversation_id: ConversationId, tenant: Tenant, services: Services,
                   max_nodes: Annotated[int | None, Query(ge=1, le=MAX_GRAPH_NODES, description=(
                       f"At most this many events (1-{MAX_GRAPH_NODES}), the most recent; topics come with them."
                   ))] = None,
@@ -134,12 +142,12 @@ def explorer_router(services: ApiServices, tenant_dependency: Callable[..., str]
                   ) -> LimitedConversationGraph:
         graph = conversation_graph(services.stores, tenant, conversation_id, max_nodes=max_nodes, since=since)
         if graph is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=_no_memory(tenant, conversation_id))
+            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=no_memory(tenant, conversation_id))
         return graph
 
     @router.get("/v1/conversations/{conversation_id}/live", response_class=StreamingResponse,
                 summary="A conversation's changes as they are written (server-sent events)",
-                responses={**_STREAM_DOC, **_AUTH_ERRORS, **_INVALID})
+                responses={**_STREAM_DOC, **AUTH_ERRORS, **INVALID})
     async def get_live(conversation_id: ConversationId, tenant: Tenant,
                        last_event_id: Annotated[str | None, Header(max_length=64, description=(
                            "The id of the last change received, to get the ones after it."))] = None,

@@ -1,0 +1,99 @@
+"""What every router of the app shares: the services, the tenant's API-key check as a dependency, the path and
+query parameters and the documented error responses.
+
+``create_app`` puts the ``ApiServices`` and the ``Authorizer`` on ``app.state``; the dependencies here hand them to
+the endpoints. No ``from __future__ import annotations``: FastAPI reads these annotations at runtime.
+"""
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Path, Query, Request
+from pydantic import AfterValidator
+
+from compassmem.config import Settings
+from compassmem.contracts.records import ErrorResponse, ValidationErrorResponse
+from compassmem.models import (
+    DEFAULT_TENANT,
+    ID_PATTERN,
+    ID_RULE,
+    MAX_ID_CHARS,
+    TENANT_PATTERN,
+    check_id,
+)
+from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.query_api.auth import Authorizer
+from compassmem.query_api.turn_publisher import ControlPublisher, TurnPublisher
+from compassmem.retrieval.engine import QueryEngine
+from compassmem.retrieval.hot_tier import HotTier
+from compassmem.sinks.factory import Stores
+
+
+@dataclass
+class ApiServices:
+    """What the app needs; ``server.build_services`` makes it for both ``compassmem api`` and ``compassmem dev``."""
+
+    engine: QueryEngine
+    stores: Stores
+    hot: HotTier
+    settings: Settings
+    # In `compassmem dev` the worker's own: one /metrics shows both.
+    metrics: MemoryMetrics
+    turn_publisher: TurnPublisher | None = None
+    control_publisher: ControlPublisher | None = None
+
+
+def api_services(request: Request) -> ApiServices:
+    services: ApiServices = request.app.state.services
+    return services
+
+
+def api_authorizer(request: Request) -> Authorizer:
+    authorizer: Authorizer = request.app.state.authorizer
+    return authorizer
+
+
+Services = Annotated[ApiServices, Depends(api_services)]
+AuthorizerOf = Annotated[Authorizer, Depends(api_authorizer)]
+
+
+def authorize(request: Request, tenant: str) -> None:
+    """Return when the request's API key may act for ``tenant``; raise the 401 or 403 otherwise."""
+    api_authorizer(request).check(tenant, request.headers.get("authorization"))
+
+
+_ID_SCHEMA = {"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS}
+ConversationId = Annotated[str, Path(description=f"The conversation: {ID_RULE}.", json_schema_extra=_ID_SCHEMA),
+                           AfterValidator(check_id)]
+EventId = Annotated[str, Path(description=f"An event id, as returned in evidence: {ID_RULE}.",
+                              json_schema_extra=_ID_SCHEMA), AfterValidator(check_id)]
+TenantParam = Annotated[str, Query(pattern=TENANT_PATTERN, description="The tenant that owns the data.")]
+
+
+def authorized_tenant(request: Request, tenant: TenantParam = DEFAULT_TENANT) -> str:
+    """The ``tenant`` query parameter, once the request's API key may act for it."""
+    authorize(request, tenant)
+    return tenant
+
+
+Tenant = Annotated[str, Depends(authorized_tenant)]
+
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "The tenant requires an API key and none was sent."},
+    403: {"model": ErrorResponse, "description": "The API key is not the tenant's."},
+}
+INVALID: dict[int | str, dict[str, Any]] = {
+    422: {"model": ValidationErrorResponse, "description": "A field or parameter breaks a rule; each entry "
+                                                           "names the field and the rule."},
+}
+NOT_FOUND = {404: {"model": ErrorResponse, "description": "No memory for that tenant and conversation."}}
+UNAVAILABLE = {503: {"model": ErrorResponse, "description": "The topic is not configured or did not acknowledge."}}
+TOO_LARGE = {413: {"model": ErrorResponse, "description": "The body is over COMPASSMEM_API_MAX_BODY_BYTES (or a "
+                                                          "record over what Kafka accepts); the detail names the "
+                                                          "limit."}}
+DEADLINE = {503: {"model": ErrorResponse, "description": "The query ran past COMPASSMEM_API_QUERY_DEADLINE_S; "
+                                                         "retry later or ask a simpler question."}}
+
+
+def no_memory(tenant: str, conversation_id: str) -> str:
+    return f"no memory for conversation {conversation_id!r} of tenant {tenant!r}"

@@ -1,0 +1,64 @@
+"""A tenant's memory by id: one event, and forgetting a whole conversation.
+
+No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime.
+"""
+
+import structlog
+from fastapi import APIRouter, HTTPException, status
+
+from compassmem.contracts.commands import ForgetCommand
+from compassmem.contracts.records import DeleteResult, ErrorResponse, EventOut
+from compassmem.query_api.dependencies import (
+    AUTH_ERRORS,
+    INVALID,
+    UNAVAILABLE,
+    ConversationId,
+    EventId,
+    Services,
+    Tenant,
+)
+from compassmem.query_api.turn_publisher import PublishError
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter()
+
+
+@router.get("/v1/events/{event_id}", response_model=EventOut, tags=["memory"], summary="One event",
+            description="An event of the tenant, with its source turns (observations) and time anchors.",
+            responses={404: {"model": ErrorResponse, "description": "The tenant has no such event."},
+                       **AUTH_ERRORS, **INVALID})
+def get_event(event_id: EventId, tenant: Tenant, services: Services) -> EventOut:
+    found = services.stores.vectors.get_events(tenant, [event_id])
+    if not found:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r} for tenant {tenant!r}")
+    return EventOut.of(found[0])
+
+
+@router.delete("/v1/conversations/{conversation_id}", response_model=DeleteResult, tags=["memory"],
+               summary="Forget a conversation",
+               description="Records a forget command on the control topic when one is configured (so a replay "
+                           "of the turns topic does not bring the conversation back), then deletes the "
+                           "conversation from both stores. Deleting a conversation that has no memory is not "
+                           "an error.",
+               responses={**UNAVAILABLE, **AUTH_ERRORS, **INVALID})
+def delete_conversation(conversation_id: ConversationId, tenant: Tenant, services: Services) -> DeleteResult:
+    published = False
+    if services.control_publisher is not None:
+        try:
+            command = ForgetCommand(tenant=tenant, conversation_id=conversation_id)
+            services.control_publisher.publish_command(command)
+        except PublishError as error:
+            # Deleting without the log entry would let a replay resurrect the conversation.
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                                detail=f"the forget command was not acknowledged, nothing deleted: {error}") \
+                from error
+        published = True
+    events = services.stores.vectors.count(tenant, conversation_id)
+    services.stores.vectors.delete_conversation(tenant, conversation_id)
+    services.stores.graph.delete_conversation(tenant, conversation_id)
+    services.hot.invalidate(tenant, conversation_id)
+    log.info("api.conversation_deleted", tenant=tenant, conversation_id=conversation_id, events=events,
+             forget_published=published)
+    return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
+                        forget_published=published)

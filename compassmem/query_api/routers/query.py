@@ -1,0 +1,63 @@
+"""``POST /v1/query``: a question answered from the memory of one conversation, several, a subject's, or all.
+
+No ``from __future__ import annotations``: FastAPI reads the endpoint's annotations at runtime.
+"""
+
+import time
+
+import structlog
+from fastapi import APIRouter, HTTPException, Request, status
+
+from compassmem.contracts.query import QueryRequest, QueryResponse
+from compassmem.query_api.dependencies import (
+    AUTH_ERRORS,
+    DEADLINE,
+    INVALID,
+    NOT_FOUND,
+    TOO_LARGE,
+    Services,
+    authorize,
+)
+from compassmem.retrieval.engine import QueryDeadlineExceeded
+
+log = structlog.get_logger(__name__)
+
+router = APIRouter()
+
+
+@router.post("/v1/query", response_model=QueryResponse, tags=["query"],
+             summary="Answer a question from the memory of one conversation, several, a subject's, or all",
+             description="Searches one conversation (conversation_id), several (conversation_ids), every "
+                         "conversation about one subject (subject_id) or the whole tenant (all_conversations); "
+                         "results rank across them and every evidence item names its conversation. "
+                         "Decomposes the question into subgoals (at most 8: the whole question, then its "
+                         "clauses, then an LLM's), seeds each from hybrid search, walks the event "
+                         "graph and returns ranked evidence events with their source turns, the relation path "
+                         "that reached them and their resolved time anchors; plus an answer when an LLM "
+                         "endpoint is configured (null otherwise, when it fails, or when the deadline passed "
+                         "before it). A query still gathering evidence after COMPASSMEM_API_QUERY_DEADLINE_S is "
+                         "answered 503.",
+             responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID, **TOO_LARGE, **DEADLINE})
+def query(body: QueryRequest, request: Request, services: Services) -> QueryResponse:
+    authorize(request, body.tenant)
+    started = time.perf_counter()
+    try:
+        response = services.engine.query(body, deadline_s=services.settings.api_query_deadline_s)
+    except QueryDeadlineExceeded as error:
+        services.metrics.query_failed()
+        log.warning("api.query_deadline", tenant=body.tenant, scope=body.scope_label,
+                    phase=error.phase, deadline_s=error.deadline_s)
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
+                            detail=f"{error} (COMPASSMEM_API_QUERY_DEADLINE_S); retry later or ask a simpler "
+                                   "question") from error
+    except Exception:
+        services.metrics.query_failed()
+        raise
+    # Only an empty answer asks the store whether the scope holds anything at all (a 404, not an empty 200).
+    if not response.turn_ids and services.stores.vectors.count_turns(body.scope) == 0:
+        raise HTTPException(status.HTTP_404_NOT_FOUND,
+                            detail=f"no memory for {body.scope_label} of tenant {body.tenant!r}")
+    services.metrics.query_answered(response, time.perf_counter() - started)
+    log.debug("api.query", tenant=body.tenant, scope=body.scope_label,
+              turns=len(response.turn_ids), ms=response.timings_ms.get("total"))
+    return response
