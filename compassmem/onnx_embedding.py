@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from compassmem.embedding import BUNDLED_MODEL
+from compassmem.config import BUNDLED_MODEL
 
 log = structlog.get_logger(__name__)
 

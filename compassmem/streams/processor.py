@@ -32,7 +32,7 @@ import structlog
 from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
 from compassmem.embedding import Embedder
 from compassmem.models import Cluster, Event, Relation, partition_key
-from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, PipelineObserver
+from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
@@ -47,7 +47,7 @@ from compassmem.sinks.batching import (
     Sink,
     VectorSink,
 )
-from compassmem.sinks.checkpoint import SinkCheckpoint
+from compassmem.sinks.checkpoint import PipelineObserver, SinkCheckpoint
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.failures import is_store_unavailable
 from compassmem.streams.decoding import (

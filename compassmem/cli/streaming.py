@@ -50,7 +50,7 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.cli import Progress
+    from compassmem.cli.progress import Progress
     from compassmem.streams.producer import ProduceError, TurnProducer
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
 

@@ -1,4 +1,5 @@
-"""One entry point: ``compassmem <command>``."""
+"""One entry point, ``compassmem <command>``: the parser, ``main``, and the commands ingest, ask, api, build-index
+and mcp (``streaming.py`` and ``transfer.py`` add the others)."""
 
 from __future__ import annotations
 
@@ -12,34 +13,18 @@ import structlog
 from pydantic import ValidationError
 
 from compassmem import __version__
-from compassmem.cli_errors import one_line
+from compassmem.cli.errors import one_line
+from compassmem.cli.progress import Progress
+from compassmem.cli.streaming import add_streaming_commands
+from compassmem.cli.transfer import add_transfer_commands
 from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
 from compassmem.contracts.query import QueryResponse
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.models import Event
 from compassmem.pipeline import IngestSummary
-from compassmem.streams.commands import add_streaming_commands
-from compassmem.transfer.commands import add_transfer_commands
 
 log = structlog.get_logger(__name__)
-
-
-class Progress:
-    """A single self-updating stderr line: long imports show they are alive and how fast they go."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.done = 0
-        self.started = time.perf_counter()
-
-    def __call__(self, advanced: int) -> None:
-        self.done += advanced
-        elapsed = time.perf_counter() - self.started
-        rate = self.done / elapsed if elapsed else 0.0
-        print(f"\r  ingested {self.done}/{self.total} turns ({rate:.0f} turns/s)", end="", file=sys.stderr, flush=True)
-        if self.done >= self.total:
-            print(file=sys.stderr)
 
 
 def print_summary(summary: IngestSummary) -> None:
@@ -260,6 +245,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 _DATA_DIR_COMMANDS = frozenset({"dev", "worker", "broker"})
 _STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "mcp", "export", "import"})
 
-
-if __name__ == "__main__":
-    sys.exit(main())
