@@ -5,10 +5,11 @@ A query finds its candidates with store searches (always fresh), then needs the 
 turns for context and windows, vectors for local scoring, relations for the walk. Those come from here, and from the
 stores on a miss (three store calls for all the misses of a query). An entry is dropped when the worker's change
 feed names its event or one of its relations (``compassmem/query_api/change_listener.py``), and reloaded when a
-search returned a turn of its event that the entry does not hold (new turns are answerable at once). It is also reloaded once it is older than
-``max_age_s``, or ``followed_max_age_s`` while a change feed is followed and the entry was loaded since: the feed
-invalidates what changes, so only a feed that stops needs the short limit (a 30 s limit reloaded most of a busy
-conversation's candidates on every query). Least recently used events go first past ``max_turns``.
+search returned a turn of its event that the entry does not hold (new turns are answerable at once). It is also
+reloaded once it is older than ``max_age_s``, or ``followed_max_age_s`` while a change feed is followed and the entry
+was loaded since: the feed invalidates what changes, so only a feed that stops needs the short limit (a 30 s limit
+reloaded most of a busy conversation's candidates on every query). Least recently used events go first past
+``max_turns``.
 """
 
 from __future__ import annotations
