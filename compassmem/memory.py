@@ -43,7 +43,7 @@ from compassmem.llm_events import llm_steps
 from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.redaction import delete_stored_tenant, redact_stored_turn
-from compassmem.retrieval.engine import QueryDeadlineExceeded, QueryEngine
+from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.listing import (
     ConversationOrder,
@@ -79,22 +79,27 @@ class Memory:
 
     ``Memory(settings)`` opens the stores the settings name (embedded qdrant-edge and FalkorDB under
     ``settings.data_dir`` unless COMPASSMEM_QDRANT_URL / COMPASSMEM_FALKORDB_URL are set) and builds the embedder
-    they choose. A process that already holds open stores and an embedder (the API inside ``compassmem dev`` shares
-    the worker's) passes them in; they stay the caller's to close. Safe to share between threads.
+    they choose. A process that already holds open stores and an embedder (the query API: ``compassmem api`` measures
+    its store calls, and inside ``compassmem dev`` it shares the worker's) passes them in; they stay the caller's to
+    close. ``engine_config`` and ``pipeline_config`` replace what the settings choose of the query engine (ranking,
+    the graph walk) and of the write path (batch size, memory window), for experiments such as the benchmarks'
+    ablations. Safe to share between threads.
     """
 
     def __init__(self, settings: Settings | None = None, *, stores: Stores | None = None,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, engine_config: EngineConfig | None = None,
+                 pipeline_config: PipelineConfig | None = None) -> None:
         self.settings = settings or Settings()
         self.embedder = embedder or make_embedder(self.settings)
         self._owns_stores = stores is None
         self.stores = stores or open_stores(self.settings, dim=self.embedder.dim)
+        self._pipeline_config = pipeline_config
         try:
             self.hot = HotTier(self.stores.vectors, self.stores.graph, max_turns=self.settings.api_hot_turns,
                                max_age_s=self.settings.api_view_max_age_s,
                                followed_max_age_s=self.settings.api_hot_followed_max_age_s)
             chat = self._chat = ChatClient.from_settings(self.settings)
-            self.engine = QueryEngine(self.embedder, self.stores.vectors, self.hot,
+            self.engine = QueryEngine(self.embedder, self.stores.vectors, self.hot, engine_config,
                                       answerer=LlmAnswerer(chat) if chat else None,
                                       decomposer=LlmDecomposer(chat).decompose if chat else None)
         except BaseException:
@@ -240,10 +245,12 @@ class Memory:
 
     def _writer(self) -> MemoryPipeline:
         if self._pipeline is None:
-            # The worker's window too, so that adding a conversation builds the memory streaming it would.
+            # The worker's window too (unless pipeline_config replaces it), so that adding a conversation builds
+            # the memory streaming it would.
             self._pipeline = MemoryPipeline(
                 self.embedder, [VectorSink(self.stores.vectors), GraphSink(self.stores.graph)],
-                PipelineConfig.from_settings(self.settings), llm=llm_steps(self.settings, self._chat))
+                self._pipeline_config or PipelineConfig.from_settings(self.settings),
+                llm=llm_steps(self.settings, self._chat))
         return self._pipeline
 
     def close(self) -> None:

@@ -14,6 +14,8 @@ from compassmem import Memory, NotFound
 from compassmem.config import Settings
 from compassmem.contracts.query import QueryRequest, QueryResponse
 from compassmem.models import Turn
+from compassmem.pipeline import PipelineConfig
+from compassmem.retrieval.engine import EngineConfig, RankingConfig
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 # The cache the `embedder` fixture's default settings use: the ONNX export is made once per checkout, not per test.
@@ -146,3 +148,21 @@ def test_close_releases_the_embedded_stores(tmp_path: Path) -> None:
     with Memory(settings) as second:
         assert second.query("What did the client change?", conversation_id="priya-tom").turn_ids
     second.close()  # twice is fine
+
+
+def test_an_engine_and_a_pipeline_config_replace_what_the_settings_choose(memory: Memory) -> None:
+    """An experiment's own query engine and write path over the stores another Memory holds (which stay open)."""
+    turns = [Turn(conversation_id="configured", turn_id=f"T{i}", speaker=("Ann", "Bob")[i % 2],
+                  text=f"Day {i} of the Lisbon trip: we walked to the tram museum.",
+                  timestamp=f"2024-05-0{i + 1}T10:00:00+00:00") for i in range(5)]
+    batches: list[int] = []
+    with Memory(memory.settings, stores=memory.stores, embedder=memory.embedder,
+                engine_config=EngineConfig(ranking=RankingConfig(walk_weight=0.0)),
+                pipeline_config=PipelineConfig(batch_turns=2)) as experiment:
+        experiment.add(turns, progress=batches.append)
+        assert batches == [2, 2, 1]
+        assert experiment.engine.config.ranking.walk_weight == 0.0
+        assert memory.engine.config.ranking.walk_weight > 0.0
+        assert experiment.query("Where did we walk?", conversation_id="configured").turn_ids
+    assert memory.query("Where did we walk?", conversation_id="configured").turn_ids
+    memory.forget("configured")
