@@ -9,6 +9,7 @@ from typing import Any, cast
 from fastapi import FastAPI
 
 from compassmem.config import Settings
+from compassmem.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
@@ -28,9 +29,15 @@ class EmptyGraph:
         return []
 
 
+class NoEmbedder:
+    """Stands in for the model, which no request of these tests reaches (none asks a question)."""
+
+    dim = 384
+
+
 def offline_app(**settings: Any) -> FastAPI:
     stores = Stores(vectors=cast(Any, EmptyVectors()), graph=cast(Any, EmptyGraph()))
-    services = ApiServices(engine=cast(Any, None), stores=stores, hot=cast(Any, None),
-                           settings=Settings(_env_file=None, **settings),  # type: ignore[call-arg]
-                           metrics=MemoryMetrics(process_collectors=False))
+    app_settings = Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+    memory = Memory(app_settings, stores=stores, embedder=cast(Any, NoEmbedder()))
+    services = ApiServices(memory=memory, settings=app_settings, metrics=MemoryMetrics(process_collectors=False))
     return create_app(services)

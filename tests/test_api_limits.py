@@ -25,17 +25,16 @@ import pytest
 
 from compassmem.config import Settings
 from compassmem.contracts.query import MAX_QUESTION_CHARS
+from compassmem.memory import Memory
 from compassmem.models import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, Turn
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import MemoryPipeline
 from compassmem.processors.conversation_memory import ConversationHealth
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.query_api.turn_publisher import KafkaTurnPublisher
 from compassmem.retrieval.decomposition import MAX_SUBGOALS
-from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
@@ -80,9 +79,10 @@ def services(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_f
     graph = FalkorDBGraphStore.from_embedded(embedded_falkordb)
     stores = Stores(vectors=vectors, graph=graph)
     try:
-        MemoryPipeline(embedder, [VectorSink(vectors), GraphSink(graph)]).ingest(
-            [*_memory(OPEN, "c1"), *_memory(LOCKED, "c1")])
         settings = Settings(api_port=0, api_keys={LOCKED: KEY}, turns_topic=topics[0], control_topic=topics[1])
+        # Written before the API measures the stores, so its metrics count only its own store calls.
+        with Memory(settings, stores=stores, embedder=embedder) as writer:
+            writer.add([*_memory(OPEN, "c1"), *_memory(LOCKED, "c1")])
         metrics = MemoryMetrics(process_collectors=False)
         yield build_services(settings, measure_stores(stores, metrics), embedder, metrics, turn_publisher=publisher,
                              control_publisher=publisher)
@@ -393,7 +393,7 @@ def _openapi() -> dict[str, Any]:
     """The app's OpenAPI document; it depends on no service, so an app over placeholders gives the same one. Built
     at import time: schemathesis parametrizes from a schema at collection (its fixture-based lazy loader does not
     work with pytest 9)."""
-    placeholders = ApiServices(engine=None, stores=None, hot=None,  # type: ignore[arg-type]
+    placeholders = ApiServices(memory=None,  # type: ignore[arg-type]
                                settings=Settings.model_construct(), metrics=MemoryMetrics(process_collectors=False))
     return create_app(placeholders).openapi()
 

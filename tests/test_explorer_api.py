@@ -1,8 +1,8 @@
 """The explorer's endpoints over real HTTP: conversation and event listings (cursor pages, search, open segments),
 the graph within server-side limits, the live stream fed by a real change-feed topic, the API key, the page's files.
 
-Memory is built with the in-process pipeline into the embedded stores; the change feed is the session's Tansu broker,
-written to as the worker writes it (``compassmem/streams/messages.py`` records).
+Memory is built with ``Memory.add`` (the in-process pipeline) into the embedded stores; the change feed is the
+session's Tansu broker, written to as the worker writes it (``compassmem/streams/messages.py`` records).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import pytest
 from kafka import KafkaProducer
 
 from compassmem.config import Settings
+from compassmem.memory import Memory
 from compassmem.models import Event, Relation, RelationType, Turn, relation_id_for
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.sinks.batching import GraphSink, VectorSink, event_keyword_vector
+from compassmem.sinks.batching import event_keyword_vector
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
@@ -85,11 +85,11 @@ def services(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_f
                                     ("Zoe", "Yann") if conversation_id == "conv-c" else ("Ann", "Bob"),
                                     "cust-9" if conversation_id == "conv-c" else None)]
     try:
-        MemoryPipeline(embedder, [VectorSink(vectors), GraphSink(stores.graph)]).ingest(
-            [*turns, *_conversation(LOCKED, "secret", 1)])
         settings = Settings(api_port=0, api_keys={LOCKED: KEY}, kafka_bootstrap=stream_broker.bootstrap,
                             events_topic=feed_topics["events"], relations_topic=feed_topics["relations"],
                             clusters_topic=feed_topics["clusters"])
+        with Memory(settings, stores=stores, embedder=embedder) as writer:
+            writer.add([*turns, *_conversation(LOCKED, "secret", 1)])
         yield build_services(settings, stores, embedder, MemoryMetrics(process_collectors=False))
     finally:
         stores.close()
@@ -121,7 +121,7 @@ def test_conversations_are_listed_most_recent_first_with_their_counts(api: httpx
     assert [c["conversation_id"] for c in page["conversations"]] == list(CONVERSATIONS)
     assert page["total"] == len(CONVERSATIONS) and page["next_cursor"] is None
     for summary in page["conversations"]:
-        graph = services.stores.graph.conversation_graph(TENANT, summary["conversation_id"])
+        graph = services.memory.stores.graph.conversation_graph(TENANT, summary["conversation_id"])
         events = [d for _, d in graph.nodes(data=True) if d["kind"] == "event" and not d["stub"]]
         assert summary["events"] == len(events) >= 2
         assert summary["turns"] == 6 and summary["provisional_events"] == 0
@@ -221,7 +221,7 @@ def test_an_open_segment_shows_as_a_provisional_event_everywhere(api: httpx.Clie
     turns = _conversation(TENANT, "conv-open", 1)[:2]
     vectors = embedder.embed([t.text for t in turns])
     event = _open_event(turns, vectors)
-    services.stores.vectors.upsert_events([event], [event_keyword_vector(event)])
+    services.memory.stores.vectors.upsert_events([event], [event_keyword_vector(event)])
     try:
         [summary] = _get(api, "/v1/conversations", q="conv-open")["conversations"]
         assert (summary["events"], summary["provisional_events"], summary["turns"]) == (1, 1, 2)
@@ -233,15 +233,15 @@ def test_an_open_segment_shows_as_a_provisional_event_everywhere(api: httpx.Clie
         later = _open_event([t.model_copy(update={"conversation_id": "conv-a", "turn_id": f"X{i}",
                                                   "timestamp": T0 + timedelta(days=40, minutes=i)})
                              for i, t in enumerate(turns)], vectors)
-        services.stores.vectors.upsert_events([later], [event_keyword_vector(later)])
+        services.memory.stores.vectors.upsert_events([later], [event_keyword_vector(later)])
         graph = _get(api, "/v1/conversations/conv-a/graph")
         assert graph["limits"]["events_total"] == graph["counts"]["events"] and \
             [n["id"] for n in graph["nodes"] if n["provisional"]] == [later.event_id]
         assert _get(api, "/v1/conversations/conv-a/graph", max_nodes=1)["nodes"][0]["id"] == later.event_id
         assert _get(api, "/v1/conversations/conv-a/events", limit=50)["events"][-1]["id"] == later.event_id
-        services.stores.vectors.delete_events(TENANT, [later.event_id])
+        services.memory.stores.vectors.delete_events(TENANT, [later.event_id])
     finally:
-        services.stores.vectors.delete_conversation(TENANT, "conv-open")
+        services.memory.stores.vectors.delete_conversation(TENANT, "conv-open")
 
 
 def _open_event(turns: list[Turn], vectors: Any) -> Event:
@@ -324,7 +324,7 @@ def _publish(bootstrap: str, topic: str, records: list[Any]) -> None:
 
 def test_live_streams_the_conversations_changes_and_resumes_from_the_last_one(
         api: httpx.Client, services: ApiServices, stream_broker: Any, feed_topics: dict[str, str]) -> None:
-    [event] = services.stores.vectors.conversation_events(TENANT, "conv-b")[:1]
+    [event] = services.memory.stores.vectors.conversation_events(TENANT, "conv-b")[:1]
     stream = _Stream(api, "conv-b")
     [ready] = stream.wait_for(1)
     assert ready["event"] == "ready" and ready["data"]["ends_after_s"] > 0 and ready["id"]

@@ -19,12 +19,11 @@ from fastapi import FastAPI
 
 from compassmem.config import Settings
 from compassmem.llm import ChatClient, ChatMessage, LlmAnswerer, LlmDecomposer, LlmError, chat_completions_url
+from compassmem.memory import Memory
 from compassmem.models import Turn
-from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import create_app
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
@@ -144,9 +143,11 @@ def query_api(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_
     vectors = EdgeVectorStore(tmp_path_factory.mktemp("llm-qdrant") / "qdrant", embedder.dim)
     graph = FalkorDBGraphStore.from_embedded(embedded_falkordb)
     stores = Stores(vectors=vectors, graph=graph)
-    MemoryPipeline(embedder, [VectorSink(vectors), GraphSink(graph)]).ingest(TURNS)
     settings = Settings(llm_url=url, llm_model="test-model", llm_timeout_s=TIMEOUT_S)
     try:
+        # The write path's LLM steps are off in these settings: building memory sends the fake server nothing.
+        with Memory(settings, stores=stores, embedder=embedder) as writer:
+            writer.add(TURNS)
         with BackgroundServer(create_app(build_services(settings, stores, embedder, MemoryMetrics()))) as server, \
                 httpx.Client(base_url=server.url, timeout=30) as client:
             yield client

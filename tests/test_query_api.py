@@ -1,6 +1,6 @@
 """The HTTP query API over real HTTP: uvicorn on a loopback port, real embedded stores, a real Kafka broker.
 
-Memory is built with the in-process pipeline from a few hand-written turns. Two tenants hold a conversation
+Memory is built with ``Memory.add`` from a few hand-written turns. Two tenants hold a conversation
 with the same id, so isolation is tested where it could actually break.
 """
 
@@ -22,16 +22,15 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from compassmem.config import Settings
+from compassmem.memory import Memory
 from compassmem.models import Cluster, Relation, RelationType, Turn, relation_id_for
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import ApiSidecar, BackgroundServer, run_api
 from compassmem.retrieval.hot_tier import HotTier
-from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
@@ -171,10 +170,11 @@ def sidecar(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_fa
     vectors = EdgeVectorStore(tmp_path_factory.mktemp("api-qdrant") / "qdrant", embedder.dim)
     graph = FalkorDBGraphStore.from_embedded(embedded_falkordb)
     stores = Stores(vectors=vectors, graph=graph)
-    MemoryPipeline(embedder, [VectorSink(vectors), GraphSink(graph)]).ingest(
-        [*ACME_TURNS, *GLOBEX_TURNS, *DELETE_TURNS, *GRAPH_TURNS, *TICKETS])
     settings = Settings(api_port=0, turns_topic="turns", control_topic="control")
     try:
+        # Written before the API measures the stores, so its metrics count only its own store calls.
+        with Memory(settings, stores=stores, embedder=embedder) as writer:
+            writer.add([*ACME_TURNS, *GLOBEX_TURNS, *DELETE_TURNS, *GRAPH_TURNS, *TICKETS])
         metrics = MemoryMetrics()
         running = ApiSidecar(settings, measure_stores(stores, metrics), embedder, broker, metrics).start()
         try:
@@ -348,10 +348,10 @@ def test_the_change_feed_drops_the_hot_tier_entries_it_names(broker: str, servic
     admin.create_topics([NewTopic("feed-events", num_partitions=2, replication_factor=1),
                          NewTopic("feed-relations", num_partitions=1, replication_factor=1)])
     admin.close()
-    vectors = services.stores.vectors
+    vectors = services.memory.stores.vectors
     events = [e.event_id for e in vectors.conversation_events(ACME, "t-1")] + \
              [e.event_id for e in vectors.conversation_events(ACME, "c1")]
-    hot = HotTier(vectors, services.stores.graph, max_age_s=1e9)  # no age limit: only the feed can drop entries
+    hot = HotTier(vectors, services.memory.stores.graph, max_age_s=1e9)  # no age limit: only the feed can drop entries
     held = hot.events(ACME, events)
     assert len(held) == len(events) >= 3
     first, second, third = events[0], events[1], events[-1]
@@ -496,10 +496,11 @@ def test_graph_endpoint_shape(api: httpx.Client, services: ApiServices) -> None:
     old = Relation(tenant=ACME, conversation_id="c-graph", relation_id=relation_id_for(first, second,
                    RelationType.CONDITIONAL, None), source=first, target=second, type=RelationType.CONDITIONAL,
                    confidence=0.3, evidence="if", created_at=T0, superseded_by="newer-relation")
-    services.stores.graph.upsert_relations([old])
-    services.stores.graph.upsert_clusters([Cluster(tenant=ACME, conversation_id="c-graph", cluster_id="topic-billing",
-                                                   members=[first, second], centroid=[0.0] * 4,
-                                                   label=["billing", "contractors"])])
+    graph_store = services.memory.stores.graph
+    graph_store.upsert_relations([old])
+    graph_store.upsert_clusters([Cluster(tenant=ACME, conversation_id="c-graph", cluster_id="topic-billing",
+                                         members=[first, second], centroid=[0.0] * 4,
+                                         label=["billing", "contractors"])])
     response = api.get("/v1/conversations/c-graph/graph", params={"tenant": ACME})
     assert response.status_code == 200
     graph = response.json()

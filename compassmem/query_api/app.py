@@ -20,7 +20,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from compassmem import __version__
-from compassmem.contracts.records import FieldError, ValidationErrorResponse
+from compassmem.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
+from compassmem.errors import NotFound
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.dependencies import ApiServices
@@ -100,6 +101,11 @@ def create_app(services: ApiServices) -> FastAPI:
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         body = ValidationErrorResponse(detail=field_errors(exc.errors()))
         return JSONResponse(status_code=422, content=body.model_dump())
+
+    @app.exception_handler(NotFound)
+    async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
+        # Memory's read verbs raise it for a scope or conversation without memory: the documented 404.
+        return JSONResponse(status_code=404, content=ErrorResponse(detail=exc.message).model_dump())
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

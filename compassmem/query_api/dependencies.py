@@ -13,6 +13,7 @@ from pydantic import AfterValidator
 
 from compassmem.config import Settings
 from compassmem.contracts.records import ErrorResponse, ValidationErrorResponse
+from compassmem.memory import Memory
 from compassmem.models import (
     DEFAULT_TENANT,
     ID_PATTERN,
@@ -24,18 +25,16 @@ from compassmem.models import (
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.turn_publisher import ControlPublisher, TurnPublisher
-from compassmem.retrieval.engine import QueryEngine
-from compassmem.retrieval.hot_tier import HotTier
-from compassmem.sinks.factory import Stores
 
 
 @dataclass
 class ApiServices:
     """What the app needs; ``server.build_services`` makes it for both ``compassmem api`` and ``compassmem dev``."""
 
-    engine: QueryEngine
-    stores: Stores
-    hot: HotTier
+    # Reads go through its verbs (query, listings, graph, events); the HTTP deletions record their command on the
+    # control topic first, then change its stores and drop its hot-tier entries themselves.
+    memory: Memory
+    # The app's: API keys, limits, the query deadline (build_services passes the memory's own settings).
     settings: Settings
     # In `compassmem dev` the worker's own: one /metrics shows both.
     metrics: MemoryMetrics
@@ -93,7 +92,3 @@ TOO_LARGE = {413: {"model": ErrorResponse, "description": "The body is over COMP
                                                           "limit."}}
 DEADLINE = {503: {"model": ErrorResponse, "description": "The query ran past COMPASSMEM_API_QUERY_DEADLINE_S; "
                                                          "retry later or ask a simpler question."}}
-
-
-def no_memory(tenant: str, conversation_id: str) -> str:
-    return f"no memory for conversation {conversation_id!r} of tenant {tenant!r}"

@@ -24,16 +24,14 @@ from uvicorn.config import LOGGING_CONFIG
 
 from compassmem.config import Settings
 from compassmem.embedding import Embedder, make_embedder
-from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.logging_setup import library_logging_config
+from compassmem.memory import Memory
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.turn_publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
-from compassmem.retrieval.engine import QueryEngine
-from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.factory import Stores, open_stores
 
 if TYPE_CHECKING:
@@ -66,14 +64,10 @@ def check_api_topology(settings: Settings) -> None:
 def build_services(settings: Settings, stores: Stores, embedder: Embedder, metrics: MemoryMetrics, *,
                    turn_publisher: TurnPublisher | None = None,
                    control_publisher: ControlPublisher | None = None) -> ApiServices:
-    """The engine and its hot tier over open stores."""
-    hot = HotTier(stores.vectors, stores.graph, max_turns=settings.api_hot_turns,
-                  max_age_s=settings.api_view_max_age_s, followed_max_age_s=settings.api_hot_followed_max_age_s)
-    client = ChatClient.from_settings(settings)
-    engine = QueryEngine(embedder, stores.vectors, hot, answerer=LlmAnswerer(client) if client else None,
-                         decomposer=LlmDecomposer(client).decompose if client else None)
-    return ApiServices(engine=engine, stores=stores, hot=hot, settings=settings, metrics=metrics,
-                       turn_publisher=turn_publisher, control_publisher=control_publisher)
+    """The app's services: a ``Memory`` over open stores (its engine, hot tier and read verbs) and the publishers of
+    the HTTP writes. The stores stay the caller's to close."""
+    return ApiServices(memory=Memory(settings, stores=stores, embedder=embedder), settings=settings,
+                       metrics=metrics, turn_publisher=turn_publisher, control_publisher=control_publisher)
 
 
 def use_serving_threads(settings: Settings) -> None:
@@ -104,10 +98,11 @@ def run_api(settings: Settings) -> int:
         # One question per query: the configured embedder with api_torch_threads intra-op threads.
         embedder = make_embedder(settings, threads=settings.api_torch_threads)
         metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels)
+        # Opened here rather than by Memory: every store call the memory makes goes through measure_stores.
         with open_stores(settings, dim=embedder.dim) as stores:
             services = build_services(settings, measure_stores(stores, metrics), embedder, metrics,
                                       turn_publisher=publisher, control_publisher=publisher)
-            listener = (ChangeFeedListener(settings.kafka_bootstrap, settings, services.hot).start()
+            listener = (ChangeFeedListener(settings.kafka_bootstrap, settings, services.memory.hot).start()
                         if settings.kafka_bootstrap else None)
             try:
                 app = create_app(services)
@@ -139,7 +134,7 @@ class ApiSidecar:
                                            control_publisher=self.publisher)
             self.server = BackgroundServer(create_app(self.services), settings.api_host, settings.api_port,
                                            log_level=settings.log_level.lower())
-            self.listener = ChangeFeedListener(bootstrap, settings, self.services.hot)
+            self.listener = ChangeFeedListener(bootstrap, settings, self.services.memory.hot)
         except BaseException:
             self.publisher.close()
             raise

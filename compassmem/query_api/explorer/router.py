@@ -31,16 +31,9 @@ from compassmem.query_api.dependencies import (
     ConversationId,
     Services,
     Tenant,
-    no_memory,
 )
 from compassmem.query_api.explorer.live import LiveFeed, LiveNotice, LiveReady, sse
-from compassmem.retrieval.listing import (
-    ConversationOrder,
-    CursorError,
-    conversation_graph,
-    list_conversations,
-    list_events,
-)
+from compassmem.retrieval.listing import ConversationOrder, CursorError
 
 log = structlog.get_logger(__name__)
 
@@ -110,8 +103,8 @@ def explorer_router(settings: Settings) -> APIRouter:
     def get_conversations(tenant: Tenant, services: Services, q: Search = None, limit: Limit = 50,
                           cursor: Cursor = None, order: ConversationOrder = "recent") -> ConversationPage:
         with _cursor_errors():
-            return list_conversations(services.stores, tenant, query=(q or "").strip() or None, limit=limit,
-                                      cursor=cursor, order=order)
+            return services.memory.conversations(tenant=tenant, query=(q or "").strip() or None, limit=limit,
+                                                 cursor=cursor, order=order)
 
     @router.get("/v1/conversations/{conversation_id}/events", response_model=EventPage,
                 summary="A conversation's events, in time order",
@@ -120,11 +113,9 @@ def explorer_router(settings: Settings) -> APIRouter:
                 responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID})
     def get_events(conversation_id: ConversationId, tenant: Tenant, services: Services, limit: Limit = 50,
                    cursor: Cursor = None) -> EventPage:
+        # A conversation without memory is the app's 404 (Memory raises NotFound).
         with _cursor_errors():
-            page = list_events(services.stores, tenant, conversation_id, limit=limit, cursor=cursor)
-        if not page.events and cursor is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=no_memory(tenant, conversation_id))
-        return page
+            return services.memory.events(conversation_id, tenant=tenant, limit=limit, cursor=cursor)
 
     @router.get("/v1/conversations/{conversation_id}/graph", response_model=LimitedConversationGraph, tags=["memory"],
                 summary="A conversation's event graph, for display",
@@ -140,10 +131,7 @@ def explorer_router(settings: Settings) -> APIRouter:
                   since: Annotated[AwareDatetime | None, Query(description=(
                       "Only events that end at or after this ISO 8601 time (with an offset)."))] = None,
                   ) -> LimitedConversationGraph:
-        graph = conversation_graph(services.stores, tenant, conversation_id, max_nodes=max_nodes, since=since)
-        if graph is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, detail=no_memory(tenant, conversation_id))
-        return graph
+        return services.memory.graph(conversation_id, tenant=tenant, max_nodes=max_nodes, since=since)
 
     @router.get("/v1/conversations/{conversation_id}/live", response_class=StreamingResponse,
                 summary="A conversation's changes as they are written (server-sent events)",

@@ -61,12 +61,12 @@ def _publish(services: ApiServices, command: ForgetCommand | RedactCommand) -> b
 def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant,
                 services: Services) -> RedactResult:
     # Asked first, so that no command is recorded for a turn that is not there.
-    if services.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
+    if services.memory.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no turn {turn_id!r} in conversation "
                                                               f"{conversation_id!r} of tenant {tenant!r}")
     published = _publish(services, RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id))
-    stored = redact_stored_turn(services.stores, tenant, conversation_id, turn_id)
-    services.hot.invalidate(tenant, conversation_id)
+    stored = redact_stored_turn(services.memory.stores, tenant, conversation_id, turn_id)
+    services.memory.hot.invalidate(tenant, conversation_id)
     if stored is None:  # redacted meanwhile by another request, or by the worker's control agent
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"turn {turn_id!r} is already redacted")
     return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
@@ -84,7 +84,7 @@ def delete_tenant(tenant: TenantPath, request: Request, authorizer: AuthorizerOf
     # Checked here, after the path was validated: a malformed tenant is a 422 whatever the key.
     authorizer.check_admin(request.headers.get("authorization"))
     published = _publish(services, ForgetCommand(tenant=tenant))
-    events = delete_stored_tenant(services.stores, tenant)
-    services.hot.invalidate(tenant)
+    events = delete_stored_tenant(services.memory.stores, tenant)
+    services.memory.hot.invalidate(tenant)
     log.info("api.tenant_deleted", tenant=tenant, events=events, forget_published=published)
     return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)

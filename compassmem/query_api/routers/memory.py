@@ -29,7 +29,7 @@ router = APIRouter()
             responses={404: {"model": ErrorResponse, "description": "The tenant has no such event."},
                        **AUTH_ERRORS, **INVALID})
 def get_event(event_id: EventId, tenant: Tenant, services: Services) -> EventOut:
-    found = services.stores.vectors.get_events(tenant, [event_id])
+    found = services.memory.get_events([event_id], tenant=tenant)
     if not found:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r} for tenant {tenant!r}")
     return EventOut.of(found[0])
@@ -54,10 +54,11 @@ def delete_conversation(conversation_id: ConversationId, tenant: Tenant, service
                                 detail=f"the forget command was not acknowledged, nothing deleted: {error}") \
                 from error
         published = True
-    events = services.stores.vectors.count(tenant, conversation_id)
-    services.stores.vectors.delete_conversation(tenant, conversation_id)
-    services.stores.graph.delete_conversation(tenant, conversation_id)
-    services.hot.invalidate(tenant, conversation_id)
+    stores = services.memory.stores
+    events = stores.vectors.count(tenant, conversation_id)
+    stores.vectors.delete_conversation(tenant, conversation_id)
+    stores.graph.delete_conversation(tenant, conversation_id)
+    services.memory.hot.invalidate(tenant, conversation_id)
     log.info("api.conversation_deleted", tenant=tenant, conversation_id=conversation_id, events=events,
              forget_published=published)
     return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,

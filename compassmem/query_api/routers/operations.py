@@ -28,8 +28,9 @@ class Health(BaseModel):
 @router.get("/healthz", response_model=Health, tags=["operations"], summary="Do the stores answer?",
             responses={503: {"model": Health, "description": "A store did not answer."}})
 def healthz(services: Services) -> JSONResponse:
-    checks = {"vectors": _check(lambda: services.stores.vectors.count(DEFAULT_TENANT)),
-              "graph": _check(lambda: services.stores.graph.relations(DEFAULT_TENANT, "healthz"))}
+    stores = services.memory.stores
+    checks = {"vectors": _check(lambda: stores.vectors.count(DEFAULT_TENANT)),
+              "graph": _check(lambda: stores.graph.relations(DEFAULT_TENANT, "healthz"))}
     healthy = all(v == "ok" for v in checks.values())
     body = Health(status="ok" if healthy else "unavailable", checks=checks)
     return JSONResponse(status_code=200 if healthy else 503, content=body.model_dump())

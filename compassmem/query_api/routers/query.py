@@ -9,6 +9,7 @@ import structlog
 from fastapi import APIRouter, HTTPException, Request, status
 
 from compassmem.contracts.query import QueryRequest, QueryResponse
+from compassmem.errors import NotFound, Unavailable
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
     DEADLINE,
@@ -18,7 +19,6 @@ from compassmem.query_api.dependencies import (
     Services,
     authorize,
 )
-from compassmem.retrieval.engine import QueryDeadlineExceeded
 
 log = structlog.get_logger(__name__)
 
@@ -42,21 +42,19 @@ def query(body: QueryRequest, request: Request, services: Services) -> QueryResp
     authorize(request, body.tenant)
     started = time.perf_counter()
     try:
-        response = services.engine.query(body, deadline_s=services.settings.api_query_deadline_s)
-    except QueryDeadlineExceeded as error:
+        response = services.memory.query(body, deadline_s=services.settings.api_query_deadline_s)
+    except NotFound:
+        raise  # the scope holds no memory at all: the app's 404, not a failed query
+    except Unavailable as error:
+        # The deadline passed; the message names it and the step the query stopped at.
         services.metrics.query_failed()
-        log.warning("api.query_deadline", tenant=body.tenant, scope=body.scope_label,
-                    phase=error.phase, deadline_s=error.deadline_s)
+        log.warning("api.query_deadline", tenant=body.tenant, scope=body.scope_label, error=str(error))
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": "1"},
                             detail=f"{error} (COMPASSMEM_API_QUERY_DEADLINE_S); retry later or ask a simpler "
                                    "question") from error
     except Exception:
         services.metrics.query_failed()
         raise
-    # Only an empty answer asks the store whether the scope holds anything at all (a 404, not an empty 200).
-    if not response.turn_ids and services.stores.vectors.count_turns(body.scope) == 0:
-        raise HTTPException(status.HTTP_404_NOT_FOUND,
-                            detail=f"no memory for {body.scope_label} of tenant {body.tenant!r}")
     services.metrics.query_answered(response, time.perf_counter() - started)
     log.debug("api.query", tenant=body.tenant, scope=body.scope_label,
               turns=len(response.turn_ids), ms=response.timings_ms.get("total"))
