@@ -3,11 +3,11 @@
     python -m benchmarks.locomo_recall [--data PATH] [--out results/locomo_recall.json]
                                        [--data-dir DIR --reuse] [--no-baselines] [--embedder onnx-int8|torch]
 
-Memory is built from the turns and session dates only (the in-process pipeline into the embedded stores);
-questions are read by the evaluation code alone and asked through QueryEngine.query, the code path behind
-POST /v1/query. The embedder is COMPASSMEM_EMBEDDER's unless --embedder names one (run both to compare the torch
-reference with onnx-int8); the baselines use the same embedder. Also reports mean context tokens returned and query
-latency p50/p99 (in-process, no HTTP).
+Memory is built from the turns and session dates only (``Memory.add``: the in-process pipeline into the embedded
+stores); questions are read by the evaluation code alone and asked through ``Memory.query`` (QueryEngine.query), the
+code path behind POST /v1/query. The embedder is COMPASSMEM_EMBEDDER's unless --embedder names one (run both to
+compare the torch reference with onnx-int8); the baselines use the same embedder. Also reports mean context tokens
+returned and query latency p50/p99 (in-process, no HTTP).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_da
 from benchmarks.locomo_baselines import results_json, table_rows
 from compassmem.config import Settings
 from compassmem.contracts.query import QueryRequest
-from compassmem.embedding import Embedder, make_embedder
+from compassmem.embedding import make_embedder
 from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
 from compassmem.evaluation.harness import evaluate_retriever
 from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
@@ -31,27 +31,24 @@ from compassmem.evaluation.question_shapes import SHAPES, question_shape
 from compassmem.evaluation.recall import BUDGETS, recall_at
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
+from compassmem.memory import Memory
 from compassmem.models import RelationType
-from compassmem.pipeline import MemoryPipeline
-from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig
-from compassmem.retrieval.hot_tier import HotTier
+from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.retrieval.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
-from compassmem.sinks.batching import GraphSink, VectorSink
-from compassmem.sinks.factory import Stores, open_stores
 
 
-class EngineRetriever:
+class MemoryRetriever:
     """The system under test as the evaluation loop sees it; records each query's latency."""
 
-    def __init__(self, engine: QueryEngine, budget: int) -> None:
-        self.engine = engine
+    def __init__(self, memory: Memory, budget: int) -> None:
+        self.memory = memory
         self.budget = budget
         self.latencies_ms: list[float] = []
         self.ranked: dict[tuple[str, str], list[str]] = {}
 
     def rank(self, conversation_id: str, question: str) -> list[str]:
         started = time.perf_counter()
-        response = self.engine.query(QueryRequest(conversation_id=conversation_id, question=question,
+        response = self.memory.query(QueryRequest(conversation_id=conversation_id, question=question,
                                                   budget_turns=self.budget))
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
         self.ranked[(conversation_id, question)] = response.turn_ids
@@ -91,10 +88,8 @@ def recall_by_shape(ranked: dict[tuple[str, str], list[str]], questions: Sequenc
     return table
 
 
-def build_memory(data: Path, stores: Stores, embedder: Embedder) -> float:
-    turns = list(read_turns(data))
-    pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)])
-    summary = pipeline.ingest(turns)
+def build_memory(data: Path, memory: Memory) -> float:
+    summary = memory.add(read_turns(data))
     print(f"memory: {summary.events} events from {summary.turns} turns, {sum(summary.relations_by_type.values())} "
           f"relations, built in {summary.seconds:.1f} s")
     return summary.seconds
@@ -128,15 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = args.embedder or defaults.embedder
     embedder = make_embedder(defaults.model_copy(update={"embedder": chosen}))
     with tempfile.TemporaryDirectory() as scratch:
-        data_dir = args.data_dir or Path(scratch)
-        with open_stores(Settings(data_dir=data_dir, embedder=chosen), dim=embedder.dim) as stores:
-            ingest_seconds = 0.0 if args.reuse else build_memory(data, stores, embedder)
-            hot = HotTier(stores.vectors, stores.graph, max_age_s=1e9)
-            engine = QueryEngine(embedder, stores.vectors, hot)
-            retriever = EngineRetriever(engine, budget=max(BUDGETS))
+        # No LLM: memory comes from the turns alone and the queries measure the engine alone. No reload by age
+        # either: the hot tier keeps what it loaded for the whole run.
+        settings = Settings(data_dir=args.data_dir or Path(scratch), embedder=chosen, llm_url=None,
+                            api_view_max_age_s=1e9)
+        with Memory(settings, embedder=embedder) as memory:
+            ingest_seconds = 0.0 if args.reuse else build_memory(data, memory)
+            retriever = MemoryRetriever(memory, budget=max(BUDGETS))
             results = [evaluate_retriever("compassmem", retriever, questions, text_of=corpus.text_of)]
-            ablation = ([evaluate_retriever(name, EngineRetriever(
-                QueryEngine(embedder, stores.vectors, hot, config), budget=max(BUDGETS)), questions)
+            # Each variant reads the same stores with its own engine (and hot tier); only its recall is reported.
+            ablation = ([evaluate_retriever(name, MemoryRetriever(
+                Memory(settings, stores=memory.stores, embedder=embedder, engine_config=config),
+                budget=max(BUDGETS)), questions)
                 for name, config in ABLATIONS.items()] if args.ablation else [])
     if not args.no_baselines:
         baselines = build_baselines(corpus, embedder)

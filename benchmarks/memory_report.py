@@ -75,6 +75,8 @@ def main() -> None:
     turns = list(read_turns(require_data(args.data)))
     written = LatestRecords()
     settings = Settings(_env_file=None)
+    # The pipeline by hand rather than Memory, built as Memory builds it: the report reads what only the pipeline
+    # holds (each conversation's boundary and merge reasons, the LLM judge's counts), and needs no stores.
     pipeline = MemoryPipeline(make_embedder(settings), [written], PipelineConfig.from_settings(settings),
                               llm=llm_steps(settings))
     summary = pipeline.ingest(turns)

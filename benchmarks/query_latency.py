@@ -4,7 +4,7 @@
 
 Builds memory for one development conversation (turns and session dates only) in embedded stores, serves
 the query API with uvicorn on loopback, and asks that conversation's LoCoMo questions one after another
-over one keep-alive connection (as an agent would), then asks them again through ``QueryEngine.query`` in
+over one keep-alive connection (as an agent would), then asks them again through the API's ``Memory.query`` in
 the same process: the difference is what HTTP, validation and serialisation cost. Goal (issue 4, offline):
 p50 <= 25 ms and p99 <= 150 ms through HTTP.
 """
@@ -35,12 +35,10 @@ from compassmem.embedding import make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
 from compassmem.importers import read_locomo_turns
 from compassmem.logging_setup import configure_logging
+from compassmem.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import MemoryPipeline
 from compassmem.query_api.app import create_app
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
-from compassmem.sinks.batching import GraphSink, VectorSink
-from compassmem.sinks.factory import open_stores
 
 GOAL_P50_MS = 25.0
 GOAL_P99_MS = 150.0
@@ -66,15 +64,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = make_embedder(Settings(_env_file=None))
     with tempfile.TemporaryDirectory() as scratch:
         settings = Settings(data_dir=Path(scratch))
-        with open_stores(settings, dim=embedder.dim) as stores:
-            summary = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns)
+        with Memory(settings, embedder=embedder) as memory:
+            summary = memory.add(turns)
             print(f"memory for {conversation}: {summary.events} events from {summary.turns} turns "
                   f"in {summary.seconds:.1f} s; {len(questions)} questions")
-            services = build_services(settings, stores, embedder, MemoryMetrics())
+            # The API's own Memory over these stores, as `compassmem api` builds it: both paths share its hot tier.
+            services = build_services(settings, memory.stores, embedder, MemoryMetrics())
             use_serving_threads(settings)  # as `compassmem api` does; ingestion above kept torch's default
 
             def in_process(question: str) -> None:
-                services.engine.query(QueryRequest(conversation_id=conversation, question=question))
+                services.memory.query(QueryRequest(conversation_id=conversation, question=question))
 
             stages: dict[str, list[float]] = {}
             with BackgroundServer(create_app(services)) as server, httpx.Client(base_url=server.url) as client:

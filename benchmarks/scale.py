@@ -17,15 +17,14 @@ that up-front run); the pipeline's embedder is then a lookup by the exact text t
    round robin, consumed by the StreamingWorker on a thread of this process (``InProcessWorker``), written to
    the same stores as section 1. Turns/s from the first produce to the last turn applied; this process's RSS.
 3. Queries on those stores (one tenant: the long conversation, the many conversations, and one development
-   conversation ingested as it is): p50/p99 in-process (``QueryEngine.query``) and over HTTP (uvicorn on
-   loopback, ``create_app(build_services(...))``, following the change feeds of a dev broker as ``compassmem api``
-   does; the two paths share one hot tier and take turns at asking each question first) for one ~600-turn
-   conversation, the long conversation, the
-   big subject and the whole tenant, with the development file's QA questions (for synthetic copies the
-   questions are a load generator), after building the vector store's HNSW index as ``compassmem build-index``
-   does (``--no-build-index``: exact dense search, as a store that was never indexed). Then one question to each of ``--hot-conversations`` distinct
-   conversations through an engine whose hot tier holds at most ``--hot-turns`` turns: RSS before and after,
-   and the turns the hot tier held.
+   conversation added as it is with ``Memory.add``): p50/p99 in-process (the API's ``Memory.query``) and over HTTP
+   (uvicorn on loopback, ``create_app(build_services(...))``, following the change feeds of a dev broker as
+   ``compassmem api`` does; the two paths share one hot tier and take turns at asking each question first) for one
+   ~600-turn conversation, the long conversation, the big subject and the whole tenant, with the development file's
+   QA questions (for synthetic copies the questions are a load generator), after building the vector store's HNSW
+   index as ``compassmem build-index`` does (``--no-build-index``: exact dense search, as a store that was never
+   indexed). Then one question to each of ``--hot-conversations`` distinct conversations through a ``Memory`` whose
+   hot tier holds at most ``--hot-turns`` turns: RSS before and after, and the turns the hot tier held.
 
 The final table lists each goal, the measured value and whether it is met.
 
@@ -71,6 +70,7 @@ from compassmem.embedding import Embedder, make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
+from compassmem.memory import Memory
 from compassmem.models import Turn
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
@@ -315,6 +315,8 @@ def block_ratio(blocks: list[dict[str, Any]], block: int) -> float:
 
 def section_long(turns: list[Turn], embedder: CachedEmbedder, stores: Stores, settings: Settings,
                  args: argparse.Namespace) -> dict:
+    # MemoryPipeline by hand, not Memory: 1a measures the processors without stores, 1b runs at --store-batch, and
+    # both encode the changelog record from the pipeline's own ConversationMemory between batches.
     # The memory's hot window as the worker and `compassmem ingest` set it (COMPASSMEM_WORKER_HOT_EVENTS).
     hot_events = settings.worker_hot_events
     print(f"\n[1a] {len(turns)} turns in one conversation, processors only (hot window {hot_events} events) ...",
@@ -461,7 +463,7 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
     # As `compassmem api` with a broker: it follows the worker's change feeds, so its hot tier keeps what no
     # change has touched (without a feed it reloads entries older than COMPASSMEM_API_VIEW_MAX_AGE_S).
     with (DevBroker(port=0, log_path=settings.data_dir.parent / "tansu-queries.log") as broker,
-          _following(broker.bootstrap, settings, services.hot),
+          _following(broker.bootstrap, settings, services.memory.hot),
           BackgroundServer(create_app(services)) as server, httpx.Client(base_url=server.url, timeout=60) as client):
         for name, (scope, questions) in scopes.items():
             stages: dict[str, dict[str, list[float]]] = {"in_process": {}, "http": {}}
@@ -471,7 +473,7 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
                     stages[path].setdefault(stage, []).append(ms)
 
             def in_process(question: str, scope: dict[str, Any] = scope) -> None:
-                keep("in_process", services.engine.query(QueryRequest(tenant=TENANT, question=question,
+                keep("in_process", services.memory.query(QueryRequest(tenant=TENANT, question=question,
                                                                        **scope)).timings_ms)
 
             def over_http(question: str, scope: dict[str, Any] = scope) -> None:
@@ -527,11 +529,10 @@ def section_hot_tier(conversation_ids: list[str], questions: list[str], stores: 
     targets = conversation_ids[: args.hot_conversations]
     print(f"\n[3b] one question to each of {len(targets)} conversations, hot tier of at most {args.hot_turns} "
           "turns ...", flush=True)
-    # Wired as the API wires it, with COMPASSMEM_API_HOT_TURNS set to --hot-turns.
-    services = build_services(settings.model_copy(update={"api_hot_turns": args.hot_turns}), stores, embedder,
-                              MemoryMetrics())
-    engine, hot = services.engine, services.hot
-    engine.query(QueryRequest(tenant=TENANT, conversation_id=LONG_CONVERSATION, question=questions[0]))  # warm
+    # As the API's build_services makes it, with COMPASSMEM_API_HOT_TURNS set to --hot-turns.
+    memory = Memory(settings.model_copy(update={"api_hot_turns": args.hot_turns}), stores=stores, embedder=embedder)
+    hot = memory.hot
+    memory.query(QueryRequest(tenant=TENANT, conversation_id=LONG_CONVERSATION, question=questions[0]))  # warm
     hot.invalidate(TENANT)
     before = rss_mb()
     most_turns = 0
@@ -539,7 +540,7 @@ def section_hot_tier(conversation_ids: list[str], questions: list[str], stores: 
     every = max(1, len(targets) // 10)
     started = time.perf_counter()
     for index, conversation_id in enumerate(targets, start=1):
-        engine.query(QueryRequest(tenant=TENANT, conversation_id=conversation_id,
+        memory.query(QueryRequest(tenant=TENANT, conversation_id=conversation_id,
                                   question=questions[index % len(questions)]))
         most_turns = max(most_turns, hot.turns)
         if index % every == 0 or index == len(targets):
@@ -676,8 +677,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results["many_conversations"] = section_many(many, cached, stores, settings, root, args)
             print(f"\n[3] ingesting development conversation {dev_conversation} ({len(dev_turns)} turns) as it is ...",
                   flush=True)
-            MemoryPipeline(cached, [VectorSink(stores.vectors), GraphSink(stores.graph)],
-                           PipelineConfig(hot_events=settings.worker_hot_events)).ingest(dev_turns)
+            Memory(settings, stores=stores, embedder=cached).add(dev_turns)
             if args.build_index:
                 # What `compassmem build-index` does between runs: without it every dense search is exact.
                 print("[3] building the vector store's search index (compassmem build-index) ...", flush=True)

@@ -1,7 +1,7 @@
 """Streaming throughput and freshness: turns through the dev broker and the worker into both stores.
 
 Measured in one run, on the same turns and the same embedder:
-1. the in-process pipeline (``compassmem ingest``): turns/s into fresh embedded stores;
+1. the in-process pipeline (``Memory.add``, as ``compassmem ingest`` runs it): turns/s into fresh embedded stores;
 2. end to end through Kafka: all turns produced as fast as possible to the turns topic of the dev broker (Tansu),
    consumed by the worker, written to both stores; turns/s from the first produce to the last turn written;
 3. freshness while producing at ``--rate`` turns/s (live traffic): for sampled turns, the time from handing the
@@ -29,10 +29,9 @@ from compassmem.config import Settings
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
+from compassmem.memory import Memory
 from compassmem.models import Turn
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import MemoryPipeline
-from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.producer import TurnProducer
@@ -46,10 +45,9 @@ RATIO_GOAL = 0.85
 
 def in_process_rate(turns: list[Turn], embedder: Embedder, root: Path) -> dict[str, Any]:
     settings = Settings(_env_file=None, data_dir=root / "in-process")
-    with open_stores(settings, dim=embedder.dim) as stores:
-        pipeline = MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)])
+    with Memory(settings, embedder=embedder) as memory:
         started = time.perf_counter()
-        summary = pipeline.ingest(turns)
+        summary = memory.add(turns)
         seconds = time.perf_counter() - started
     return {"turns": len(turns), "seconds": round(seconds, 2), "turns_per_second": round(len(turns) / seconds, 1),
             "events": summary.events}
