@@ -1,4 +1,5 @@
-"""The query engine on real embedded stores, built from the sample conversation by the in-process pipeline."""
+"""The query engine on real embedded stores, built from the sample conversation by ``Memory.add``; the engine is
+the memory's own, or one with another ``EngineConfig`` over the same stores."""
 
 from __future__ import annotations
 
@@ -11,25 +12,27 @@ import pytest
 from compassmem.config import Settings
 from compassmem.contracts.query import QueryRequest
 from compassmem.importers import read_turns
-from compassmem.pipeline import MemoryPipeline
+from compassmem.memory import Memory
 from compassmem.retrieval.decomposition import analyse
-from compassmem.retrieval.engine import QueryEngine, asked_speakers
+from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig, asked_speakers
 from compassmem.retrieval.hot_tier import HotTier
-from compassmem.sinks.batching import GraphSink, VectorSink
-from compassmem.sinks.factory import open_stores
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 
 
 @pytest.fixture(scope="module")
 def engine(embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueryEngine]:  # noqa: ANN001
-    settings = Settings(data_dir=tmp_path_factory.mktemp("engine"))
-    with open_stores(settings, dim=embedder.dim) as stores:
-        turns = list(read_turns(SAMPLE))
-        other_tenant = [t.model_copy(update={"tenant": "other", "text": "Unrelated chat about gardening."})
-                        for t in turns]
-        MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns + other_tenant)
-        yield QueryEngine(embedder, stores.vectors, HotTier(stores.vectors, stores.graph))
+    turns = list(read_turns(SAMPLE))
+    other_tenant = [t.model_copy(update={"tenant": "other", "text": "Unrelated chat about gardening."})
+                    for t in turns]
+    with Memory(Settings(data_dir=tmp_path_factory.mktemp("engine")), embedder=embedder) as memory:
+        memory.add(turns + other_tenant)
+        yield memory.engine
+
+
+def with_config(memory: Memory, config: EngineConfig) -> Memory:
+    """The same stores read through an engine (and a hot tier) with ``config``."""
+    return Memory(memory.settings, stores=memory.stores, embedder=memory.embedder, engine_config=config)
 
 
 def ask(engine: QueryEngine, question: str, **fields) -> list[str]:  # noqa: ANN003
@@ -190,7 +193,7 @@ ART_CHAT = [
 
 
 @pytest.fixture(scope="module")
-def art_memory(embedder, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN001, ANN201
+def art_memory(embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:  # noqa: ANN001
     from datetime import UTC, datetime, timedelta
 
     from compassmem.models import Turn
@@ -199,22 +202,18 @@ def art_memory(embedder, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN
     turns = [Turn(conversation_id="art", turn_id=f"D1:{n}", speaker=speaker, text=text,
                   timestamp=start + timedelta(minutes=n), session_id="1")
              for n, (speaker, text) in enumerate(ART_CHAT, start=1)]
-    with open_stores(Settings(data_dir=tmp_path_factory.mktemp("art")), dim=embedder.dim) as stores:
-        MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns)
-        yield embedder, stores
+    with Memory(Settings(data_dir=tmp_path_factory.mktemp("art")), embedder=embedder) as memory:
+        memory.add(turns)
+        yield memory
 
 
-def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top_5(art_memory) -> None:  # noqa: ANN001
-    from compassmem.retrieval.engine import EngineConfig, RankingConfig
-
-    embedder, stores = art_memory
+def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top_5(art_memory: Memory) -> None:
     question = QueryRequest(conversation_id="art", question="What did Ann paint over the lake?",
                             budget_turns=5)
 
     def top5(hedge: int) -> list[str]:
-        config = EngineConfig(ranking=RankingConfig(speaker_hedge_top=hedge))
-        engine = QueryEngine(embedder, stores.vectors, HotTier(stores.vectors, stores.graph), config)
-        return engine.query(question).turn_ids
+        return with_config(art_memory, EngineConfig(ranking=RankingConfig(speaker_hedge_top=hedge))).query(
+            question).turn_ids
 
     # Bob painted the sunset; the question names Ann. Her seven art turns, boosted for being hers, would fill the
     # top 5 (checked with the hedge off), but Bob's best turn keeps a place.
@@ -227,7 +226,6 @@ def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, 
     from datetime import UTC, datetime, timedelta
 
     from compassmem.models import Turn
-    from compassmem.retrieval.engine import EngineConfig, RankingConfig
 
     def session(day: datetime, number: int, lines: list[tuple[str, str]]) -> list[Turn]:
         return [Turn(conversation_id="trips", turn_id=f"D{number}:{n}", speaker=speaker, text=text,
@@ -248,15 +246,13 @@ def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, 
             ("Bob", "The dinosaurs at that museum are great."),
         ]),
     ]
-    with open_stores(Settings(data_dir=tmp_path), dim=embedder.dim) as stores:
-        MemoryPipeline(embedder, [VectorSink(stores.vectors), GraphSink(stores.graph)]).ingest(turns)
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
 
         def first(date_boost: float) -> str:
-            config = EngineConfig(ranking=RankingConfig(date_boost=date_boost))
-            engine = QueryEngine(embedder, stores.vectors, HotTier(stores.vectors, stores.graph),
-                                 config)
             question = QueryRequest(conversation_id="trips", question="What did Ann see at the museum on 8 May 2023?")
-            return engine.query(question).turn_ids[0]
+            return with_config(memory, EngineConfig(ranking=RankingConfig(date_boost=date_boost))).query(
+                question).turn_ids[0]
 
         # Said on 9 May, "yesterday" names 8 May: that turn answers, not the museum visits of other days.
         assert first(0.2) == "D2:1"
