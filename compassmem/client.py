@@ -31,6 +31,8 @@ from compassmem.contracts.records import (
     EventOut,
     EventPage,
     LimitedConversationGraph,
+    RedactResult,
+    TenantDeleteResult,
     TurnsAccepted,
     ValidationErrorResponse,
 )
@@ -117,6 +119,15 @@ def _given(**params: object) -> dict[str, str]:
 def _forget(conversation_id: str, tenant: str) -> _Call[DeleteResult]:
     return _Call("DELETE", f"/v1/conversations/{_segment(conversation_id)}", DeleteResult,
                  params=_given(tenant=tenant))
+
+
+def _redact(conversation_id: str, turn_id: str, tenant: str) -> _Call[RedactResult]:
+    return _Call("DELETE", f"/v1/conversations/{_segment(conversation_id)}/turns/{_segment(turn_id)}",
+                 RedactResult, params=_given(tenant=tenant))
+
+
+def _delete_tenant(tenant: str) -> _Call[TenantDeleteResult]:
+    return _Call("DELETE", f"/v1/tenants/{_segment(tenant)}", TenantDeleteResult)
 
 
 _ERRORS: dict[int, Callable[[str, int], CompassmemError]] = {
@@ -209,6 +220,16 @@ class Client:
         """Forget a conversation (DELETE /v1/conversations/{id})."""
         return self._send(_forget(conversation_id, tenant))
 
+    def redact_turn(self, conversation_id: str, turn_id: str, *, tenant: str = DEFAULT_TENANT) -> RedactResult:
+        """Delete one turn (DELETE /v1/conversations/{id}/turns/{turn_id}): its event is rebuilt from its other
+        turns, or deleted when it was the last; NotFound when the conversation has no such turn."""
+        return self._send(_redact(conversation_id, turn_id, tenant))
+
+    def delete_tenant(self, tenant: str) -> TenantDeleteResult:
+        """Delete every conversation of a tenant (DELETE /v1/tenants/{tenant}): the client's key must be an admin
+        key (COMPASSMEM_API_ADMIN_KEYS), else Forbidden."""
+        return self._send(_delete_tenant(tenant))
+
     def close(self) -> None:
         self._http.close()
 
@@ -271,6 +292,16 @@ class AsyncClient:
     async def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
         """Forget a conversation (DELETE /v1/conversations/{id})."""
         return await self._send(_forget(conversation_id, tenant))
+
+    async def redact_turn(self, conversation_id: str, turn_id: str, *, tenant: str = DEFAULT_TENANT) -> RedactResult:
+        """Delete one turn (DELETE /v1/conversations/{id}/turns/{turn_id}): its event is rebuilt from its other
+        turns, or deleted when it was the last; NotFound when the conversation has no such turn."""
+        return await self._send(_redact(conversation_id, turn_id, tenant))
+
+    async def delete_tenant(self, tenant: str) -> TenantDeleteResult:
+        """Delete every conversation of a tenant (DELETE /v1/tenants/{tenant}): the client's key must be an admin
+        key (COMPASSMEM_API_ADMIN_KEYS), else Forbidden."""
+        return await self._send(_delete_tenant(tenant))
 
     async def aclose(self) -> None:
         await self._http.aclose()

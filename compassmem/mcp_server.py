@@ -1,7 +1,7 @@
 """``compassmem mcp``: memory as tools for an MCP-capable agent, on the official MCP Python SDK.
 
 Tools: ``remember`` (add turns), ``recall`` (a question answered with its evidence turns and events),
-``list_conversations`` and ``forget``. Over stdio by default (the agent starts the process); with ``--port`` over
+``list_conversations``, ``forget`` (a conversation) and ``redact_turn`` (one turn). Over stdio by default (the agent starts the process); with ``--port`` over
 streamable HTTP at ``http://HOST:PORT/mcp``, bound to 127.0.0.1 unless ``--host`` says otherwise.
 Every tool works on one ``Memory`` that the process opens at start, so a data directory that another process holds
 fails before the agent connects, with the store's own message. A refused argument or a missing conversation is a
@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from compassmem import __version__
 from compassmem.contracts.query import QueryResponse
-from compassmem.contracts.records import ConversationPage, DeleteResult
+from compassmem.contracts.records import ConversationPage, DeleteResult, RedactResult
 from compassmem.errors import CompassmemError
 from compassmem.memory import Memory
 from compassmem.models import DEFAULT_TENANT, Turn
@@ -36,7 +36,8 @@ R = TypeVar("R")
 INSTRUCTIONS = (
     "Long-term memory of conversations. Call remember with the turns of a conversation as they happen (whole "
     "exchanges at a time), recall to answer a question from memory with the exact turns that support it, "
-    "list_conversations to see what is remembered, forget to delete a conversation."
+    "list_conversations to see what is remembered, forget to delete a conversation, redact_turn to delete one "
+    "turn (its words leave memory; the rest of the conversation stays)."
 )
 
 
@@ -169,6 +170,13 @@ def build_server(memory: Memory) -> MCPServer:
     @_as_tool_errors
     def forget(conversation_id: str, tenant: str = DEFAULT_TENANT) -> DeleteResult:
         return memory.forget(conversation_id, tenant=tenant)
+
+    @server.tool(description="Delete one turn from memory (e.g. something the user asked to be forgotten): its words "
+                             "leave the event that held it, which is rebuilt from its other turns, and the relations "
+                             "that quoted them; the turn ids are those remember returned.")
+    @_as_tool_errors
+    def redact_turn(conversation_id: str, turn_id: str, tenant: str = DEFAULT_TENANT) -> RedactResult:
+        return memory.redact_turn(conversation_id, turn_id, tenant=tenant)
 
     return server
 

@@ -162,7 +162,7 @@ class Memory:
             memory = pipeline.memories.get(partition_key(tenant, conversation_id)) if pipeline else None
             if memory is not None:
                 # Later adds to this conversation must not write the turn back with its event.
-                memory.redact_turn(turn_id, stored.event_id, stored.event)
+                memory.redact_turn(turn_id, stored.before, stored.event, stored.relations)
         return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
                             event_id=stored.event_id, event_deleted=stored.event is None, redaction_published=False)
 

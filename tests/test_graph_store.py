@@ -178,6 +178,25 @@ def test_a_superseded_relation_is_kept_with_superseded_by(
     assert view.number_of_edges() == 2
 
 
+def test_relations_are_deleted_by_id_superseded_ones_too(
+    graph_store: FalkorDBGraphStore, event_builder: EventBuilder, relation_builder: RelationBuilder, store_tenant: str
+) -> None:
+    a, b, c = _chain(event_builder, store_tenant, n=3)
+    kept = relation_builder(a, b.event_id)
+    gone = relation_builder(b, c.event_id, minutes=1)
+    superseded = relation_builder(c, b.event_id, superseded_by=gone.relation_id, minutes=2)
+    graph_store.upsert_events([a, b, c])
+    graph_store.upsert_relations([kept, gone, superseded])
+
+    graph_store.delete_relations(store_tenant, [gone.relation_id, superseded.relation_id])
+    graph_store.delete_relations(store_tenant, [gone.relation_id])  # already gone: nothing happens
+
+    assert graph_store.relations(store_tenant, "c1") == [kept]
+    assert _raw_counts(graph_store, store_tenant) == (3, 1), "the events stay"
+    graph_store.delete_relations(f"{store_tenant}-none", [kept.relation_id])
+    assert graph_store.graph_name(f"{store_tenant}-none") not in graph_store.db.list_graphs()
+
+
 def test_cluster_upsert_adds_and_moves_members_and_keeps_unlisted_ones(
     graph_store: FalkorDBGraphStore,
     event_builder: EventBuilder,

@@ -56,10 +56,10 @@ def run(test: Any, tmp_path: Path) -> None:  # noqa: ANN401 - an async test body
         raise
 
 
-def test_tools_remember_recall_list_and_forget(tmp_path: Path) -> None:
+def test_tools_remember_recall_list_redact_and_forget(tmp_path: Path) -> None:
     async def body(session: ClientSession) -> None:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-        assert set(tools) == {"remember", "recall", "list_conversations", "forget"}
+        assert set(tools) == {"remember", "recall", "list_conversations", "forget", "redact_turn"}
         assert "conversation_id" in tools["recall"].input_schema["properties"]
 
         remembered = await session.call_tool("remember", {"conversation_id": "ann-bob", "turns": TURNS})
@@ -84,6 +84,16 @@ def test_tools_remember_recall_list_and_forget(tmp_path: Path) -> None:
         listed = await session.call_tool("list_conversations", {})
         assert not listed.is_error, listed.content
         assert {c["conversation_id"] for c in listed.structured_content["conversations"]} == {"ann-bob", "notes"}
+
+        redacted = await session.call_tool("redact_turn", {"conversation_id": "ann-bob", "turn_id": "3"})
+        assert not redacted.is_error, redacted.content
+        assert redacted.structured_content["turn_id"] == "3" and not redacted.structured_content["event_deleted"]
+        without = await session.call_tool("recall", {"question": "What breed is Biscuit?",
+                                                     "conversation_id": "ann-bob", "budget_turns": 3})
+        assert "3" not in {turn["turn_id"] for turn in without.structured_content["turns"]}
+        assert not any("beagle" in turn["text"] for turn in without.structured_content["turns"])
+        again = await session.call_tool("redact_turn", {"conversation_id": "ann-bob", "turn_id": "3"})
+        assert again.is_error and "no turn '3'" in again.content[0].text
 
         forgotten = await session.call_tool("forget", {"conversation_id": "ann-bob"})
         assert not forgotten.is_error, forgotten.content

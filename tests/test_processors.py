@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compassmem.models import Relation, RelationType, Turn, relation_id_for
+from compassmem.models import Event, Relation, RelationType, Turn, relation_id_for
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory
-from compassmem.processors.event_frames import build_event, indexed_turns, merge_into
+from compassmem.processors.event_frames import build_event, indexed_turns, merge_into, without_turn
 from compassmem.processors.merging import EventMerger
 from compassmem.processors.relation_ledger import RelationLedger
-from compassmem.processors.relations import KeywordStats, RelationExtractor
+from compassmem.processors.relations import KeywordStats, RelationExtractor, make_relation, rests_on_turn
 from compassmem.processors.segmentation import (
     BoundaryDetector,
     BoundaryReason,
@@ -277,3 +277,29 @@ def test_subject_id_flows_from_turns_into_the_stored_events_and_turns(embedder, 
         assert {e.subject_id for e in store.conversation_events("default", "c2")} == {None}
     finally:
         store.close()
+
+
+def test_a_redaction_takes_the_relations_that_rest_on_the_turn_and_no_others() -> None:
+    said, asked, answered = make_turns([["The Zembla bridge fell, so I drive the long way now.",
+                                         "How long is the drive?", "Forty minutes, past Oslo, so I leave early."]])
+    earlier = build_event(_segment(make_turns([["The storm hit Oslo.", "The Zembla bridge fell."]], "c0")))
+    event = build_event(_segment([said, asked, answered]))
+    removed = event.observations[0]
+    rebuilt = without_turn(event, said.turn_id, [[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    assert rebuilt is not None and "Oslo" in rebuilt.entities and "Zembla" not in rebuilt.entities
+
+    def rests(type_: RelationType, evidence: str, on: Event = rebuilt) -> bool:
+        return rests_on_turn(make_relation(earlier, event, type_, 0.8, evidence), removed, on)
+
+    assert rests(RelationType.CAUSAL, said.text)  # its cue sentence
+    assert rests(RelationType.CAUSAL, said.text[:20])  # a quote cut short
+    assert not rests(RelationType.CAUSAL, "Forty minutes, past Oslo, so I leave early.")  # a kept turn's
+    assert rests(RelationType.SAME_ENTITY, "both name Zembla")
+    assert not rests(RelationType.SAME_ENTITY, "both name Oslo")
+    assert not rests(RelationType.SAME_PARTICIPANT, "same participants: Ann, Bob")  # Ann speaks on
+    alone = without_turn(build_event(_segment([said, asked])), said.turn_id, [[0.0, 1.0, 0.0, 0.0]])
+    assert alone is not None and alone.participants == ["Bob"]
+    assert rests(RelationType.SAME_PARTICIPANT, "same participants: Ann, Bob", alone)
+    # Evidence that holds no text of a turn stays, even where a turn happens to say the same words.
+    assert not rests(RelationType.FOLLOW_UP, said.text)
+    assert not rests(RelationType.TEMPORAL, "told-time intervals")

@@ -80,7 +80,7 @@ def test_the_agent_configuration_starts_the_mcp_server(tmp_path: Path) -> None:
     env.update({**server["env"], "COMPASSMEM_DATA_DIR": str(tmp_path / "memory"),
                 "COMPASSMEM_EMBEDDER_CACHE_DIR": str(MODEL_CACHE)})
     params = StdioServerParameters(command=str(command), args=server["args"], env=env)
-    documented = set(re.findall(r"`(remember|recall|list_conversations|forget)`", mcp))
+    documented = set(re.findall(r"`(remember|recall|list_conversations|forget|redact_turn)`", mcp))
 
     async def main() -> set[str]:
         with anyio.fail_after(120), (tmp_path / "mcp.log").open("w") as log:
@@ -88,6 +88,6 @@ def test_the_agent_configuration_starts_the_mcp_server(tmp_path: Path) -> None:
                 await session.initialize()
                 return {tool.name for tool in (await session.list_tools()).tools}
 
-    assert anyio.run(main) == documented == {"remember", "recall", "list_conversations", "forget"}
+    assert anyio.run(main) == documented == {"remember", "recall", "list_conversations", "forget", "redact_turn"}
     port = re.search(r"`compassmem mcp --port (\d+)`", mcp)
     assert port is not None and f"`http://127.0.0.1:{port.group(1)}/mcp`" in mcp

@@ -4,24 +4,34 @@ turn back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
-from compassmem import Memory, NotFound
+from compassmem import AsyncClient, Client, Forbidden, Memory, NotFound, Unauthorized
 from compassmem.config import Settings
 from compassmem.contracts.commands import RedactCommand
+from compassmem.contracts.records import RedactResult
+from compassmem.models import RelationType, Turn
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.sinks.factory import open_stores
+from compassmem.redaction import redact_stored_turn
+from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
+from compassmem.streams.decoding import RawRecord
+from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, RedactMarker
+from compassmem.streams.processor import BatchInput, MemoryStreamProcessor
+from compassmem.streams.producer import encode_turn
+from compassmem.streams.state import decode_record
 from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
 from test_streaming import committed_offsets, graph_matches, true_end_offsets
 
@@ -34,6 +44,45 @@ REDACTED, REDACTED_WORDS = "S1:3", "multi-currency invoices"
 
 def _settings(data_dir: Path, **fields: object) -> Settings:
     return Settings(_env_file=None, data_dir=data_dir, embedder_cache_dir=MODEL_CACHE, **fields)
+
+
+# A made-up name that only the redacted turn says: in a sentence that becomes a causal relation's quoted evidence
+# (", so" after a clause restating the first session's event) and goes into its event's summary and keywords.
+SECRET = "Zembla"
+
+
+def _traced_turns(tenant: str, conversation_id: str) -> list[dict[str, object]]:
+    said = [("1", "Ann", "The Quaxoria bridge collapsed during the storm on Monday night.", "2024-03-04T20:00:00"),
+            ("2", "Bob", "Was anyone hurt when the Quaxoria bridge collapsed?", "2024-03-04T20:01:00"),
+            ("3", "Ann", "Nobody was hurt, but the whole bridge collapsed into the river.", "2024-03-04T20:02:00"),
+            ("4", "Ann", f"The Quaxoria bridge collapsed in the storm, so I drive the {SECRET} detour every morning.",
+             "2024-03-06T08:00:00"),
+            ("5", "Bob", "How long does the commute take you now?", "2024-03-06T08:01:00"),
+            ("6", "Ann", "About forty minutes each way, twice as long as my commute was before.",
+             "2024-03-06T08:02:00")]
+    return [{"tenant": tenant, "conversation_id": conversation_id, "turn_id": turn_id, "speaker": speaker,
+             "text": text, "timestamp": f"{at}+00:00", "session_id": "s1" if turn_id < "4" else "s2"}
+            for turn_id, speaker, text, at in said]
+
+
+def _stored_text(stores: Stores, tenant: str) -> str:
+    """Everything the stores hold for a tenant, as text: every event, provisional event and turn payload in the
+    vector store, and every node and edge attribute of every conversation in the graph store."""
+    conversations = {c.conversation_id for c in stores.graph.conversation_stats(tenant)}
+    conversations |= {e.conversation_id for e in stores.vectors.provisional_events(tenant)}
+    parts = [e.model_dump_json() for e in stores.vectors.provisional_events(tenant)]
+    for conversation_id in sorted(conversations):
+        parts += [e.model_dump_json() for e in stores.vectors.conversation_events(tenant, conversation_id)]
+        parts += [t.model_dump_json() for t in stores.vectors.conversation_turns(tenant, conversation_id)]
+        graph = stores.graph.conversation_graph(tenant, conversation_id)
+        parts += [json.dumps([node, data], default=str) for node, data in graph.nodes(data=True)]
+        parts += [json.dumps(data, default=str) for _, _, data in graph.edges(data=True)]
+    return "\n".join(parts)
+
+
+def _quoting_relations(stores: Stores, tenant: str, conversation_id: str) -> list[str]:
+    return [r.evidence for r in stores.graph.relations(tenant, conversation_id)
+            if r.type is RelationType.CAUSAL and SECRET in r.evidence]
 
 
 def _sample() -> list[dict[str, object]]:
@@ -115,6 +164,61 @@ def test_another_tenants_key_cannot_redact(served: Served) -> None:
     assert served.memory.stores.vectors.get_turn("acme", "router", "1") is not None
 
 
+def test_a_redacted_turn_leaves_no_trace_in_the_stores(served: Served) -> None:
+    stores = served.memory.stores
+    served.memory.add(_traced_turns("globex", "bridge"))
+    # What makes the test mean something: the words are in a relation's evidence and in their event.
+    assert _quoting_relations(stores, "globex", "bridge"), "no relation quotes the turn"
+    turn = stores.vectors.get_turn("globex", "bridge", "4")
+    assert turn is not None
+    [event] = stores.vectors.get_events("globex", [turn.event_id])
+    assert SECRET in event.summary and SECRET.lower() in event.keywords
+    assert SECRET in _stored_text(stores, "globex")
+
+    with Client(str(served.client.base_url), api_key=GLOBEX_KEY) as client:
+        result = client.redact_turn("bridge", "4", tenant="globex")
+    assert result == RedactResult(tenant="globex", conversation_id="bridge", turn_id="4", event_id=turn.event_id,
+                                  event_deleted=False, redaction_published=False)
+    assert SECRET.lower() not in _stored_text(stores, "globex").lower()
+    assert not _quoting_relations(stores, "globex", "bridge")
+    # The relations that hold no text of the turn stay (the two sessions' events still follow each other).
+    assert [r for r in stores.graph.relations("globex", "bridge") if r.target == turn.event_id]
+
+
+def test_the_client_redacts_and_deletes_tenants_under_the_apis_rules(served: Served) -> None:
+    url = str(served.client.base_url)
+    served.memory.add([{**turn, "tenant": "initech"} for turn in _acme_turns("printer")])
+    with Client(url) as anonymous, pytest.raises(Unauthorized) as unauthorized:
+        anonymous.redact_turn("router", "1", tenant="acme")
+    assert unauthorized.value.status == 401
+    with Client(url, api_key=GLOBEX_KEY) as globex:
+        with pytest.raises(Forbidden, match="globex") as refused:
+            globex.redact_turn("router", "1", tenant="acme")
+        assert refused.value.status == 403
+        with pytest.raises(NotFound):
+            globex.redact_turn("router", "1", tenant="globex")
+        with pytest.raises(Forbidden, match="not an admin key"):
+            globex.delete_tenant("initech")
+    assert served.memory.stores.vectors.get_turn("acme", "router", "1") is not None
+    with Client(url, api_key=ADMIN_KEY) as admin:
+        assert admin.delete_tenant("nobody-here").events_deleted == 0
+
+    async def main() -> None:
+        async with AsyncClient(url) as client:
+            result = await client.redact_turn("printer", "2", tenant="initech")
+            assert (result.tenant, result.turn_id, result.event_deleted) == ("initech", "2", False)
+            with pytest.raises(NotFound):
+                await client.redact_turn("printer", "2", tenant="initech")
+            with pytest.raises(Unauthorized):
+                await client.delete_tenant("initech")
+        async with AsyncClient(url, api_key=ADMIN_KEY) as admin:
+            deleted = await admin.delete_tenant("initech")
+            assert deleted.tenant == "initech" and deleted.events_deleted > 0 and not deleted.forget_published
+
+    asyncio.run(main())
+    assert served.memory.stores.vectors.count("initech") == 0
+
+
 def test_the_last_turn_of_an_event_takes_the_event_with_it(served: Served) -> None:
     served.memory.add({"tenant": "acme", "conversation_id": "single", "turn_id": "only", "speaker": "Zed",
                        "text": "A lone remark about the boiler.", "timestamp": "2024-06-01T10:00:00+00:00"})
@@ -172,6 +276,51 @@ def test_memory_delete_tenant(tmp_path: Path) -> None:
 
 
 # -- through the broker and the worker ------------------------------------------------------------------------
+
+
+def test_the_worker_keeps_no_trace_of_a_redacted_turn_in_its_state(tmp_path: Path, embedded_falkordb,  # noqa: ANN001
+                                                                     embedder) -> None:  # noqa: ANN001
+    """The worker's batch step over real stores, as the control topic drives it: the control agent redacts the
+    stores at once, then the marker reaches the conversation, whose table state still holds the turn's event and
+    the relation quoting it; after the marker, neither the state nor anything a later batch writes has them."""
+    tenant, conversation_id = "umbra", "bridge"
+    key = f"{tenant}/{conversation_id}".encode()
+    turns = [Turn.model_validate(turn) for turn in _traced_turns(tenant, conversation_id)]
+
+    def record(offset: int, value: bytes, control: ControlKind | None = None) -> RawRecord:
+        headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
+        return RawRecord(topic="t.turns", partition=0, offset=offset, key=key, value=value, headers=headers)
+
+    def idle_close(after: int) -> RawRecord:
+        marker = IdleCloseMarker(tenant=tenant, conversation_id=conversation_id, after_offset=after, idle_s=1.0)
+        return record(after + 1, marker.model_dump_json().encode(), ControlKind.IDLE_CLOSE)
+
+    with open_stores(_settings(tmp_path, falkordb_url=embedded_falkordb.url)) as stores:
+        processor = MemoryStreamProcessor(embedder, stores)
+
+        def run(records: list[RawRecord], state: bytes | None) -> bytes:
+            batch = BatchInput(records=records, states={key.decode(): state} if state else {}, tombstones={})
+            (value, _), = processor.sinks.write(partial(processor.process, batch)).states.values()
+            return value
+
+        state = run([record(n, encode_turn(turn)[1]) for n, turn in enumerate(turns)] + [idle_close(5)], None)
+        assert _quoting_relations(stores, tenant, conversation_id), "no relation quotes the turn"
+        assert SECRET in decode_record(state).model_dump_json()
+
+        redact_stored_turn(stores, tenant, conversation_id, "4")  # the control agent, at once
+        marker = RedactMarker(redact=RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id="4"),
+                              source_partition=0, source_offset=0)
+        state = run([record(7, marker.model_dump_json().encode(), ControlKind.REDACT)], state)
+        assert SECRET.lower() not in decode_record(state).model_dump_json().lower()
+
+        # A later turn about the same detour: merged or related, nothing written from the state brings it back.
+        later = Turn.model_validate({**_traced_turns(tenant, conversation_id)[5], "turn_id": "7",
+                                     "text": "The detour adds a lot of miles, so I drive slowly.",
+                                     "timestamp": "2024-03-06T08:03:00+00:00"})
+        state = run([record(8, encode_turn(later)[1]), idle_close(8)], state)
+        assert SECRET.lower() not in decode_record(state).model_dump_json().lower()
+        assert SECRET.lower() not in _stored_text(stores, tenant).lower()
+        assert "7" in [t.turn_id for t in stores.vectors.conversation_turns(tenant, conversation_id)]
 
 
 def test_a_redaction_survives_a_replay_of_the_turns_topic(stream_run: StreamRun, embedder) -> None:  # noqa: ANN001

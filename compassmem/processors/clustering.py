@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -59,6 +60,14 @@ def _two_means(vectors: np.ndarray, iterations: int = 8) -> np.ndarray:
             if np.any(labels == side):
                 centres[side] = unit(vectors[labels == side].mean(axis=0))
     return labels
+
+
+def cluster_label(member_keywords: Iterable[Sequence[str]]) -> list[str]:
+    """A topic's label: the terms most common among its members' first ten keywords."""
+    terms: Counter[str] = Counter()
+    for keywords in member_keywords:
+        terms.update(keywords[:10])
+    return [term for term, _ in terms.most_common(LABEL_TERMS)]
 
 
 def _members(assignment: dict[str, int], clusters: set[int] | None = None) -> dict[int, list[str]]:
@@ -159,15 +168,12 @@ class Reclusterer:
         groups = _members(state.assignment, touched)
         for index in sorted(touched):
             members = groups.get(index, [])
-            terms: Counter[str] = Counter()
-            for member in members:
-                terms.update(events[member].keywords[:10])
             clusters.append(Cluster(
                 tenant=sample.tenant,
                 conversation_id=sample.conversation_id,
                 cluster_id=cluster_id_for(sample.tenant, sample.conversation_id, index),
                 members=members,
                 centroid=state.centroids[index],
-                label=[t for t, _ in terms.most_common(LABEL_TERMS)],
+                label=cluster_label(events[member].keywords for member in members),
             ))
         return clusters

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from compassmem.processors.event_frames import (
 )
 from compassmem.processors.merging import EventMerger, MergeDecision, nearest_events
 from compassmem.processors.relation_ledger import RelationLedger
-from compassmem.processors.relations import ADJACENCY_EVIDENCE, KeywordStats, RelationExtractor
+from compassmem.processors.relations import ADJACENCY_EVIDENCE, KeywordStats, RelationExtractor, rests_on_turn
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryReason, Segment, SegmenterState
 
 DEFAULT_HOT_EVENTS = 256
@@ -244,12 +245,27 @@ class ConversationMemory:
         segment = self._detector.close(self.segmenter, reason)
         return self._absorb(segment) if segment is not None else MemoryUpdate()
 
-    def redact_turn(self, turn_id: str, event_id: str | None = None, rebuilt: Event | None = None) -> None:
+    def holding(self, turn_id: str) -> Event | None:
+        """The held event (hot window, or awaiting its first clustering) that has this turn, if any."""
+        for held in (self.events, self.evicted_pending):
+            for event in held.values():
+                if turn_id in event.turn_ids:
+                    return event
+        return None
+
+    def redact_turn(self, turn_id: str, before: Event | None = None, rebuilt: Event | None = None,
+                    relations: Sequence[Relation] = ()) -> None:
         """Take a redacted turn out of the state, so that nothing written later carries it again: out of the open
-        segment, and its event (``event_id``, as the stores held it) replaced by ``rebuilt`` (or, None, dropped)
-        wherever the memory holds it. The segmenter's running figures (centre, token count, recent context) keep
-        only numbers and booleans of the turn, never its text, and stay as they are."""
+        segment; its event (``before``, the version that had the turn) replaced by ``rebuilt`` (or, None, dropped)
+        wherever the memory holds it, and the event's keyword counts undone for the keywords it lost; and out of
+        the ledger, the relations that rest on the turn (``rests_on_turn``; every one of a dropped event) and
+        ``relations`` (those the stores deleted with it), so that no later repeat writes their quoted evidence
+        back. In the segmenter's recent context the turn loses its keyword stems; what else the segmenter keeps of
+        it (centre, token count, and in the context its embedding, speaker, position, flags and a fixed topic-shift
+        phrase) is no text of it and stays, so later boundary decisions change as little as they can."""
         segmenter = self.segmenter
+        segmenter.context = [c.model_copy(update={"stems": []}) if c.turn_id == turn_id else c
+                             for c in segmenter.context]
         kept = [t for t in segmenter.open_turns if t.turn.turn_id != turn_id]
         if len(kept) != len(segmenter.open_turns):
             # The look-ahead's pending boundary was before the last open turn: with that turn gone it has no
@@ -257,20 +273,44 @@ class ConversationMemory:
             if segmenter.open_turns[-1].turn.turn_id == turn_id:
                 segmenter.pending = False
             segmenter.open_turns = kept
-        if event_id is None:
-            return
+        if before is None or before.provisional:
+            return  # a provisional event is the open segment's: nothing else holds it, nor counted its keywords
+        event_id = before.event_id
+        removed = next((o for o in before.observations if o.turn_id == turn_id), None)
+        resting = [r for r in self.ledger.active.values() if event_id in (r.source, r.target)
+                   and (rebuilt is None or (removed is not None and rests_on_turn(r, removed, rebuilt)))]
+        self._remove_relations(list({r.relation_id: r for r in [*relations, *resting]}.values()))
+        # The running totals count what the stores hold (never below zero: see ``RelationLedger.remove``).
+        self.stats.turns = max(0, self.stats.turns - 1)
+        self.stats.events = max(0, self.stats.events - (rebuilt is None))
         if rebuilt is not None:
+            self.keyword_stats.remove(sorted(set(before.keywords) - set(rebuilt.keywords)), whole_document=False)
+            self.keyword_stats.add(sorted(set(rebuilt.keywords) - set(before.keywords)), new_document=False)
             for held in (self.events, self.evicted_pending):
                 if event_id in held:
                     held[event_id] = rebuilt.model_copy(update={"cluster_id": held[event_id].cluster_id})
         else:
+            self.keyword_stats.remove(before.keywords, whole_document=True)
             if event_id in self.events:
-                self._leave_window(event_id)  # releases its relations from the ledger
+                self._leave_window(event_id)
             self.evicted_pending.pop(event_id, None)
             self.clusters.assignment.pop(event_id, None)
             if event_id in self.clusters.pending:
                 self.clusters.pending.remove(event_id)
         self._index = EventIndex(self.events.values())
+
+    def _remove_relations(self, relations: Sequence[Relation]) -> None:
+        """Relations deleted for good: out of the ledger, the held ends and the adjacency total."""
+        for relation in relations:
+            relation_id = relation.relation_id
+            # Counted while active, held or released (the totals cover the whole conversation).
+            if (relation.superseded_by is None and relation.evidence in ADJACENCY_EVIDENCE
+                    and self.stats.adjacency_relations > 0):
+                self.stats.adjacency_relations -= 1
+            self._adjacency.discard(relation_id)
+            for end in (relation.source, relation.target):
+                self._incident.get(end, set()).discard(relation_id)
+        self.ledger.remove(relations)
 
     def _absorb(self, segment: Segment) -> MemoryUpdate:
         update = MemoryUpdate(segments_closed=1)

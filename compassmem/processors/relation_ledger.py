@@ -81,11 +81,23 @@ class RelationLedger(BaseModel):
         self.active_by_type[relation.type.value] += 1
         result.writes.append(relation)
 
+    def remove(self, relations: Iterable[Relation]) -> None:
+        """Delete relations for good (a redaction took away what they rest on): no longer held, and an active one
+        no longer counted. A count never goes below zero: a memory started anew over a stored conversation did
+        not count that conversation's earlier relations."""
+        for relation in relations:
+            self._unhold(relation.relation_id)
+            if relation.superseded_by is None and self.active_by_type[relation.type.value] > 0:
+                self.active_by_type[relation.type.value] -= 1
+
     def release(self, relation_ids: Iterable[str]) -> None:
         """Stop holding these relations (still active, and still counted): nothing can change them any more."""
         for relation_id in relation_ids:
-            relation = self.active.pop(relation_id, None)
-            if relation is not None and relation.type in _CONTRADICTABLE:
-                key = _pair_key(relation)
-                if self.by_pair.get(key) == relation_id:
-                    del self.by_pair[key]
+            self._unhold(relation_id)
+
+    def _unhold(self, relation_id: str) -> None:
+        relation = self.active.pop(relation_id, None)
+        if relation is not None and relation.type in _CONTRADICTABLE:
+            key = _pair_key(relation)
+            if self.by_pair.get(key) == relation_id:
+                del self.by_pair[key]

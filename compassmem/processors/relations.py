@@ -18,7 +18,15 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import AllenRelation, Event, Granularity, Relation, RelationType, relation_id_for
+from compassmem.models import (
+    AllenRelation,
+    Event,
+    Granularity,
+    Observation,
+    Relation,
+    RelationType,
+    relation_id_for,
+)
 from compassmem.processors.event_index import EventIndex
 from compassmem.processors.text_features import ascii_lower, keyword_stems, sentences
 
@@ -47,6 +55,16 @@ class KeywordStats(BaseModel):
         self.documents += int(new_document)
         for stem in set(stems):
             self.frequency[stem] = self.frequency.get(stem, 0) + 1
+
+    def remove(self, stems: Sequence[str], whole_document: bool) -> None:
+        """Undo ``add`` for stems an event no longer has (a redaction), and for the event itself when it is gone.
+        A stem no event has any more leaves the table (a count never goes below zero: a memory started anew over
+        a stored conversation did not count its earlier events)."""
+        self.documents = max(0, self.documents - int(whole_document))
+        for stem in set(stems):
+            left = self.frequency.pop(stem, 0) - 1
+            if left > 0:
+                self.frequency[stem] = left
 
     def idf(self, stem: str) -> float:
         return math.log((self.documents + 1) / (self.frequency.get(stem, 0) + 0.5))
@@ -166,6 +184,32 @@ CONSECUTIVE_EVIDENCE = "consecutive events"
 TOLD_TIME_EVIDENCE = "told-time intervals"
 # Edges that only say "these two events were told one after the other".
 ADJACENCY_EVIDENCE = frozenset({CONSECUTIVE_EVIDENCE, TOLD_TIME_EVIDENCE})
+# The evidence of a same-entity and of a same-participant relation: this prefix, then the name(s).
+ENTITY_EVIDENCE = "both name "
+PARTICIPANTS_EVIDENCE = "same participants: "
+# Only explicit cues (and a turn opening with a consequence) make these types; their evidence is the sentence.
+_QUOTING_TYPES = frozenset({RelationType.CAUSAL, RelationType.CONDITIONAL, RelationType.MOTIVATIONAL})
+
+
+def rests_on_turn(relation: Relation, removed: Observation, rebuilt: Event) -> bool:
+    """Whether a relation of ``rebuilt``'s event rests on the ``removed`` turn, which a redaction has taken out of
+    that event, and must go with it: its quoted sentence (an explicit cue's, or a turn opening with "So ...") comes
+    from the turn and no turn the event keeps says it; it says both events name an entity that the event no
+    longer names; or it lists the turn's speaker among the same participants and the speaker said nothing else in
+    the event.
+
+    Such a relation is removed, not given a neutral evidence text: its claim itself (this caused that, both name
+    X) was read from the redacted words, so it would keep what they said. The other kinds hold no text of a turn
+    (adjacency, told-time and time-anchor order, part-of by time, follow-ups by embedding cosine) and stay."""
+    evidence = relation.evidence
+    if relation.type is RelationType.SAME_ENTITY:
+        return evidence.removeprefix(ENTITY_EVIDENCE) not in rebuilt.entities
+    if relation.type is RelationType.SAME_PARTICIPANT:
+        listed = evidence.removeprefix(PARTICIPANTS_EVIDENCE).split(", ")
+        return removed.speaker in listed and removed.speaker not in rebuilt.participants
+    if relation.type in _QUOTING_TYPES:
+        return evidence in removed.text and not any(evidence in kept.text for kept in rebuilt.observations)
+    return False
 
 _GRANULARITY_CONFIDENCE = {
     Granularity.DAY: 0.9, Granularity.WEEK: 0.75, Granularity.MONTH: 0.6, Granularity.SEASON: 0.5, Granularity.YEAR: 0.4,
@@ -408,13 +452,14 @@ class RelationExtractor:
         for name in ranked[: self.config.entity_links_max]:
             latest = index.event_at(index.latest_except(index.rows_naming(name), own_row))
             confidence = 0.4 + 0.5 / frequency[name]
-            relations.append(make_relation(latest, event, RelationType.SAME_ENTITY, confidence, f"both name {name}"))
+            relations.append(make_relation(latest, event, RelationType.SAME_ENTITY, confidence,
+                                           ENTITY_EVIDENCE + name))
         if previous.participants != event.participants:
             row = index.latest_except(index.rows_with_participants(event.participants), own_row)
             if row is not None:
                 same = index.event_at(row)
                 relations.append(make_relation(same, event, RelationType.SAME_PARTICIPANT, 0.6,
-                                               "same participants: " + ", ".join(event.participants)))
+                                               PARTICIPANTS_EVIDENCE + ", ".join(event.participants)))
         return relations
 
     def _semantic_follow_ups(self, event: Event, index: EventIndex, own_row: int | None,

@@ -193,12 +193,15 @@ class ContextTurn(BaseModel):
     echoes: bool = False
     asks_you: bool = False
     stems: list[str] = Field(default_factory=list)
+    # Which turn this was, so that a redaction can take its stems (its words) out; None in a state written before.
+    turn_id: str | None = None
 
     @classmethod
     def of(cls, turn: Turn, embedding: np.ndarray, position: int) -> ContextTurn:
         text = turn.text
         cues = question_cues(text)
         return cls(embedding=embedding.tolist(), speaker=turn.speaker, session_id=turn.session_id, position=position,
+                   turn_id=turn.turn_id,
                    asks=asks(text),
                    ends_with_question=ends_with_question(text), marker=shift_marker(text),
                    offers_help=offers_more_help(text), closing=_CLOSING.match(text) is not None, opener=opener(text),

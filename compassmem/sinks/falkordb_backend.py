@@ -174,6 +174,7 @@ WITH DISTINCT m.conversation_id AS matched
 MATCH (e:Event {{conversation_id: matched}}) WHERE {_NOT_STUB.format('e')}
 """ + _STATS
 _DELETE_EVENTS = "MATCH (e:Event {conversation_id: $c}) WHERE e.event_id IN $ids DETACH DELETE e"
+_DELETE_RELATIONS = "UNWIND $ids AS id MATCH ()-[r:REL {relation_id: id}]->() DELETE r"
 _DELETE_CONVERSATION = (
     "MATCH (e:Event {conversation_id: $c}) DETACH DELETE e",
     "MATCH (c:Cluster {conversation_id: $c}) DETACH DELETE c",
@@ -346,6 +347,12 @@ class FalkorDBGraphStore(GraphStore):
         name = self.graph_name(tenant)
         if event_ids and name in self.db.list_graphs():
             self.db.select_graph(name).query(_DELETE_EVENTS, {"c": conversation_id, "ids": list(event_ids)})
+
+    def delete_relations(self, tenant: str, relation_ids: Sequence[str]) -> None:
+        name = self.graph_name(tenant)
+        if relation_ids and name in self.db.list_graphs():
+            for chunk in _chunks(list(relation_ids)):
+                self.db.select_graph(name).query(_DELETE_RELATIONS, {"ids": chunk})
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> None:
         name = self.graph_name(tenant)

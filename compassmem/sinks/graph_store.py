@@ -103,6 +103,10 @@ class GraphStore(ABC):
         """Event nodes with their edges (and cluster memberships)."""
 
     @abstractmethod
+    def delete_relations(self, tenant: str, relation_ids: Sequence[str]) -> None:
+        """Relation edges by id, superseded ones included (a redaction removes those that quote the turn)."""
+
+    @abstractmethod
     def delete_conversation(self, tenant: str, conversation_id: str) -> None: ...
 
     @abstractmethod

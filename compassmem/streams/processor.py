@@ -542,15 +542,22 @@ class MemoryStreamProcessor:
         # The batch's writes before the marker reach the stores first: the redaction reads and rewrites them. A
         # batch redone after a failure writes them again and redacts again here, so the result is the same.
         self.sinks.flush()
-        stored = redact_stored_turn(self.stores, command.tenant, command.conversation_id, command.turn_id)
         memory = self.pipeline.memories.get(key)
-        if memory is not None:
-            memory.redact_turn(command.turn_id, stored.event_id if stored else None, stored.event if stored else None)
+        # The memory's copy of the turn's event: the control agent has usually redacted the stores already, and
+        # the memory still holds the turn there (with relations quoting it) until this marker.
+        held = memory.holding(command.turn_id) if memory is not None else None
+        stored = redact_stored_turn(self.stores, command.tenant, command.conversation_id, command.turn_id, held)
+        if memory is not None and stored is None:
+            memory.redact_turn(command.turn_id)  # not stored yet: it can only be in the open segment
+        elif memory is not None:
+            memory.redact_turn(command.turn_id, stored.before, stored.event, stored.relations)
         if stored is not None:
             if stored.event is None:
                 self.feed.delete_event(command.tenant, command.conversation_id, stored.event_id)
             else:
                 self.feed.upsert_event(stored.event)
+            for cluster in stored.clusters:
+                self.feed.add(cluster)
         if command.turn_id not in entry.header.redacted_turn_ids:
             entry.header.redacted_turn_ids.append(command.turn_id)
         entry.header.last_offset = record.offset
