@@ -591,6 +591,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="embed the base turns again every run")
     parser.add_argument("--no-build-index", dest="build_index", action="store_false",
                         help="query without building the embedded store's HNSW index first (exact dense search)")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="build the stores in DIR (new or empty) and keep them, to probe queries afterwards")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "scale.json")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
@@ -603,6 +605,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # The big subject gets its conversations; every other subject keeps at least one.
     args.subject_conversations = max(1, min(args.subject_conversations, args.conversations - (args.subjects - 1)))
     return args
+
+
+@contextlib.contextmanager
+def _stores_root(keep: Path | None) -> Iterator[Path]:
+    """A temporary folder for the run's stores, or ``keep`` (new or empty), left in place afterwards."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="compassmem-scale-") as tmp:
+            yield Path(tmp)
+        return
+    if keep.exists() and any(keep.iterdir()):
+        raise SystemExit(f"--keep {keep}: the folder is not empty")
+    keep.mkdir(parents=True, exist_ok=True)
+    yield keep
 
 
 def goal_rows(results: dict[str, Any]) -> list[list[Any]]:
@@ -669,8 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "search_index_built": args.build_index,
         "real_embedder": embedder_rate,
     }
-    with tempfile.TemporaryDirectory(prefix="compassmem-scale-") as tmp:
-        root = Path(tmp)
+    with _stores_root(args.keep) as root:
         settings = Settings(_env_file=None, data_dir=root / "stores")
         with open_stores(settings, dim=model.dim) as stores:
             results["long_conversation"] = section_long(long_turns, cached, stores, settings, args)

@@ -70,9 +70,11 @@ def test_seeking_back_is_throttled_and_gives_up_loudly() -> None:
     clock.now += 1.5
     assert positions.should_seek(0) == 7
     clock.now += 1.5
+    assert positions.should_seek(0) is None  # the second seek is given two seconds
+    clock.now += 1.0
     assert positions.should_seek(0) == 7
     assert positions.pending_repairs() == [0]
-    clock.now += 1.5
+    clock.now += 4.5
     with pytest.raises(GapNotRepairedError, match="offset 7"):
         positions.should_seek(0)
     # The missing record arriving ends the repair.
@@ -102,3 +104,25 @@ def test_a_seek_is_due_again_only_after_the_interval() -> None:
     assert not positions.seek_due(0)
     clock.now += 1.5
     assert positions.seek_due(0)
+
+
+def test_seeks_back_to_the_same_offset_wait_longer_each_time_up_to_a_limit() -> None:
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, reseek_interval_s=1.0, max_reseek_interval_s=8.0, max_attempts=100,
+                                   clock=clock)
+    positions.sought({0: 7})
+    positions.admit([rec(0, 30)])
+    seeks = []
+    start = clock.now
+    for step in range(400):  # 40 s in steps of 0.1 s
+        clock.now = start + step / 10
+        if positions.seek_due(0) and positions.should_seek(0) == 7:
+            seeks.append(step / 10)
+    gaps = [round(b - a, 1) for a, b in zip(seeks, seeks[1:])]
+    assert gaps[:4] == [1.0, 2.0, 4.0, 8.0] and set(gaps[4:]) == {8.0}
+    # A seek to another offset starts over at the short interval.
+    positions.sought({0: 9})
+    positions.admit([rec(0, 31)])
+    assert positions.should_seek(0) == 9
+    clock.now += 1.0
+    assert positions.should_seek(0) == 9

@@ -28,7 +28,7 @@ import structlog
 
 from compassmem.contracts.search import SearchScope, SparseVector
 from compassmem.models import Event, IndexedTurn, turn_point_id
-from compassmem.sinks.vector_store import ScoredEvent, ScoredTurn, TurnHit, VectorStore
+from compassmem.sinks.vector_store import EventHit, HitSearch, ScoredEvent, ScoredTurn, TurnHit, VectorStore
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "keywords"
@@ -203,6 +203,16 @@ class Scope:
     any_of: tuple[Scope, ...] = ()
 
 
+@dataclass(frozen=True)
+class Nearest:
+    """One nearest-neighbour search as the engines take it: by vector ``using``, within ``where``."""
+
+    query: list[float] | SparseVector
+    using: str
+    where: Scope
+    limit: int
+
+
 def scope(tenant: str, conversation_id: str | None = None, kind: str | None = None) -> Scope:
     """A tenant's points, optionally only one conversation's and only one kind."""
     match = {TENANT_FIELD: tenant}
@@ -288,13 +298,11 @@ class PointStore(VectorStore):
         (None: from the start), and the offset of the next page (None: no more)."""
 
     @abstractmethod
-    def _query(
-        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int, with_vectors: bool
-    ) -> list[tuple[Payload, Any, float]]:
-        """(payload, vectors (the dense one, or none without ``with_vectors``), score) of the best ``limit`` (> 0)
-        points in scope by vector ``using``, best first.
+    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool) -> list[list[tuple[Payload, Any, float]]]:
+        """Per query, (payload, vectors (the dense one, or none without ``with_vectors``), score) of its best
+        ``limit`` points in its scope by its vector ``using``, best first; one engine call where it can.
 
-        ``query`` is never an empty sparse vector."""
+        ``queries`` is not empty; no query is an empty sparse vector or has a limit below 1."""
 
     @abstractmethod
     def _delete(self, where: Scope) -> None: ...
@@ -353,11 +361,21 @@ class PointStore(VectorStore):
     def count_turns(self, scope: SearchScope) -> int:
         return self._count(search_scope(scope, TURN_KIND))
 
-    def turn_hits(self, scope: SearchScope, query: Sequence[float] | SparseVector, limit: int) -> list[TurnHit]:
-        using = TURN_SPARSE_VECTOR if isinstance(query, SparseVector) else DENSE_VECTOR
-        hits = self._nearest(search_scope(scope, TURN_KIND), query, using, limit, with_vectors=False)
-        return [TurnHit(p["conversation_id"], p["turn_id"], p[EVENT_ID_FIELD], score)
-                for p, _, score in ((_required(payload), vector, score) for payload, vector, score in hits)]
+    def hits(self, scope: SearchScope, searches: Sequence[HitSearch]) -> list[list[TurnHit | EventHit]]:
+        queries = [self._nearest_query(search_scope(scope, TURN_KIND if search.kind == "turn" else EVENT_KIND),
+                                       search.query, _vector_name(search), search.limit) for search in searches]
+        asked = [query for query in queries if query is not None]
+        answers = iter(self._query_many(asked, with_vectors=False) if asked else [])
+        found: list[list[TurnHit | EventHit]] = []
+        for search, query in zip(searches, queries, strict=True):
+            rows = sorted(next(answers), key=_score_then_ids) if query is not None else []
+            payloads = [(_required(payload), score) for payload, _, score in rows]
+            if search.kind == "turn":
+                found.append([TurnHit(p[CONVERSATION_FIELD], p["turn_id"], p[EVENT_ID_FIELD], score)
+                              for p, score in payloads])
+            else:
+                found.append([EventHit(p[CONVERSATION_FIELD], p[EVENT_ID_FIELD], score) for p, score in payloads])
+        return found
 
     def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
         hits = self._nearest(search_scope(scope, TURN_KIND), vector, DENSE_VECTOR, limit)
@@ -395,20 +413,23 @@ class PointStore(VectorStore):
     def _nearest(
         self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int, with_vectors: bool = True
     ) -> list[tuple[Payload, Any, float]]:
-        engine_query: list[float] | SparseVector
-        if isinstance(query, SparseVector):
-            if not query.indices:
-                return []
-            engine_query = query
-        else:
-            check_query_vector(query, self.dim)
-            engine_query = [float(x) for x in query]
-        if limit <= 0:
+        engine_query = self._nearest_query(where, query, using, limit)
+        if engine_query is None:
             return []
         # Equal scores are common in keyword search (the same words in several turns); the engine orders them by
         # its internal point offsets, which differed between two builds of the same memory. By ids instead, so
         # the same memory answers the same question the same way.
-        return sorted(self._query(engine_query, using, where, limit, with_vectors), key=_score_then_ids)
+        return sorted(self._query_many([engine_query], with_vectors)[0], key=_score_then_ids)
+
+    def _nearest_query(self, where: Scope, query: Sequence[float] | SparseVector, using: str,
+                       limit: int) -> Nearest | None:
+        """The engine query of a search, or None when it cannot find anything (no keywords, no limit)."""
+        if limit <= 0:
+            return None
+        if isinstance(query, SparseVector):
+            return Nearest(query, using, where, limit) if query.indices else None
+        check_query_vector(query, self.dim)
+        return Nearest([float(x) for x in query], using, where, limit)
 
     def _scroll(self, where: Scope) -> list[tuple[Payload, Any]]:
         found: list[tuple[Payload, Any]] = []
@@ -418,6 +439,12 @@ class PointStore(VectorStore):
             found.extend(page)
             if offset is None:
                 return found
+
+
+def _vector_name(search: HitSearch) -> str:
+    if not isinstance(search.query, SparseVector):
+        return DENSE_VECTOR
+    return TURN_SPARSE_VECTOR if search.kind == "turn" else SPARSE_VECTOR
 
 
 def _score_then_ids(hit: tuple[Payload, Any, float]) -> tuple[float, str, str, str]:

@@ -32,6 +32,7 @@ from qdrant_edge import (
     PayloadSchemaType,
     Point,
     Query,
+    QueryBatchRequest,
     QueryRequest,
     ScrollRequest,
     UpdateOperation,
@@ -40,7 +41,7 @@ from qdrant_edge import SparseVector as EdgeSparseVector
 
 from compassmem.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
-from compassmem.sinks.event_payload import Payload, PointData, PointStore, Scope
+from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointStore, Scope
 
 log = structlog.get_logger(__name__)
 
@@ -146,25 +147,29 @@ class EdgeVectorStore(PointStore):
         )
         return [(record.payload, record.vector) for record in records], next_offset
 
-    def _query(
-        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int, with_vectors: bool
-    ) -> list[tuple[Payload, Any, float]]:
-        nearest = Query.Nearest(_sparse(query) if isinstance(query, SparseVector) else query, using=using)
-        hits = self.shard.query(
-            QueryRequest(limit=limit, query=nearest, filter=_filter(where), with_payload=False, with_vector=False)
-        )
-        if not hits:
-            return []
-        # Payloads (and vectors) fetched by id afterwards: asking the search for them cost 5 ms more per 100 hits
-        # than the search itself (measured on a 100k-point shard: 7.3 ms with payloads, 2.3 + 0.6 ms this way).
-        # Each .id access builds a new uuid.UUID: read every id once (1,600 UUIDs per query otherwise).
-        ids = [hit.id for hit in hits]
+    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool) -> list[list[tuple[Payload, Any, float]]]:
+        requests = [QueryRequest(limit=query.limit, filter=_filter(query.where), with_payload=False,
+                                 with_vector=False,
+                                 query=Query.Nearest(_sparse(query.query) if isinstance(query.query, SparseVector)
+                                                     else query.query, using=query.using))
+                    for query in queries]
+        answers = (self.shard.query_batch(QueryBatchRequest(requests)) if len(requests) > 1
+                   else [self.shard.query(requests[0])])
+        # Payloads (and vectors) fetched by id afterwards, once for every search of the batch: asking the search for
+        # them cost 5 ms more per 100 hits than the search itself (measured on a 100k-point shard: 7.3 ms with
+        # payloads, 2.3 + 0.6 ms this way). Each .id access builds a new uuid.UUID: read every id once.
+        ids = [[hit.id for hit in hits] for hits in answers]
+        wanted = list(dict.fromkeys(point for found in ids for point in found))
         records = self.shard.retrieve(
-            ids, with_payload=True, with_vector=[layout.DENSE_VECTOR] if with_vectors else False
-        )
+            wanted, with_payload=True, with_vector=[layout.DENSE_VECTOR] if with_vectors else False
+        ) if wanted else []
         by_id = {record.id: record for record in records}
-        found = [(by_id.get(point_id), hit.score) for point_id, hit in zip(ids, hits, strict=True)]
-        return [(record.payload, record.vector, float(score)) for record, score in found if record is not None]
+        results = []
+        for found, hits in zip(ids, answers, strict=True):
+            pairs = [(by_id.get(point_id), hit.score) for point_id, hit in zip(found, hits, strict=True)]
+            results.append([(record.payload, record.vector, float(score)) for record, score in pairs
+                            if record is not None])
+        return results
 
     def _delete(self, where: Scope) -> None:
         self.shard.update(UpdateOperation.delete_points_by_filter(_filter(where)))

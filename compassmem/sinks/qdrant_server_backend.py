@@ -17,7 +17,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 
 from compassmem.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
-from compassmem.sinks.event_payload import Payload, PointData, PointStore, Scope
+from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointStore, Scope
 
 # Collection metadata: which embedder made the collection's vectors (VectorStore.claim_vector_space).
 VECTOR_SPACE_KEY = "compassmem_vector_space"
@@ -146,19 +146,19 @@ class QdrantServerVectorStore(PointStore):
         )
         return [(record.payload, record.vector) for record in records], next_offset
 
-    def _query(
-        self, query: list[float] | SparseVector, using: str, where: Scope, limit: int, with_vectors: bool
-    ) -> list[tuple[Payload, Any, float]]:
-        response = self.client.query_points(
-            self.collection,
-            query=_sparse(query) if isinstance(query, SparseVector) else query,
-            using=using,
-            query_filter=_filter(where),
-            limit=limit,
-            with_payload=True,
-            with_vectors=[layout.DENSE_VECTOR] if with_vectors else False,
-        )
-        return [(hit.payload, hit.vector, float(hit.score)) for hit in response.points]
+    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool) -> list[list[tuple[Payload, Any, float]]]:
+        responses = self.client.query_batch_points(self.collection, requests=[
+            models.QueryRequest(
+                query=_sparse(query.query) if isinstance(query.query, SparseVector) else query.query,
+                using=query.using,
+                filter=_filter(query.where),
+                limit=query.limit,
+                with_payload=True,
+                with_vector=[layout.DENSE_VECTOR] if with_vectors else False,
+            )
+            for query in queries
+        ])
+        return [[(hit.payload, hit.vector, float(hit.score)) for hit in response.points] for response in responses]
 
     def _delete(self, where: Scope) -> None:
         self.client.delete(self.collection, points_selector=models.FilterSelector(filter=_filter(where)), wait=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -36,6 +36,22 @@ class TurnHit(NamedTuple):
     turn_id: str
     event_id: str
     score: float
+
+
+class EventHit(NamedTuple):
+    """An event found by a search, as candidate generation needs it: its id, not the whole event."""
+
+    conversation_id: str
+    event_id: str
+    score: float
+
+
+class HitSearch(NamedTuple):
+    """One search of a batch (``VectorStore.hits``): turns or events, by a dense vector or a keyword one."""
+
+    kind: Literal["turn", "event"]
+    query: Sequence[float] | SparseVector
+    limit: int
 
 
 class VectorSpaceMismatch(RuntimeError):
@@ -108,10 +124,17 @@ class VectorStore(ABC):
     @abstractmethod
     def count_turns(self, scope: SearchScope) -> int: ...
 
-    @abstractmethod
     def turn_hits(self, scope: SearchScope, query: Sequence[float] | SparseVector, limit: int) -> list[TurnHit]:
         """Best turns within a scope, by cosine similarity to a dense query or by keyword score for a sparse one,
-        without building whole records: the query path's candidate search."""
+        without building whole records."""
+        hits = self.hits(scope, [HitSearch("turn", query, limit)])[0]
+        return [hit for hit in hits if isinstance(hit, TurnHit)]
+
+    @abstractmethod
+    def hits(self, scope: SearchScope, searches: Sequence[HitSearch]) -> list[list[TurnHit | EventHit]]:
+        """The query path's candidate searches, all within one scope, as one round trip where the engine allows:
+        per search, the best turns (``TurnHit``) or events (``EventHit``) by cosine similarity to a dense query or
+        by keyword score for a sparse one (IDF over turns for turns, over events for events), best first."""
 
     @abstractmethod
     def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
