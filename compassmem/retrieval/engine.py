@@ -367,8 +367,7 @@ class QueryEngine:
         order = self._diversified(view, final, budget, diversity)
         if final is not unboosted:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
-        refs = [TurnRef(conversation_id=view.turns[row].conversation_id, turn_id=view.turns[row].turn_id)
-                for row in order]
+        refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
         return refs, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
 
     def _diversified(self, view: MemoryView, final: np.ndarray, budget: int, penalty: float) -> np.ndarray:
@@ -390,20 +389,21 @@ class QueryEngine:
                   analysis: QuestionAnalysis) -> list[EvidenceItem]:
         grouped: dict[str, list[int]] = {}
         for row in order:
-            grouped.setdefault(view.turns[row].event_id, []).append(int(row))
+            grouped.setdefault(view.turn_event_ids[row], []).append(int(row))
         evidence = []
         for event_id, rows in grouped.items():
             event = view.events.get(event_id)
             hit = reached.get(event_id)
+            turns = [view.turn(r) for r in rows]
             evidence.append(EvidenceItem(
-                conversation_id=view.turns[rows[0]].conversation_id,
+                conversation_id=turns[0].conversation_id,
                 event_id=event_id,
                 score=round(float(event_scores[view.event_row[event_id]]) if event_id in view.event_row else 0.0, 4),
                 subgoal=best_subgoal.get(event_id, analysis.question),
-                turns=[TurnOut(conversation_id=view.turns[r].conversation_id, turn_id=view.turns[r].turn_id, speaker=view.turns[r].speaker,
-                               text=view.turns[r].text, timestamp=view.turns[r].timestamp) for r in rows],
+                turns=[TurnOut(conversation_id=t.conversation_id, turn_id=t.turn_id, speaker=t.speaker, text=t.text,
+                               timestamp=t.timestamp) for t in turns],
                 path=hit.path if hit is not None else [],
-                time_anchors=event.time_anchors if event is not None else [],
+                time_anchors=list(event.time_anchors) if event is not None else [],
                 cluster_id=event.cluster_id if event is not None else None,
             ))
         return evidence

@@ -23,9 +23,9 @@ from datetime import datetime
 
 import numpy as np
 
-from compassmem.models import Event, IndexedTurn, search_text
+from compassmem.models import Event, IndexedTurn, TimeAnchor, search_text
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
-from compassmem.sinks.graph_store import GraphStore
+from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
 from compassmem.sinks.vector_store import VectorStore
 
 
@@ -36,9 +36,7 @@ INVALIDATION_MARKS = 10_000
 
 @dataclass(frozen=True, slots=True)
 class HotTurn:
-    """A turn as a query reads it. One object where its pydantic model takes three (the model, its ``__dict__``,
-    its fields-set): Python's full garbage collection walks every object a large hot tier holds, and its pauses
-    were the tail of tenant-wide query latency."""
+    """A turn as a query's answer shows it, built for the turns a query returns."""
 
     conversation_id: str
     turn_id: str
@@ -49,26 +47,35 @@ class HotTurn:
     session_id: str | None
     has_time_expression: bool
 
-    @classmethod
-    def of(cls, turn: IndexedTurn) -> HotTurn:
-        return cls(conversation_id=turn.conversation_id, turn_id=turn.turn_id, event_id=turn.event_id,
-                   speaker=turn.speaker, text=turn.text, timestamp=turn.timestamp, session_id=turn.session_id,
-                   has_time_expression=turn.has_time_expression)
-
 
 @dataclass(frozen=True)
 class HotEvent:
-    # Without its embedding (``vector``) and its observations: the turns are in ``turns``, once.
-    event: Event
+    """An event as a query ranks it: what its view, walk and evidence read, nothing more.
+
+    Python's full garbage collection walks every object the hot tier holds, and its pauses were the tail of
+    tenant-wide latency (121 ms each, 14 in 200 questions, with the pydantic event and one object per turn). So the
+    turns are kept column by column, as tuples of strings, datetimes and booleans, which the collector stops tracking,
+    and the event as the few fields a query reads."""
+
+    event_id: str
+    conversation_id: str
+    cluster_id: str | None
+    start: datetime
+    time_anchors: tuple[TimeAnchor, ...]
     vector: np.ndarray
-    turns: tuple[HotTurn, ...]
+    turn_ids: tuple[str, ...]
+    speakers: tuple[str, ...]
+    texts: tuple[str, ...]
+    timestamps: tuple[datetime, ...]
+    session_ids: tuple[str | None, ...]
+    has_time: tuple[bool, ...]
     turn_vectors: np.ndarray
     turn_counts: tuple[dict[str, int], ...]
     # Every active relation with this event at one end, as (the other end, the edge's attributes): what a walk
     # from here can take, ready to use.
-    links: tuple[tuple[str, dict[str, str | float | None]], ...]
+    links: tuple[tuple[str, EdgeFields], ...]
     loaded_at: float = field(default_factory=time.monotonic)
-    turn_ids: frozenset[str] = field(init=False)
+    held: frozenset[str] = field(init=False)
     # Tokens per turn (BM25 window lengths), summed once per load rather than once per query.
     turn_lengths: np.ndarray = field(init=False)
     # Sort keys a query's view orders events and turns by, computed once per load rather than once per query.
@@ -76,12 +83,36 @@ class HotEvent:
     turn_order: tuple[tuple[str, datetime, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "turn_ids", frozenset(t.turn_id for t in self.turns))
+        object.__setattr__(self, "held", frozenset(self.turn_ids))
         object.__setattr__(self, "turn_lengths", token_lengths(self.turn_counts))
-        object.__setattr__(self, "order", (self.event.conversation_id, self.event.temporal_info.start,
-                                           self.event.event_id))
-        object.__setattr__(self, "turn_order", tuple((t.conversation_id, t.timestamp, t.turn_id)
-                                                     for t in self.turns))
+        object.__setattr__(self, "order", (self.conversation_id, self.start, self.event_id))
+        object.__setattr__(self, "turn_order", tuple((self.conversation_id, timestamp, turn_id)
+                                                     for timestamp, turn_id in zip(self.timestamps, self.turn_ids,
+                                                                                   strict=True)))
+
+    @property
+    def turn_count(self) -> int:
+        return len(self.turn_ids)
+
+    @classmethod
+    def of(cls, event: Event, turns: Sequence[IndexedTurn], turn_counts: Sequence[dict[str, int]],
+           links: Sequence[tuple[str, EdgeFields]]) -> HotEvent:
+        """``event`` with its embedding, ``turns`` with theirs, in time order."""
+        assert event.embedding is not None
+        dim = len(event.embedding)
+        return cls(
+            event_id=event.event_id, conversation_id=event.conversation_id, cluster_id=event.cluster_id,
+            start=event.temporal_info.start, time_anchors=tuple(event.time_anchors),
+            vector=np.asarray(event.embedding, dtype=np.float32),
+            turn_ids=tuple(t.turn_id for t in turns), speakers=tuple(t.speaker for t in turns),
+            texts=tuple(t.text for t in turns), timestamps=tuple(t.timestamp for t in turns),
+            session_ids=tuple(t.session_id for t in turns), has_time=tuple(t.has_time_expression for t in turns),
+            turn_vectors=np.asarray([t.embedding for t in turns], dtype=np.float32).reshape(len(turns), dim),
+            turn_counts=tuple(turn_counts),
+            # In a fixed order: the walk breaks ties by the order it meets edges, and the graph store returns them
+            # in whatever order it stored them (it differed between two builds of the same memory).
+            links=tuple(sorted(links, key=lambda link: (link[0], GraphEdge._make(link[1]).relation_id))),
+        )
 
 
 class HotTier:
@@ -125,7 +156,7 @@ class HotTier:
             for event_id in dict.fromkeys(event_ids):
                 entry = self._entries.get((tenant, event_id))
                 if (entry is not None and now - entry.loaded_at <= self._age_limit(entry)
-                        and must_hold.get(event_id, set()) <= entry.turn_ids):
+                        and must_hold.get(event_id, set()) <= entry.held):
                     self._entries.move_to_end((tenant, event_id))
                     found[event_id] = entry
         missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in found]
@@ -166,7 +197,7 @@ class HotTier:
         """Drop a conversation's events (all of the tenant's without one): a forget, a delete."""
         with self._lock:
             for key in [k for k, entry in self._entries.items() if k[0] == tenant
-                        and (conversation_id is None or entry.event.conversation_id == conversation_id)]:
+                        and (conversation_id is None or entry.conversation_id == conversation_id)]:
                 self._drop(key)
             # A load of this conversation's events that is under way must not be kept either.
             self._mark_invalidated((tenant, conversation_id), scope=True)
@@ -180,22 +211,21 @@ class HotTier:
 
     def _changed_since(self, tenant: str, entry: HotEvent, started: float) -> bool:
         """Whether the feed invalidated this event (or its conversation, or its tenant) after ``started``."""
-        event = entry.event
-        return (self._invalidated.get((tenant, event.event_id), -1.0) >= started
-                or self._invalidated_scopes.get((tenant, event.conversation_id), -1.0) >= started
+        return (self._invalidated.get((tenant, entry.event_id), -1.0) >= started
+                or self._invalidated_scopes.get((tenant, entry.conversation_id), -1.0) >= started
                 or self._invalidated_scopes.get((tenant, None), -1.0) >= started)
 
     def _put(self, key: tuple[str, str], entry: HotEvent) -> None:
         self._drop(key)
         self._entries[key] = entry
-        self._turns += len(entry.turns)
+        self._turns += entry.turn_count
         while self._turns > self.max_turns and len(self._entries) > 1:
             self._drop(next(iter(self._entries)))
 
     def _drop(self, key: tuple[str, str]) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
-            self._turns -= len(entry.turns)
+            self._turns -= entry.turn_count
 
     def _load(self, tenant: str, event_ids: list[str]) -> dict[str, HotEvent]:
         events = self._vectors.get_events(tenant, event_ids)
@@ -203,12 +233,12 @@ class HotTier:
         for turn in self._vectors.turns_of_events(tenant, event_ids):
             if turn.embedding is not None:
                 by_event.setdefault(turn.event_id, []).append(turn)
-        links: dict[str, list[tuple[str, dict[str, str | float | None]]]] = {}
+        links: dict[str, list[tuple[str, EdgeFields]]] = {}
         for edge in self._graph.edges_touching(tenant, [e.event_id for e in events]):
-            attributes = edge.attributes()
-            links.setdefault(edge.source, []).append((edge.target, attributes))
+            fields = edge.fields()
+            links.setdefault(edge.source, []).append((edge.target, fields))
             if edge.target != edge.source:
-                links.setdefault(edge.target, []).append((edge.source, attributes))
+                links.setdefault(edge.target, []).append((edge.source, fields))
         # Every loaded turn tokenised in one call: once per event cost three times as much on a cold load.
         counts = iter(token_counts([search_text(t.speaker, t.text, t.timestamp)
                                     for event in events if event.embedding is not None
@@ -218,16 +248,6 @@ class HotTier:
             if event.embedding is None:
                 continue
             turns = by_event.get(event.event_id, [])
-            dim = len(event.embedding)
-            loaded[event.event_id] = HotEvent(
-                event=event.model_copy(update={"embedding": None, "observations": []}),
-                vector=np.asarray(event.embedding, dtype=np.float32),
-                turns=tuple(HotTurn.of(t) for t in turns),
-                turn_vectors=np.asarray([t.embedding for t in turns], dtype=np.float32).reshape(len(turns), dim),
-                turn_counts=tuple(next(counts) for _ in turns),
-                # In a fixed order: the walk breaks ties by the order it meets edges, and the graph store returns
-                # them in whatever order it stored them (it differed between two builds of the same memory).
-                links=tuple(sorted(links.get(event.event_id, ()), key=lambda link: (link[0],
-                                                                                    str(link[1].get("relation_id"))))),
-            )
+            loaded[event.event_id] = HotEvent.of(event, turns, [next(counts) for _ in turns],
+                                                 links.get(event.event_id, ()))
         return loaded

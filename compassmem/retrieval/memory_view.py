@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
+from typing import TypeVar
 
 import numpy as np
 
-from compassmem.models import Event
 from compassmem.retrieval.bm25_index import window_bm25
 from compassmem.retrieval.hot_tier import HotEvent, HotTurn
+from compassmem.sinks.graph_store import EdgeFields
+
+T = TypeVar("T")
 
 TurnKey = tuple[str, str]
 """(conversation_id, turn_id): a turn id is unique only within its conversation."""
@@ -26,11 +29,10 @@ class MemoryView:
     def __init__(self, tenant: str, hot: Iterable[HotEvent], dim: int) -> None:
         self.tenant = tenant
         entries = sorted(hot, key=lambda h: h.order)
-        self.events: dict[str, Event] = {h.event.event_id: h.event for h in entries}
+        self.events: dict[str, HotEvent] = {h.event_id: h for h in entries}
         self.event_ids = list(self.events)
         self.event_row = {event_id: row for row, event_id in enumerate(self.event_ids)}
         self.event_matrix = np.asarray([h.vector for h in entries], dtype=np.float32).reshape(len(entries), dim)
-        turns = [t for h in entries for t in h.turns]
         keys = [k for h in entries for k in h.turn_order]
         counts = [c for h in entries for c in h.turn_counts]
         lengths = np.concatenate([h.turn_lengths for h in entries]) if entries else np.zeros(0)
@@ -41,21 +43,33 @@ class MemoryView:
         for i in sorted(range(len(keys)), key=keys.__getitem__):
             kept.setdefault((keys[i][0], keys[i][2]), i)
         rows = list(kept.values())
-        self.turns: list[HotTurn] = [turns[i] for i in rows]
+
+        def column(values: Iterable[T]) -> list[T]:
+            flat = list(values)
+            return [flat[i] for i in rows]
+
+        # The turns column by column (rows in (conversation, time) order); ``turn(row)`` builds one whole.
+        self.turn_conversations = column(h.conversation_id for h in entries for _ in h.turn_ids)
+        self.turn_ids = column(t for h in entries for t in h.turn_ids)
+        self.turn_event_ids = column(h.event_id for h in entries for _ in h.turn_ids)
+        self.turn_texts = column(t for h in entries for t in h.texts)
+        self.turn_timestamps = column(t for h in entries for t in h.timestamps)
+        self.turn_session_ids = column(t for h in entries for t in h.session_ids)
         self.turn_matrix = matrix[rows].reshape(len(rows), dim)
         self._turn_counts: list[Mapping[str, int]] = [counts[i] for i in rows]
         self._turn_lengths = lengths[rows]
         self.turn_row: dict[TurnKey, int] = dict(zip(kept, range(len(rows)), strict=True))
-        self.turn_event = np.asarray([self.event_row.get(t.event_id, -1) for t in self.turns], dtype=np.int64)
-        self.has_time = np.asarray([t.has_time_expression for t in self.turns], dtype=bool)
-        self.turn_speakers = np.asarray([t.speaker for t in self.turns])
+        self.turn_event = np.asarray([self.event_row.get(e, -1) for e in self.turn_event_ids], dtype=np.int64)
+        self.has_time = np.asarray(column(t for h in entries for t in h.has_time), dtype=bool)
+        self.turn_speakers = np.asarray(column(t for h in entries for t in h.speakers))
         self.speakers = set(self.turn_speakers.tolist())
-        self.session_of: list[tuple[str, str | None]] = [(t.conversation_id, t.session_id) for t in self.turns]
+        self.session_of: list[tuple[str, str | None]] = list(zip(self.turn_conversations, self.turn_session_ids,
+                                                                 strict=True))
         session_ids: dict[tuple[str, str | None], int] = {}
         self._session_code = np.asarray([session_ids.setdefault(s, len(session_ids)) for s in self.session_of],
                                         dtype=np.int64)
         self.same_session_as_previous = self._session_code[1:] == self._session_code[:-1]
-        self._links = {h.event.event_id: h.links for h in entries}
+        self._links = {h.event_id: h.links for h in entries}
         # Topic clusters among the candidates, from the events' own cluster_id: the worker re-writes an event
         # whenever reclustering moves it, and the change feed drops the stale entry. A walk can only reach events
         # the view holds, so members outside it do not matter.
@@ -69,17 +83,27 @@ class MemoryView:
         self._build_windows()
 
     @property
+    def turn_count(self) -> int:
+        return len(self.turn_ids)
+
+    @property
     def empty(self) -> bool:
-        return not self.turns
+        return not self.turn_ids
 
     @property
     def conversations(self) -> list[str]:
-        return sorted({t.conversation_id for t in self.turns})
+        return sorted(set(self.turn_conversations))
+
+    def turn(self, row: int) -> HotTurn:
+        return HotTurn(conversation_id=self.turn_conversations[row], turn_id=self.turn_ids[row],
+                       event_id=self.turn_event_ids[row], speaker=str(self.turn_speakers[row]),
+                       text=self.turn_texts[row], timestamp=self.turn_timestamps[row],
+                       session_id=self.turn_session_ids[row], has_time_expression=bool(self.has_time[row]))
 
     def _build_windows(self) -> None:
         """Every run of up to WINDOW_TURNS turns of a session, one starting at each turn: the words of a question
         are often spread over a question turn and its answer."""
-        count = len(self.turns)
+        count = self.turn_count
         self.window_count = count
         members = np.minimum(np.arange(count)[:, None] + np.arange(WINDOW_TURNS)[None, :], max(count - 1, 0))
         inside = ((np.arange(count)[:, None] + np.arange(WINDOW_TURNS)[None, :]) < count) & (
@@ -89,8 +113,8 @@ class MemoryView:
 
     def window_scores(self, text: str) -> np.ndarray:
         """Per turn: the best BM25 score of a window that contains it."""
-        scores = np.zeros(len(self.turns), dtype=np.float64)
-        if not self.turns:
+        scores = np.zeros(self.turn_count, dtype=np.float64)
+        if self.empty:
             return scores
         per_window = window_bm25(text, self._turn_counts, self._turn_lengths, self.window_rows, self.window_of_row,
                                  self.window_count)
@@ -98,13 +122,13 @@ class MemoryView:
         return scores
 
     def latest_time(self) -> datetime | None:
-        return max((t.timestamp for t in self.turns), default=None)
+        return max(self.turn_timestamps, default=None)
 
     def dated_within(self, spans: Sequence[tuple[date, date]]) -> np.ndarray:
         """Per turn: was it said on a day of ``spans``, or does it name such a day (its resolved time anchors: a
         "yesterday" told a day later counts for the day it names)?"""
-        said = np.asarray([t.timestamp.date().toordinal() for t in self.turns], dtype=np.int64)
-        hit = np.zeros(len(self.turns), dtype=bool)
+        said = np.asarray([t.date().toordinal() for t in self.turn_timestamps], dtype=np.int64)
+        hit = np.zeros(self.turn_count, dtype=bool)
         for start, end in spans:
             hit |= (said >= start.toordinal()) & (said <= end.toordinal())
         for event in self.events.values():
@@ -114,7 +138,7 @@ class MemoryView:
                     hit[row] = True
         return hit
 
-    def neighbours(self, event_id: str) -> tuple[tuple[str, dict], ...]:
+    def neighbours(self, event_id: str) -> tuple[tuple[str, EdgeFields], ...]:
         """Active relations touching an event, walked in both directions (a cause explains its effect and back)."""
         return self._links.get(event_id, ())
 

@@ -16,6 +16,7 @@ from compassmem.contracts.query import PathStep
 from compassmem.models import RelationType
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.retrieval.memory_view import MemoryView
+from compassmem.sinks.graph_store import EdgeFields, GraphEdge
 
 CLUSTER_HOP = "cluster"
 # Edges that only say two events were told one after the other; neighbouring turns already score context.
@@ -63,7 +64,7 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
     reached: dict[str, Reached] = {}
     # Heap entries carry the edge that reached them as plain data; PathStep models are built only for
     # the events actually reached (most pushed neighbours are never popped).
-    heap: list[tuple[float, int, str, int, str | None, dict | None]] = []
+    heap: list[tuple[float, int, str, int, str | None, EdgeFields | None]] = []
     counter = 0
     for event_id, score in seeds.items():
         heapq.heappush(heap, (-score, counter, event_id, 0, None, None))
@@ -73,7 +74,8 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
         if event_id in reached:
             continue
         score = -negative
-        path = [*reached[parent].path, _path_step(edge, parent, event_id)] if parent is not None else []
+        path = ([*reached[parent].path, _path_step(edge, parent, event_id)]
+                if parent is not None and edge is not None else [])
         reached[event_id] = Reached(score=score, hops=hops, path=path)
         if hops >= max_hops:
             continue
@@ -91,22 +93,25 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
     return reached
 
 
-def _path_step(edge: dict | None, parent: str, event_id: str) -> PathStep:
-    data = edge or {}
-    return PathStep(type=str(data.get("type")), subtype=data.get("subtype"),
-                    adjacency=data.get("evidence") in ADJACENCY_EVIDENCE,
-                    source=str(data.get("source", parent)), target=str(data.get("target", event_id)),
-                    confidence=float(data.get("confidence", 0.5)))
+def _path_step(fields: EdgeFields, parent: str, event_id: str) -> PathStep:
+    edge = GraphEdge._make(fields)
+    return PathStep(type=edge.type, subtype=edge.subtype, adjacency=edge.evidence in ADJACENCY_EVIDENCE,
+                    source=edge.source or parent, target=edge.target or event_id, confidence=edge.confidence)
 
 
-def _steps(view: MemoryView, event_id: str) -> list[tuple[str, str, float, dict]]:
+# Positions in an edge's plain fields: the walk reads three of them for every way out of every event it visits.
+_TYPE, _CONFIDENCE, _EVIDENCE = (GraphEdge._fields.index(name) for name in ("type", "confidence", "evidence"))
+
+
+def _steps(view: MemoryView, event_id: str) -> list[tuple[str, str, float, EdgeFields]]:
     """(neighbour, weight key, confidence, edge) for every way out of an event."""
-    steps: list[tuple[str, str, float, dict]] = []
-    for neighbour, data in view.neighbours(event_id):
-        key = ADJACENT_HOP if data.get("evidence") in ADJACENCY_EVIDENCE else str(data.get("type"))
-        steps.append((neighbour, key, float(data.get("confidence", 0.5)), data))
+    steps: list[tuple[str, str, float, EdgeFields]] = []
+    for neighbour, fields in view.neighbours(event_id):
+        key = ADJACENT_HOP if fields[_EVIDENCE] in ADJACENCY_EVIDENCE else fields[_TYPE]
+        steps.append((neighbour, key, fields[_CONFIDENCE], fields))
     cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
     for member in view.cluster_members(event_id):
-        steps.append((member, CLUSTER_HOP, 1.0,
-                      {"type": CLUSTER_HOP, "source": event_id, "target": str(cluster_id), "confidence": 1.0}))
+        steps.append((member, CLUSTER_HOP, 1.0, GraphEdge(source=event_id, target=str(cluster_id), relation_id="",
+                                                          type=CLUSTER_HOP, subtype=None, confidence=1.0,
+                                                          evidence="").fields()))
     return steps

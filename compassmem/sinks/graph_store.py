@@ -16,6 +16,9 @@ import networkx as nx
 from compassmem.models import Cluster, Event, Relation
 
 
+EdgeFields = tuple[str, str, str, str, str | None, float, str]
+
+
 class GraphEdge(NamedTuple):
     """An active relation as a walk needs it: its ends (the target may be a cluster id) and what it says."""
 
@@ -27,9 +30,11 @@ class GraphEdge(NamedTuple):
     confidence: float
     evidence: str
 
-    def attributes(self) -> dict[str, str | float | None]:
-        """The edge as networkx attributes, the way ``conversation_graph`` labels them."""
-        return self._asdict()
+    def fields(self) -> EdgeFields:
+        """The edge as a plain tuple (``GraphEdge._make`` gives it back): the query API's hot tier holds thousands,
+        and the garbage collector stops tracking a plain tuple of strings and numbers (never a named tuple, nor a
+        dict before a full collection)."""
+        return tuple(self)
 
 
 class ConversationStats(NamedTuple):
