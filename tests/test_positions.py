@@ -126,3 +126,15 @@ def test_seeks_back_to_the_same_offset_wait_longer_each_time_up_to_a_limit() -> 
     assert positions.should_seek(0) == 9
     clock.now += 1.0
     assert positions.should_seek(0) == 9
+
+
+def test_a_partition_paused_by_flow_control_is_not_stalled() -> None:
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, clock=clock)
+    positions.sought({0: 12, 1: 40})
+    clock.now += 4
+    positions.paused([0, 7])  # 7 is not assigned here: nothing to mark
+    assert positions.stalled({0: 80, 1: 90}, stall_s=3.0) == [1]
+    clock.now += 4  # still not moving, no longer paused: stalled
+    assert positions.stalled({0: 80, 1: 90}, stall_s=3.0) == [0, 1]
+    assert positions.stalled({7: 10}, stall_s=3.0) == []

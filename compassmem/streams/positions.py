@@ -177,6 +177,13 @@ class PartitionPositions:
         return sorted(p for p, expected in self._next.items()
                       if end_offsets.get(p, 0) > expected and now - self._moved_at.get(p, now) >= stall_s)
 
+    def paused(self, partitions: Iterable[int]) -> None:
+        """These partitions are paused by the consumer's own flow control: not stalled, so not sought back."""
+        now = self._clock()
+        for partition in partitions:
+            if partition in self._moved_at:
+                self._moved_at[partition] = now
+
     def pending_repairs(self) -> list[int]:
         """Partitions waiting for the records of a gap to come again."""
         return sorted(self._repairs)
