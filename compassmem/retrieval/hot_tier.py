@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +29,9 @@ from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
 from compassmem.sinks.vector_store import VectorStore
 
+
+# Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process.
+_GRAPH_READS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compassmem-hot-graph")
 
 # Invalidation marks kept (each kind): only loads running when a mark was made consult it, and a query's loads take
 # milliseconds, so this is far more than enough.
@@ -228,13 +232,15 @@ class HotTier:
             self._turns -= entry.turn_count
 
     def _load(self, tenant: str, event_ids: list[str]) -> dict[str, HotEvent]:
+        # The graph server works out the relations while this thread reads the vector store.
+        edges = _GRAPH_READS.submit(self._graph.edges_touching, tenant, event_ids)
         events = self._vectors.get_events(tenant, event_ids)
         by_event: dict[str, list[IndexedTurn]] = {}
         for turn in self._vectors.turns_of_events(tenant, event_ids):
             if turn.embedding is not None:
                 by_event.setdefault(turn.event_id, []).append(turn)
         links: dict[str, list[tuple[str, EdgeFields]]] = {}
-        for edge in self._graph.edges_touching(tenant, [e.event_id for e in events]):
+        for edge in edges.result():
             fields = edge.fields()
             links.setdefault(edge.source, []).append((edge.target, fields))
             if edge.target != edge.source:

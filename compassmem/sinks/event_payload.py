@@ -58,6 +58,9 @@ log = structlog.get_logger(__name__)
 
 _SCROLL_PAGE = 256
 
+# What a search hit (TurnHit, EventHit) reads of a point's payload, and what equal scores are ordered by.
+HIT_FIELDS = (CONVERSATION_FIELD, "turn_id", EVENT_ID_FIELD)
+
 _POINT_NAMESPACE = uuid.UUID("3f0c2a9e-6a53-4d0f-9a51-6c1d3b1f7e42")
 
 
@@ -298,9 +301,11 @@ class PointStore(VectorStore):
         (None: from the start), and the offset of the next page (None: no more)."""
 
     @abstractmethod
-    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool) -> list[list[tuple[Payload, Any, float]]]:
-        """Per query, (payload, vectors (the dense one, or none without ``with_vectors``), score) of its best
-        ``limit`` points in its scope by its vector ``using``, best first; one engine call where it can.
+    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool,
+                    payload_keys: Sequence[str] | None = None) -> list[list[tuple[Payload, Any, float]]]:
+        """Per query, (payload (only ``payload_keys`` when given), vectors (the dense one, or none without
+        ``with_vectors``), score) of its best ``limit`` points in its scope by its vector ``using``, best first;
+        one engine call where it can.
 
         ``queries`` is not empty; no query is an empty sparse vector or has a limit below 1."""
 
@@ -365,7 +370,8 @@ class PointStore(VectorStore):
         queries = [self._nearest_query(search_scope(scope, TURN_KIND if search.kind == "turn" else EVENT_KIND),
                                        search.query, _vector_name(search), search.limit) for search in searches]
         asked = [query for query in queries if query is not None]
-        answers = iter(self._query_many(asked, with_vectors=False) if asked else [])
+        # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
+        answers = iter(self._query_many(asked, with_vectors=False, payload_keys=HIT_FIELDS) if asked else [])
         found: list[list[TurnHit | EventHit]] = []
         for search, query in zip(searches, queries, strict=True):
             rows = sorted(next(answers), key=_score_then_ids) if query is not None else []

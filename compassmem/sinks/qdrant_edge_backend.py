@@ -147,7 +147,8 @@ class EdgeVectorStore(PointStore):
         )
         return [(record.payload, record.vector) for record in records], next_offset
 
-    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool) -> list[list[tuple[Payload, Any, float]]]:
+    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool,
+                    payload_keys: Sequence[str] | None = None) -> list[list[tuple[Payload, Any, float]]]:
         requests = [QueryRequest(limit=query.limit, filter=_filter(query.where), with_payload=False,
                                  with_vector=False,
                                  query=Query.Nearest(_sparse(query.query) if isinstance(query.query, SparseVector)
@@ -161,7 +162,8 @@ class EdgeVectorStore(PointStore):
         ids = [[hit.id for hit in hits] for hits in answers]
         wanted = list(dict.fromkeys(point for found in ids for point in found))
         records = self.shard.retrieve(
-            wanted, with_payload=True, with_vector=[layout.DENSE_VECTOR] if with_vectors else False
+            wanted, with_payload=list(payload_keys) if payload_keys is not None else True,
+            with_vector=[layout.DENSE_VECTOR] if with_vectors else False,
         ) if wanted else []
         by_id = {record.id: record for record in records}
         results = []

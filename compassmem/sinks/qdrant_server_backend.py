@@ -146,14 +146,15 @@ class QdrantServerVectorStore(PointStore):
         )
         return [(record.payload, record.vector) for record in records], next_offset
 
-    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool) -> list[list[tuple[Payload, Any, float]]]:
+    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool,
+                    payload_keys: Sequence[str] | None = None) -> list[list[tuple[Payload, Any, float]]]:
         responses = self.client.query_batch_points(self.collection, requests=[
             models.QueryRequest(
                 query=_sparse(query.query) if isinstance(query.query, SparseVector) else query.query,
                 using=query.using,
                 filter=_filter(query.where),
                 limit=query.limit,
-                with_payload=True,
+                with_payload=list(payload_keys) if payload_keys is not None else True,
                 with_vector=[layout.DENSE_VECTOR] if with_vectors else False,
             )
             for query in queries
