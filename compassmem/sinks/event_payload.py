@@ -108,7 +108,11 @@ def dense_of(vector: Any) -> list[float] | None:
     """The dense part of a returned point's vectors (named-vector dict), if it was requested."""
     if isinstance(vector, dict):
         dense = vector.get(DENSE_VECTOR)
-        return [float(x) for x in dense] if dense is not None else None
+        if dense is None:
+            return None
+        # Both engines hand back a list of floats already; copying it float by float was a third of a hot-tier
+        # miss (384 conversions per turn).
+        return dense if type(dense) is list else [float(x) for x in dense]
     return None
 
 
