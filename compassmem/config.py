@@ -155,7 +155,11 @@ class Settings(BaseSettings):
     kafka_rebalance_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     kafka_commit_interval_s: float = Field(default=2.8, gt=0, le=3600)
     # Batching: embedding is the bottleneck, so the worker takes turns in batches (Faust stream.take).
-    stream_batch_size: int = Field(default=128, ge=1, le=4096, description="Most turns per worker batch.")
+    stream_batch_size: int = Field(
+        default=256, ge=1, le=4096,
+        description="Most turns per worker batch (as many as `compassmem ingest` commits at once). Under a backlog "
+        "each batch pays one commit (store flushes, change feeds, table state, offsets): 256 ran the LoCoMo stream "
+        "6% faster than 128, and 512 no faster. Live traffic is batched by COMPASSMEM_STREAM_BATCH_WITHIN_S.")
     stream_batch_within_s: float = Field(
         default=0.2, gt=0, le=60, description="Longest wait for a batch to fill: bounds the added latency."
     )
