@@ -17,8 +17,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -75,10 +75,11 @@ class HotEvent:
     has_time: tuple[bool, ...]
     turn_vectors: np.ndarray
     turn_counts: tuple[dict[str, int], ...]
-    # Every active relation with this event at one end, as (the other end, the edge's attributes): what a walk
-    # from here can take, ready to use.
+    # Every active relation with this event at one end, as (the other end, the edge's GraphEdge.fields()): what a
+    # walk from here can take, ready to use.
     links: tuple[tuple[str, EdgeFields], ...]
     loaded_at: float = field(default_factory=time.monotonic)
+    # The turn ids as a set: a search hit of a turn the entry does not hold makes the entry reload.
     held: frozenset[str] = field(init=False)
     # Tokens per turn (BM25 window lengths), summed once per load rather than once per query.
     turn_lengths: np.ndarray = field(init=False)
@@ -99,15 +100,14 @@ class HotEvent:
         return len(self.turn_ids)
 
     @classmethod
-    def of(cls, event: Event, turns: Sequence[IndexedTurn], turn_counts: Sequence[dict[str, int]],
-           links: Sequence[tuple[str, EdgeFields]]) -> HotEvent:
-        """``event`` with its embedding, ``turns`` with theirs, in time order."""
-        assert event.embedding is not None
-        dim = len(event.embedding)
+    def of(cls, event: Event, vector: Sequence[float], turns: Sequence[IndexedTurn],
+           turn_counts: Sequence[dict[str, int]], links: Sequence[tuple[str, EdgeFields]]) -> HotEvent:
+        """``event`` with its embedding ``vector``, and ``turns`` (with theirs) in time order."""
+        dim = len(vector)
         return cls(
             event_id=event.event_id, conversation_id=event.conversation_id, cluster_id=event.cluster_id,
             start=event.temporal_info.start, time_anchors=tuple(event.time_anchors),
-            vector=np.asarray(event.embedding, dtype=np.float32),
+            vector=np.asarray(vector, dtype=np.float32),
             turn_ids=tuple(t.turn_id for t in turns), speakers=tuple(t.speaker for t in turns),
             texts=tuple(t.text for t in turns), timestamps=tuple(t.timestamp for t in turns),
             session_ids=tuple(t.session_id for t in turns), has_time=tuple(t.has_time_expression for t in turns),
@@ -254,6 +254,6 @@ class HotTier:
             if event.embedding is None:
                 continue
             turns = by_event.get(event.event_id, [])
-            loaded[event.event_id] = HotEvent.of(event, turns, [next(counts) for _ in turns],
+            loaded[event.event_id] = HotEvent.of(event, event.embedding, turns, [next(counts) for _ in turns],
                                                  links.get(event.event_id, ()))
         return loaded
