@@ -30,8 +30,10 @@ from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
 from compassmem.sinks.vector_store import VectorStore
 
 
-# Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process.
-_GRAPH_READS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compassmem-hot-graph")
+# Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process. Sized
+# for the queries that miss at the same time (the API serves queries on many threads), so that one query's graph
+# read never waits behind another's; threads start only when that many loads overlap.
+_GRAPH_READS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="compassmem-hot-graph")
 
 # Invalidation marks kept (each kind): only loads running when a mark was made consult it, and a query's loads take
 # milliseconds, so this is far more than enough.
