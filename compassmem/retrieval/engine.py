@@ -267,9 +267,9 @@ class QueryEngine:
         if ranking.event_keyword_candidates:
             sparse = sparse_keyword_vector(keyword_stems(text))
             scope = SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations))
-            for rank, event_hit in enumerate(self.vectors.keyword_search_events_in(
-                    scope, sparse, ranking.event_keyword_candidates, with_vectors=False)):
-                row = view.event_row.get(event_hit.event.event_id)
+            event_hits = self.vectors.hits(scope, [HitSearch("event", sparse, ranking.event_keyword_candidates)])[0]
+            for rank, event_hit in enumerate(event_hits):
+                row = view.event_row.get(event_hit.event_id)
                 if row is not None:
                     event_rrf[row] += 1.0 / (k + 1 + rank)
         if ranking.window_weight > 0:

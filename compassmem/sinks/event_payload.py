@@ -110,8 +110,8 @@ def dense_of(vector: Any) -> list[float] | None:
         dense = vector.get(DENSE_VECTOR)
         if dense is None:
             return None
-        # Both engines hand back a list of floats already; copying it float by float was a third of a hot-tier
-        # miss (384 conversions per turn).
+        # Both engines hand back a list of floats already: no copy, float by float, of 384 values per turn on every
+        # hot-tier miss.
         return dense if type(dense) is list else [float(x) for x in dense]
     return None
 
@@ -339,14 +339,12 @@ class PointStore(VectorStore):
         open_segments = Scope({**where.match, SEGMENT_FIELD: OPEN_SEGMENT})
         return in_time_order([event_from_payload(_required(payload)) for payload, _ in self._scroll(open_segments)])
 
-    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
-                         with_vectors: bool = True) -> list[ScoredEvent]:
-        hits = self._nearest(search_scope(scope, EVENT_KIND), vector, DENSE_VECTOR, limit, with_vectors)
+    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
+        hits = self._nearest(search_scope(scope, EVENT_KIND), vector, DENSE_VECTOR, limit)
         return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
-    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int,
-                                 with_vectors: bool = True) -> list[ScoredEvent]:
-        hits = self._nearest(search_scope(scope, EVENT_KIND), query, SPARSE_VECTOR, limit, with_vectors)
+    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredEvent]:
+        hits = self._nearest(search_scope(scope, EVENT_KIND), query, SPARSE_VECTOR, limit)
         return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
     # --- turns -----------------------------------------------------------------------------------------------
@@ -421,15 +419,16 @@ class PointStore(VectorStore):
             self._upsert(points)
 
     def _nearest(
-        self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int, with_vectors: bool = True
+        self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int
     ) -> list[tuple[Payload, Any, float]]:
+        """Whole points (payload and dense vector) of one search, best first."""
         engine_query = self._nearest_query(where, query, using, limit)
         if engine_query is None:
             return []
         # Equal scores are common in keyword search (the same words in several turns); the engine orders them by
         # its internal point offsets, which differed between two builds of the same memory. By ids instead, so
         # the same memory answers the same question the same way.
-        return sorted(self._query_many([engine_query], with_vectors)[0], key=_score_then_ids)
+        return sorted(self._query_many([engine_query], with_vectors=True)[0], key=_score_then_ids)
 
     def _nearest_query(self, where: Scope, query: Sequence[float] | SparseVector, using: str,
                        limit: int) -> Nearest | None:

@@ -82,14 +82,12 @@ class VectorStore(ABC):
         """Every event of one conversation, with embeddings."""
 
     @abstractmethod
-    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int,
-                         with_vectors: bool = True) -> list[ScoredEvent]:
-        """Nearest events by cosine similarity within a scope; without ``with_vectors`` their embeddings are None
-        (cheaper when only ids and payloads are needed). The same holds for the other ``*_in`` searches."""
+    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
+        """Nearest events by cosine similarity within a scope, whole and with embeddings (``hits`` finds only
+        where they are, for less)."""
 
     @abstractmethod
-    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int,
-                                 with_vectors: bool = True) -> list[ScoredEvent]:
+    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredEvent]:
         """Best events by sparse keyword score (IDF-weighted) within a scope."""
 
     def search(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
