@@ -2,6 +2,7 @@
 
     python -m benchmarks.locomo_recall [--data PATH] [--out results/locomo_recall.json]
                                        [--data-dir DIR --reuse] [--no-baselines] [--embedder onnx-int8|torch]
+                                       [--ablation] [--leave-one-out]
 
 Memory is built from the turns and session dates only (``Memory.add``: the in-process pipeline into the embedded
 stores); questions are read by the evaluation code alone and asked through ``Memory.query`` (QueryEngine.query), the
@@ -23,9 +24,10 @@ from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_da
 from benchmarks.locomo_baselines import results_json, table_rows
 from compassmem.config import Settings
 from compassmem.contracts.query import QueryRequest
-from compassmem.embedding import make_embedder
+from compassmem.embedding import Embedder, make_embedder
 from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
 from compassmem.evaluation.harness import evaluate_retriever
+from compassmem.evaluation.leave_one_out import LeaveOneOut, candidate_changes, leave_one_out
 from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
 from compassmem.evaluation.question_shapes import SHAPES, question_shape
 from compassmem.evaluation.recall import BUDGETS, recall_at
@@ -35,6 +37,9 @@ from compassmem.memory import Memory
 from compassmem.models import RelationType
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.retrieval.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
+
+
+LEAVE_ONE_OUT_BUDGET = 10
 
 
 class MemoryRetriever:
@@ -65,6 +70,7 @@ ABLATIONS: dict[str, EngineConfig] = {
     "no relations": _without(RELATION_TYPES | {ADJACENT_HOP}),
     "no entity links": _without({RelationType.SAME_ENTITY.value}),
     "no clusters": _without({CLUSTER_HOP}),
+    "no category labels": EngineConfig(ranking=RankingConfig(category_candidates=0, category_weight=0.0)),
     "no walk, no event score": EngineConfig(ranking=RankingConfig(walk_weight=0.0, turn_weight=0.85)),
 }
 
@@ -112,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ablation", action="store_true",
                         help="also ask every question with parts of the graph switched off (same memory) and print "
                              "recall per variant")
+    parser.add_argument("--leave-one-out", action="store_true",
+                        help="also answer categories 1-4 with each candidate setting of the hand-chosen weights and "
+                             "report recall@10 with each conversation held out of the choice (compassmem/evaluation/"
+                             "leave_one_out.py)")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     data = require_data(args.data)
@@ -136,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 Memory(settings, stores=memory.stores, embedder=embedder, engine_config=config),
                 budget=max(BUDGETS)), questions)
                 for name, config in ABLATIONS.items()] if args.ablation else [])
+            held_out = (held_out_recall(memory, settings, embedder, questions) if args.leave_one_out else None)
     if not args.no_baselines:
         baselines = build_baselines(corpus, embedder)
         results += [evaluate_retriever(name, r, questions, text_of=corpus.text_of) for name, r in baselines.items()]
@@ -159,6 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(["shape", "questions", *(f"r@{b}" for b in BUDGETS)],
                 [[shape, f"{row['questions']:.0f}", *(f"{row[f'recall@{b}']:.1f}" for b in BUDGETS)]
                  for shape, row in shapes.items()])
+    if held_out is not None:
+        print_leave_one_out(held_out)
     print(f"{seconds:.1f} s in all")
     output = results_json(data, report, results, seconds)
     output["compassmem_by_shape"] = shapes
@@ -166,8 +179,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         output["ablation"] = results_json(data, report, results[:1] + ablation, seconds)["methods"]
     output["compassmem"] = {"latency_ms": {"p50": p50, "p99": p99, "median": statistics.median(latencies)},
                             "ingest_seconds": ingest_seconds, "embedder": chosen}
+    if held_out is not None:
+        output["leave_one_out"] = held_out.model_dump()
     write_results(args.out, output)
     return 0
+
+
+def held_out_recall(memory: Memory, settings: Settings, embedder: Embedder,
+                    questions: Sequence[Question]) -> LeaveOneOut:
+    """Recall@10 of categories 1-4 with every candidate weight setting (same memory), then leave-one-out."""
+    asked = [q for q in questions if q.category in (1, 2, 3, 4)]
+    defaults = RankingConfig().model_dump()
+    recall: dict[str, list[float]] = {}
+    for name, changes in candidate_changes(defaults).items():
+        config = EngineConfig(ranking=RankingConfig(**{**defaults, **changes}))
+        retriever = MemoryRetriever(Memory(settings, stores=memory.stores, embedder=embedder, engine_config=config),
+                                    budget=LEAVE_ONE_OUT_BUDGET)
+        recall[name] = [recall_at(retriever.rank(q.conversation_id, q.question), q.evidence, LEAVE_ONE_OUT_BUDGET)
+                        for q in asked]
+    return leave_one_out(asked, recall)
+
+
+def print_leave_one_out(result: LeaveOneOut) -> None:
+    print(f"\nleave-one-conversation-out, categories 1-4 recall@{LEAVE_ONE_OUT_BUDGET} (%): the weight setting chosen "
+          "on the other conversations, scored on the held-out one")
+    print_table(["held out", "questions", "chosen on the rest", "held-out recall", "defaults' recall"],
+                [[f.conversation_id, str(f.questions), f.chosen, f"{f.recall_chosen:.1f}", f"{f.recall_defaults:.1f}"]
+                 for f in result.folds])
+    print(f"in-sample, defaults: {result.in_sample_defaults:.1f}; in-sample, best setting ({result.in_sample_best}): "
+          f"{result.in_sample_best_recall:.1f}; leave-one-out: {result.held_out:.1f}")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@ into subgoals that each need their own evidence; cue words say whether time or c
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
+from compassmem.processors.lexicon import MIN_CATEGORY_DEPTH, noun_lexicon
 from compassmem.processors.text_features import STOP_WORDS, entities, keyword_stems
+from compassmem.processors.time_resolution import resolve_time_expressions
 
 _TEMPORAL = re.compile(
     r"(?:^\s*|\band\s+|,\s*)when\b|\bwhat (?:year|month|date|day|time|week)\b|\bhow long\b|\bsince when\b|\bhow many "
@@ -27,6 +30,36 @@ _AGGREGATE = re.compile(
     r"|^\s*what\s+(?:are|were)\b|\bboth\b|\b(?:kinds?|types?|ways?)\s+of\b|\bshare\b|\bin common\b",
     re.IGNORECASE,
 )
+# The category a question asks for: the noun after "what/which" (and "kinds of"), before the verb ("What outdoor
+# activities has John done?", "Which cities has Jon visited?"), or the noun a "what are ..." question names ("What
+# are Joanna's hobbies?"). The word before it may make a compound ("board games", "martial arts").
+_CATEGORY_HEAD = re.compile(
+    r"^\s*(?:what|which)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?(?P<before>(?:[a-z\-]+\s+){0,2}?)(?P<head>[a-z\-]+)\s+"
+    r"(?:has|have|had|does|do|did|is|are|was|were|can|could|would|will)\b"
+    r"|^\s*what\s+(?:are|were)\s+(?:the\s+|some\s+)?(?:[A-Za-z][\w\-]*'s?\s+)?(?:(?:kinds?|types?|sorts?)\s+of\s+)?"
+    r"(?P<before2>(?:[a-z\-]+\s+)?)(?P<head2>[a-z\-]+)\s*(?:\?|$)",
+    re.IGNORECASE,
+)
+# The senses of the asked-for noun that count: "instruments" is first a device and only sixth a musical one, so
+# all of them do; the store's IDF weighs a turn naming a rare sense's instance above one naming a broad sense's.
+CATEGORY_SENSES = 8
+# Two events related in time ("How many weeks passed between Maria adopting Coco and Shadow?", "Which city was John
+# in before traveling to Chicago?"): the answer needs the turns of both, and the first event's turns crowd out the
+# second's when the question is searched whole. Each event becomes a subgoal of its own.
+_BETWEEN_EVENTS = re.compile(r"\bbetween\s+(?P<first>[^?]+?)\s+and\s+(?P<second>[^?]+?)\s*[?.!]*$", re.IGNORECASE)
+_RELATIVE_EVENTS = re.compile(r"^(?P<first>[^?]+?)\s*,?\s+(?:before|after|since|until)\s+(?P<second>[^?]+?)\s*[?.!]*$",
+                              re.IGNORECASE)
+# Only a question whose answer needs both events relates two: a distance in time ("How many weeks between A and B?",
+# "How long before B did A?") or an order ("Which city was John in before traveling to Chicago?"). In "When did
+# John meet his teammates after returning from Chicago?" the second event only says which meeting; "How did Melanie
+# feel after the accident?" asks about one event.
+_ASKS_TIME_OR_ORDER = re.compile(r"^\s*(?:how long|how many|how much time|which)\b|\bbetween\b", re.IGNORECASE)
+# "How long before B did A ...?": the second part holds B, then A from its auxiliary on.
+_EVENT_THEN_AUXILIARY = re.compile(r"^(?P<second>.+?)\s+(?P<first>(?:did|does|do|was|were|had|has|have)\s+.+)$",
+                                   re.IGNORECASE)
+_ONLY_HOW_LONG = re.compile(r"^\s*(?:how\s+(?:long|many\s+\w+|much\s+time)|when)\s*$", re.IGNORECASE)
+# Resolving a part against a fixed day only tells whether it is a date ("before 16 November 2023") or an event.
+_SOME_DAY = datetime(2000, 1, 1, tzinfo=UTC)
 # Each subgoal costs a full hybrid search and a graph walk: a question of many conjunctions must not cost as much as
 # dozens of ordinary ones. The whole question comes first, then its clauses in order, then an LLM's; the rest are
 # dropped.
@@ -45,7 +78,11 @@ class QuestionAnalysis(BaseModel):
     causal: bool
     aggregate: bool = False
     entities: list[str] = Field(default_factory=list)
+    # WordNet synsets of the category the question asks for (``asked_categories``); empty when it names none.
+    categories: list[int] = Field(default_factory=list)
     subgoals: list[Subgoal]
+    # The two events a question relates in time ("between A and B", "A before B"), each also a subgoal.
+    events: list[str] = Field(default_factory=list)
 
 
 def keyword_query(text: str) -> str:
@@ -58,7 +95,8 @@ def keyword_query(text: str) -> str:
 def analyse(question: str) -> QuestionAnalysis:
     """The whole question is always the first subgoal; conjunct clauses add their own (``MAX_SUBGOALS`` in all)."""
     parts = [p.strip(" ?,.") for p in _SPLIT.split(question) if p and len(keyword_stems(p)) >= 2]
-    texts = [question.strip()]
+    events = two_events(question)
+    texts = [question.strip(), *events]
     texts.extend(p for p in parts if p and p.lower() != question.strip(" ?").lower())
     return QuestionAnalysis(
         question=question,
@@ -66,8 +104,60 @@ def analyse(question: str) -> QuestionAnalysis:
         causal=bool(_CAUSAL.search(question)),
         aggregate=bool(_AGGREGATE.search(question)),
         entities=entities(question),
+        categories=asked_categories(question),
         subgoals=[Subgoal(text=t, keywords=keyword_stems(t)) for t in list(dict.fromkeys(texts))[:MAX_SUBGOALS]],
+        events=events,
     )
+
+
+def two_events(question: str) -> list[str]:
+    """The two events a question relates in time, as texts to search for, or [] when it relates none (a date is
+    no event: "What did Tim do before 16 November 2023?" is one event and a date). An elliptical second event
+    borrows the first's words ("between Maria adopting Coco and Shadow" -> "Maria adopting Shadow"), and one that
+    names nobody borrows the people the question names ("Melanie ... after the roadtrip" -> "Melanie the
+    roadtrip")."""
+    if not _ASKS_TIME_OR_ORDER.search(question):
+        return []
+    between = _BETWEEN_EVENTS.search(question)
+    match = between or _RELATIVE_EVENTS.search(question)
+    if match is None:
+        return []
+    first, second = match.group("first").strip(" ,"), match.group("second").strip(" ,")
+    if between is not None:
+        before = question[: match.start()].strip()
+        first_event = first if len(keyword_stems(first)) >= 2 else f"{before} {first}"
+    elif _ONLY_HOW_LONG.match(first) and (split := _EVENT_THEN_AUXILIARY.match(second)) is not None:
+        first_event, second = split.group("first"), split.group("second")
+    else:
+        first_event = first
+    if not keyword_stems(second) or resolve_time_expressions(second, _SOME_DAY) or resolve_time_expressions(
+            first_event, _SOME_DAY):
+        return []
+    if len(second.split()) == 1 and len(first_event.split()) > 1:
+        second_event = " ".join([*first_event.split()[:-1], second])
+    else:
+        named = [name for name in entities(first_event) if name not in second]
+        second_event = " ".join([*named, second])
+    if len(keyword_stems(first_event)) < 1 or first_event.lower() == second_event.lower():
+        return []
+    return [first_event, second_event]
+
+
+def asked_categories(question: str) -> list[int]:
+    """The senses of the category noun a question asks for ("What activities ..." -> activity, ...), most
+    frequent first; empty when the question asks for no category or WordNet does not know the noun."""
+    match = _CATEGORY_HEAD.search(question)
+    if match is None:
+        return []
+    head = match.group("head") or match.group("head2")
+    if head[0].isupper():
+        return []  # a name ("What does John do ...?"), not a category
+    before = (match.group("before") or match.group("before2") or "").split()
+    lexicon = noun_lexicon()
+    lemma = (lexicon.lemma(f"{before[-1]} {head}") if before else None) or lexicon.lemma(head)
+    if lemma is None:
+        return []
+    return [s for s in lexicon.senses(lemma)[:CATEGORY_SENSES] if lexicon.depth(s) >= MIN_CATEGORY_DEPTH]
 
 
 def with_subgoals(analysis: QuestionAnalysis, extra: list[str]) -> QuestionAnalysis:

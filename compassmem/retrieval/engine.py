@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import date, datetime
 
 import numpy as np
@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from compassmem.contracts.query import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
 from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder
+from compassmem.processors.categories import category_term
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.processors.time_resolution import resolve_time_expressions
 from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
@@ -65,12 +66,21 @@ class RankingConfig(BaseModel):
     # A question that names a day or a period ("What did Jon do in May 2023?") is answered by turns said then or
     # naming a day in it.
     date_boost: float = Field(default=0.2, ge=0.0)
+    # A question that asks for a category ("What activities has Melanie done?") is answered by turns naming its
+    # instances ("camping", "swimming"), which share no word with it: the turns labelled with the category (a
+    # keyword search over the labels, up to category_candidates) join the candidates, and are fused into each
+    # subgoal's turn scores as one more ranked list (nearest to the subgoal first, weighted by label score).
+    category_candidates: int = Field(default=100, ge=0)
+    category_weight: float = Field(default=1.0, ge=0.0)
     # A question about a participant ("What pets does Nate have?") is answered by that participant's own turns.
     speaker_boost: float = Field(default=0.2, ge=0.0)
     # ... unless the question names the wrong one ("What did Melanie paint?" when Caroline painted it): the best
     # turn of each participant the question does not name keeps its place in the first this-many turns if it
     # had one before the boost.
     speaker_hedge_top: int = Field(default=5, ge=0)
+    # A question relating two events in time ("How long before B did A?"): each event's best turns (by its own
+    # subgoal) keep these places, its best within the first 5, its second within the first 10.
+    event_reserved_places: tuple[int, ...] = (5, 10)
     # A subgoal whose best event is weaker than this is rewritten to its content words and searched again.
     unmet_threshold: float = Field(default=0.45, ge=0.0, le=1.0)
 
@@ -154,7 +164,7 @@ class QueryEngine:
         vectors = self.embedder.embed([s.text for s in analysis.subgoals])
         timings["embed"] = _elapsed(mark)
         mark = time.perf_counter()
-        view = self._candidates(request.scope, [s.text for s in analysis.subgoals], vectors, timings)
+        view = self._candidates(request.scope, analysis, vectors, timings)
         timings["load"] = _elapsed(mark)
         if view.empty:
             timings["total"] = _elapsed(started)
@@ -190,13 +200,15 @@ class QueryEngine:
         return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
                              subgoals=[s.text for s in analysis.subgoals], answer=answer, timings_ms=timings)
 
-    def _candidates(self, scope: SearchScope, texts: list[str], vectors: np.ndarray,
+    def _candidates(self, scope: SearchScope, analysis: QuestionAnalysis, vectors: np.ndarray,
                     timings: dict[str, float]) -> MemoryView:
-        """The events worth ranking for these subgoals, from store searches within the scope, with their turns
-        and the events one relation away; everything else stays in the stores. ``timings`` gets the load's
-        parts: store searches, hot-tier reads (misses load from the stores) and building the view."""
+        """The events worth ranking for a question's subgoals (and the category it asks for), from store searches
+        within the scope, with their turns and the events one relation away; everything else stays in the stores.
+        ``timings`` gets the load's parts: store searches, hot-tier reads (misses load from the stores) and
+        building the view."""
         mark = time.perf_counter()
         ranking = self.config.ranking
+        texts = [s.text for s in analysis.subgoals]
         best_rank: dict[str, int] = {}
         must_hold: dict[str, set[str]] = {}
         keyword_hits: dict[str, list[TurnKey]] = {}
@@ -216,7 +228,16 @@ class QueryEngine:
                 keyword_texts.append(query_text)
             searches.append(HitSearch("event", vector, ranking.event_candidates))
             keyword_texts.append(None)
-        for hits, keyword_text in zip(self.vectors.hits(scope, searches), keyword_texts, strict=True):
+        # Only questions that gather instances search by category: on single-fact questions the labels only
+        # add rivals to the turn that answers.
+        by_category = analysis.aggregate and bool(analysis.categories) and ranking.category_candidates > 0
+        if by_category:
+            labels = sparse_keyword_vector(category_term(synset) for synset in analysis.categories)
+            searches.append(HitSearch("turn", labels, ranking.category_candidates))
+            keyword_texts.append(None)
+        results = self.vectors.hits(scope, searches)
+        category_hits = results[-1] if by_category else []
+        for hits, keyword_text in zip(results, keyword_texts, strict=True):
             for rank, hit in enumerate(hits):
                 found(hit.event_id, rank)
                 if isinstance(hit, TurnHit):
@@ -240,6 +261,10 @@ class QueryEngine:
         mark = time.perf_counter()
         view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)
         view.keyword_hits.update(keyword_hits)
+        top = max((hit.score for hit in category_hits), default=0.0)
+        if top > 0:
+            view.category_scores = {(hit.conversation_id, hit.turn_id): hit.score / top for hit in category_hits
+                                    if isinstance(hit, TurnHit)}
         timings["load_view"] = _elapsed(mark)
         return view
 
@@ -272,6 +297,12 @@ class QueryEngine:
                 row = view.event_row.get(event_hit.event_id)
                 if row is not None:
                     event_rrf[row] += 1.0 / (k + 1 + rank)
+        if view.category_scores and ranking.category_weight > 0:
+            # The labelled turns as one more ranked list, ordered by how close they are to the subgoal (and how
+            # strongly they carry the label): the instances of the category that fit the question come first.
+            rows, strength = view.labelled_rows(view.category_scores)
+            order = np.argsort(-(dense_turns[rows] * strength), kind="stable")
+            turn_rrf[rows[order]] += ranking.category_weight / (k + 1 + np.arange(len(order)))
         if ranking.window_weight > 0:
             window = view.window_scores(text)
             turn_rrf += ranking.window_weight / (k + 1 + _rank_scores(window))
@@ -367,6 +398,7 @@ class QueryEngine:
         order = self._diversified(view, final, budget, diversity)
         if final is not unboosted:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
+        order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
         refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
         return refs, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
 
@@ -420,11 +452,38 @@ def _keep_others_best(view: MemoryView, order: np.ndarray, unboosted: np.ndarray
         speaker = view.turn_speakers[row]
         if speaker in asked or any(view.turn_speakers[r] == speaker for r in ranked[:top]):
             continue
-        if row in ranked:
-            ranked.remove(row)
-        else:
-            ranked.pop()  # keep the budget
-        ranked.insert(min(top, len(ranked) + 1) - 1, int(row))
+        _place_within(ranked, int(row), top)
+    return np.asarray(ranked, dtype=np.int64)
+
+
+def _place_within(ranked: list[int], row: int, top: int) -> None:
+    """Move ``row`` to place ``top`` (1-based) unless it is already there or higher; a row not ranked at all
+    takes the last row's place (the budget holds)."""
+    if row in ranked[:top]:
+        return
+    if row in ranked:
+        ranked.remove(row)
+    else:
+        ranked.pop()
+    ranked.insert(min(top, len(ranked) + 1) - 1, row)
+
+
+def _keep_each_events_best(order: np.ndarray, scored: list[SubgoalScores], events: list[str],
+                           places: Sequence[int]) -> np.ndarray:
+    """``order`` with each related event's best turns (by that event's own subgoal) within ``places``: its best
+    within the first places[0], its second within the first places[1], ... A question relating two events needs
+    both, and the better-matched one would otherwise fill the top."""
+    if not events or len(order) == 0:
+        return order
+    ranked = [int(r) for r in order]
+    by_text = {s.text: s for s in scored}
+    bests = [np.argsort(-by_text[e].turns, kind="stable")[: len(places)] for e in events if e in by_text]
+    for level, top in enumerate(places):
+        # Level by level, the first event one place above the next: a later insertion lands below an earlier one
+        # and cannot push it out of its places.
+        for index, best in enumerate(bests):
+            if level < len(best):
+                _place_within(ranked, int(best[level]), max(1, min(top - (len(bests) - 1 - index), len(ranked))))
     return np.asarray(ranked, dtype=np.int64)
 
 

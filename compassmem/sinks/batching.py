@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from compassmem.contracts.search import SparseVector
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, search_text, turn_point_id
+from compassmem.processors.categories import category_terms
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import VectorStore
@@ -68,7 +69,9 @@ def event_keyword_vector(event: Event) -> SparseVector:
 
 
 def turn_keyword_vector(turn: IndexedTurn) -> SparseVector:
-    return sparse_keyword_vector(keyword_stems(search_text(turn.speaker, turn.text, turn.timestamp)))
+    """The turn's keyword stems (with who said it and when) and the categories its nouns belong to."""
+    return sparse_keyword_vector([*keyword_stems(search_text(turn.speaker, turn.text, turn.timestamp)),
+                                  *category_terms(turn.text)])
 
 
 def _of(record: Event | IndexedTurn | Relation | Cluster, forgotten: ConversationForgotten) -> bool:

@@ -1,0 +1,103 @@
+"""Category labels: WordNet's noun hierarchy read offline, turns labelled with what their nouns are, and questions
+that ask for a category answered by the turns naming its instances."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest
+from compassmem.memory import Memory
+from compassmem.models import IndexedTurn, Turn
+from compassmem.processors.categories import CATEGORY_PREFIX, category_term, category_terms, noun_lemmas
+from compassmem.processors.lexicon import noun_lexicon
+from compassmem.processors.text_features import sparse_keyword_vector
+from compassmem.retrieval.decomposition import analyse, asked_categories
+from compassmem.retrieval.engine import EngineConfig, RankingConfig
+from compassmem.sinks.batching import turn_keyword_vector
+
+
+def names(synsets: object) -> set[str]:
+    lexicon = noun_lexicon()
+    return {lexicon.name(s) for s in synsets}  # type: ignore[attr-defined]
+
+
+def test_a_noun_belongs_to_the_categories_above_it_and_not_to_the_root() -> None:
+    lexicon = noun_lexicon()
+    swimming = names(lexicon.categories("swimming"))
+    assert {"swimming", "water_sport", "sport", "activity"} <= swimming
+    assert "entity" not in swimming and "abstraction" not in swimming  # everything is one: it says nothing
+    assert {"city"} <= names(lexicon.categories("paris"))  # an instance belongs to what it is an instance of
+    assert lexicon.lemma("cities") == "city" and lexicon.lemma("children") == "child"
+    assert lexicon.lemma("board games") == "board_game"
+    assert lexicon.lemma("qwertyuiop") is None
+
+
+def test_a_text_names_compounds_and_proper_nouns_but_not_people_as_common_nouns() -> None:
+    lemmas = noun_lemmas("John: we played board games in Paris. Camping was next, then swimming.")
+    assert "board_game" in lemmas and "paris" in lemmas and "camping" in lemmas and "swimming" in lemmas
+    assert "john" not in lemmas  # a name (WordNet's "john" is first a toilet)
+    terms = category_terms("We went swimming and camping.")
+    assert terms == category_terms("We went swimming and camping.")  # the same text, the same sparse vector
+    assert all(t.startswith(CATEGORY_PREFIX) for t in terms) and len(set(terms)) == len(terms)
+    activity = noun_lexicon().senses("activity")[0]
+    assert category_term(activity) in terms
+
+
+def test_a_turns_keyword_vector_carries_its_labels_beside_its_words() -> None:
+    turn = IndexedTurn(conversation_id="c", turn_id="1", event_id="e", speaker="Ann", text="I love tennis.",
+                       timestamp=datetime(2023, 5, 1, tzinfo=UTC))
+    vector = turn_keyword_vector(turn)
+    sport = noun_lexicon().senses("sport")[0]
+    label = sparse_keyword_vector([category_term(sport)]).indices[0]
+    word = sparse_keyword_vector(["tenni"]).indices[0]  # the stem of "tennis"
+    assert label in vector.indices and word in vector.indices
+
+
+def test_the_category_a_question_asks_for() -> None:
+    lexicon = noun_lexicon()
+    assert "activity" in names(asked_categories("What activities has Melanie done with her family?"))
+    assert names(asked_categories("What board games has Nate played?")) == {"board_game"}
+    assert "hobby" in names(asked_categories("What are Joanna's hobbies?"))
+    # "instruments" is a musical instrument only in its sixth sense: every sense counts.
+    assert lexicon.senses("musical_instrument")[0] in asked_categories("What instruments does Tim play?")
+    assert asked_categories("When did Melanie paint a sunrise?") == []
+    assert asked_categories("What does John do to share his knowledge?") == []  # a name, not a category
+    assert analyse("Which cities has Jon visited?").categories
+
+
+def test_a_question_asking_for_a_category_finds_the_turns_naming_its_instances(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    start = datetime(2023, 5, 1, 18, 0, tzinfo=UTC)
+    lines = [
+        ("Bob", "How was your week, Ann? Did you play anything?"),
+        ("Ann", "I scored twice at soccer on Saturday, my knees are still sore."),
+        ("Bob", "Ouch. My week was quiet, mostly reading."),
+        ("Ann", "I play much less than I would like, work has been hectic."),
+        ("Bob", "I never understood why people care so much about sports."),
+        ("Ann", "Sports channels are always on at my dad's place, he loves them."),
+        ("Bob", "My cousin plays the piano every evening, it drives the neighbours mad."),
+        ("Ann", "Ha, we played cards all night at her place once."),
+        ("Bob", "What else did you get up to?"),
+        ("Ann", "A long game of volleyball at the beach with my colleagues."),
+        ("Bob", "Sounds like a good week. I mostly played with my new phone."),
+        ("Ann", "People play too much on their phones, I think."),
+    ]
+    turns = [Turn(conversation_id="week", turn_id=f"D1:{n}", speaker=speaker, text=text,
+                  timestamp=start + timedelta(minutes=n), session_id="1")
+             for n, (speaker, text) in enumerate(lines, start=1)]
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+
+        def top(config: RankingConfig) -> list[str]:
+            engine_config = EngineConfig(ranking=config)
+            other = Memory(memory.settings, stores=memory.stores, embedder=embedder, engine_config=engine_config)
+            return other.query(QueryRequest(conversation_id="week", question="What sports has Ann played?",
+                                            budget_turns=5)).turn_ids
+
+        with_labels = top(RankingConfig())
+        without = top(RankingConfig(category_candidates=0, category_weight=0.0))
+    # Soccer and volleyball are sports; the question shares a word with neither, but with many other turns: without
+    # the labels the volleyball turn is not among the first five.
+    assert {"D1:2", "D1:10"} <= set(with_labels)
+    assert not {"D1:2", "D1:10"} <= set(without)
