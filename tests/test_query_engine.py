@@ -115,7 +115,7 @@ def test_the_hot_tier_is_bounded_by_turns_and_evicts_the_least_recently_used(eng
 
 
 class _CountingLoads:
-    """Wraps a vector store: counts get_events calls (one per hot-tier load) and can run a hook inside one."""
+    """Wraps a vector store: counts hot_records calls (one per hot-tier load) and can run a hook inside one."""
 
     def __init__(self, inner: object) -> None:
         self._inner = inner
@@ -125,11 +125,11 @@ class _CountingLoads:
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    def get_events(self, *args: object, **kwargs: object) -> object:
+    def hot_records(self, *args: object, **kwargs: object) -> object:
         self.loads += 1
         if self.during_load is not None:
             self.during_load()
-        return self._inner.get_events(*args, **kwargs)
+        return self._inner.hot_records(*args, **kwargs)
 
 
 def test_a_followed_feed_keeps_entries_past_the_short_age_and_a_broken_one_does_not(engine: QueryEngine) -> None:

@@ -383,6 +383,32 @@ def test_turns_of_events_returns_only_those_events_turns_of_the_tenant(
     assert store.turns_of_events("default", []) == []
 
 
+def test_hot_records_hold_what_the_full_records_say_for_those_events_of_the_tenant(
+    put: Put, put_turns: Put, open_store: Opener, event_builder: EventBuilder, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    event = event_builder("c1", 1, cluster_id="topic-1")
+    other = event_builder("c1", 5)
+    put(store, event, other, event_builder("c1", 1, tenant="bob"))
+    put_turns(store, *[turn_builder("c1", i, event_id=event.event_id) for i in (3, 1, 2)],
+              turn_builder("c1", 4, event_id=other.event_id), turn_builder("c1", 5, tenant="bob", event_id=event.event_id))
+
+    records = store.hot_records("default", [event.event_id])
+    (row,) = records.events
+    assert (row.event_id, row.conversation_id, row.cluster_id, row.start, row.time_anchors) == (
+        event.event_id, "c1", "topic-1", event.temporal_info.start, tuple(event.time_anchors))
+    full = store.turns_of_events("default", [event.event_id])
+    assert [(t.turn_id, t.event_id, t.speaker, t.text, t.timestamp, t.session_id, t.has_time_expression)
+            for t in records.turns] == [(t.turn_id, t.event_id, t.speaker, t.text, t.timestamp, t.session_id,
+                                         t.has_time_expression) for t in full]  # the tenant's, in time order
+    assert records.turn_vectors.shape == (3, len(full[0].embedding or []))
+    assert np.allclose(records.turn_vectors, [t.embedding for t in full], atol=1e-6)
+    assert np.allclose(records.event_vectors[0], _unit(event.embedding or []), atol=1e-6)
+    assert len(store.hot_records("default", [event.event_id, other.event_id]).turns) == 4
+    empty = store.hot_records("default", [])
+    assert empty.events == [] and empty.turns == [] and empty.turn_vectors.shape[0] == 0
+
+
 def test_turn_keyword_search_ranks_a_shared_rare_term_first(
     sparse_keywords: Sparse, put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
 ) -> None:

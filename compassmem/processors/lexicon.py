@@ -9,6 +9,7 @@ senses in WordNet's order (most frequent first).
 from __future__ import annotations
 
 import importlib.util
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -167,7 +168,22 @@ class NounLexicon:
         return known
 
 
+_LOADING = threading.Lock()
+
+
 @lru_cache(maxsize=1)
-def noun_lexicon() -> NounLexicon:
-    """The process's one lexicon (about 80,000 synsets; loading takes about a second, once)."""
+def _load() -> NounLexicon:
     return NounLexicon(wordnet_directory())
+
+
+def noun_lexicon() -> NounLexicon:
+    """The process's one lexicon (about 80,000 synsets; loading takes about half a second, once). Callers that come
+    while it loads wait for that load rather than starting their own."""
+    with _LOADING:
+        return _load()
+
+
+def load_in_background() -> None:
+    """Start loading the lexicon now, off the caller's thread: a query engine does it when it is made, so its first
+    question that asks for a category does not pay the load."""
+    threading.Thread(target=noun_lexicon, name="compassmem-lexicon-load", daemon=True).start()

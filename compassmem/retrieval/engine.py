@@ -18,6 +18,7 @@ from compassmem.contracts.query import EvidenceItem, QueryRequest, QueryResponse
 from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder
 from compassmem.processors.categories import category_term
+from compassmem.processors.lexicon import load_in_background
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.processors.time_resolution import resolve_time_expressions
 from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
@@ -147,6 +148,7 @@ class QueryEngine:
         self.hot = hot
         self.config = config or EngineConfig()
         self.answerer = answerer
+        load_in_background()  # question analysis reads it (the category a question asks for)
 
     def query(self, request: QueryRequest, deadline_s: float | None = None) -> QueryResponse:
         """Answer one question. With ``deadline_s``, raise QueryDeadlineExceeded at the first step boundary past

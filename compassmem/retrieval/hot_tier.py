@@ -24,10 +24,10 @@ from datetime import datetime
 
 import numpy as np
 
-from compassmem.models import Event, IndexedTurn, TimeAnchor, search_text
+from compassmem.models import TimeAnchor, search_text
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
-from compassmem.sinks.vector_store import VectorStore
+from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, VectorStore
 
 
 # Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process. Sized
@@ -102,19 +102,16 @@ class HotEvent:
         return len(self.turn_ids)
 
     @classmethod
-    def of(cls, event: Event, vector: Sequence[float], turns: Sequence[IndexedTurn],
+    def of(cls, event: HotEventRow, vector: np.ndarray, turns: Sequence[HotTurnRow], turn_vectors: np.ndarray,
            turn_counts: Sequence[dict[str, int]], links: Sequence[tuple[str, EdgeFields]]) -> HotEvent:
-        """``event`` with its embedding ``vector``, and ``turns`` (with theirs) in time order."""
-        dim = len(vector)
+        """``event`` with its embedding ``vector``, and ``turns`` (in time order) with theirs, row by row."""
         return cls(
             event_id=event.event_id, conversation_id=event.conversation_id, cluster_id=event.cluster_id,
-            start=event.temporal_info.start, time_anchors=tuple(event.time_anchors),
-            vector=np.asarray(vector, dtype=np.float32),
+            start=event.start, time_anchors=event.time_anchors, vector=vector,
             turn_ids=tuple(t.turn_id for t in turns), speakers=tuple(t.speaker for t in turns),
             texts=tuple(t.text for t in turns), timestamps=tuple(t.timestamp for t in turns),
             session_ids=tuple(t.session_id for t in turns), has_time=tuple(t.has_time_expression for t in turns),
-            turn_vectors=np.asarray([t.embedding for t in turns], dtype=np.float32).reshape(len(turns), dim),
-            turn_counts=tuple(turn_counts),
+            turn_vectors=turn_vectors, turn_counts=tuple(turn_counts),
             # In a fixed order: the walk breaks ties by the order it meets edges, and the graph store returns them
             # in whatever order it stored them (it differed between two builds of the same memory).
             links=tuple(sorted(links, key=lambda link: (link[0], GraphEdge._make(link[1]).relation_id))),
@@ -236,11 +233,10 @@ class HotTier:
     def _load(self, tenant: str, event_ids: list[str]) -> dict[str, HotEvent]:
         # The graph server works out the relations while this thread reads the vector store.
         edges = _GRAPH_READS.submit(self._graph.edges_touching, tenant, event_ids)
-        events = self._vectors.get_events(tenant, event_ids)
-        by_event: dict[str, list[IndexedTurn]] = {}
-        for turn in self._vectors.turns_of_events(tenant, event_ids):
-            if turn.embedding is not None:
-                by_event.setdefault(turn.event_id, []).append(turn)
+        records = self._vectors.hot_records(tenant, event_ids)
+        rows_of: dict[str, list[int]] = {}
+        for row, turn in enumerate(records.turns):
+            rows_of.setdefault(turn.event_id, []).append(row)
         links: dict[str, list[tuple[str, EdgeFields]]] = {}
         for edge in edges.result():
             fields = edge.fields()
@@ -248,14 +244,11 @@ class HotTier:
             if edge.target != edge.source:
                 links.setdefault(edge.target, []).append((edge.source, fields))
         # Every loaded turn tokenised in one call: once per event cost three times as much on a cold load.
-        counts = iter(token_counts([search_text(t.speaker, t.text, t.timestamp)
-                                    for event in events if event.embedding is not None
-                                    for t in by_event.get(event.event_id, [])]))
+        counts = token_counts([search_text(t.speaker, t.text, t.timestamp) for t in records.turns])
         loaded = {}
-        for event in events:
-            if event.embedding is None:
-                continue
-            turns = by_event.get(event.event_id, [])
-            loaded[event.event_id] = HotEvent.of(event, event.embedding, turns, [next(counts) for _ in turns],
+        for event, vector in zip(records.events, records.event_vectors, strict=True):
+            rows = rows_of.get(event.event_id, [])
+            loaded[event.event_id] = HotEvent.of(event, vector, [records.turns[r] for r in rows],
+                                                 records.turn_vectors[rows], [counts[r] for r in rows],
                                                  links.get(event.event_id, ()))
         return loaded

@@ -22,13 +22,25 @@ import uuid
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import numpy as np
 import structlog
 
 from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import Event, IndexedTurn, turn_point_id
-from compassmem.sinks.vector_store import EventHit, HitSearch, ScoredEvent, ScoredTurn, TurnHit, VectorStore
+from compassmem.models import Event, IndexedTurn, TimeAnchor, turn_point_id
+from compassmem.sinks.vector_store import (
+    EventHit,
+    HitSearch,
+    HotEventRow,
+    HotRecords,
+    HotTurnRow,
+    ScoredEvent,
+    ScoredTurn,
+    TurnHit,
+    VectorStore,
+)
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "keywords"
@@ -61,6 +73,11 @@ _SCROLL_PAGE = 256
 # What a search hit (TurnHit, EventHit) reads of a point's payload, and what equal scores are ordered by.
 HIT_FIELDS = (CONVERSATION_FIELD, "turn_id", EVENT_ID_FIELD)
 
+# What the hot tier reads of an event's and a turn's payload (HotEventRow, HotTurnRow): an event's payload also holds
+# its observations (every turn's text again), frame and summary, which a query does not read from there.
+HOT_FIELDS = (KIND_FIELD, EVENT_ID_FIELD, CONVERSATION_FIELD, "cluster_id", "temporal_info", "time_anchors", "turn_id",
+              "speaker", "text", "timestamp", "session_id", "has_time_expression")
+
 _POINT_NAMESPACE = uuid.UUID("3f0c2a9e-6a53-4d0f-9a51-6c1d3b1f7e42")
 
 
@@ -90,6 +107,37 @@ def event_from_payload(payload: dict[str, Any], embedding: list[float] | None = 
     fields = {key: value for key, value in payload.items() if key not in DERIVED_FIELDS}
     fields["embedding"] = embedding
     return Event.model_validate(fields)
+
+
+def hot_records_of(points: Sequence[tuple[Payload, Any]], dim: int) -> HotRecords:
+    """Hot-tier rows from points read with ``HOT_FIELDS``: no pydantic model per point (a cold load of a few hundred
+    turns spent a third of its time validating what the store had validated when it was written), and the vectors
+    of all turns in one array."""
+    events: list[HotEventRow] = []
+    event_vectors: list[list[float]] = []
+    turns: list[tuple[HotTurnRow, list[float]]] = []
+    for payload, vectors in points:
+        fields = _required(payload)
+        dense = dense_of(vectors)
+        if dense is None:
+            continue
+        if fields.get(KIND_FIELD) == EVENT_KIND:
+            events.append(HotEventRow(
+                event_id=fields[EVENT_ID_FIELD], conversation_id=fields[CONVERSATION_FIELD],
+                cluster_id=fields.get("cluster_id"), start=datetime.fromisoformat(fields["temporal_info"]["start"]),
+                time_anchors=tuple(TimeAnchor.model_validate(a) for a in fields.get("time_anchors") or ())))
+            event_vectors.append(dense)
+        else:
+            turns.append((HotTurnRow(
+                conversation_id=fields[CONVERSATION_FIELD], turn_id=fields["turn_id"], event_id=fields[EVENT_ID_FIELD],
+                speaker=fields["speaker"], text=fields["text"], timestamp=datetime.fromisoformat(fields["timestamp"]),
+                session_id=fields.get("session_id"), has_time_expression=bool(fields.get("has_time_expression"))),
+                dense))
+    turns.sort(key=lambda pair: (pair[0].timestamp, pair[0].turn_id))
+    return HotRecords(
+        events=events, event_vectors=np.asarray(event_vectors, dtype=np.float32).reshape(len(events), dim),
+        turns=[row for row, _ in turns],
+        turn_vectors=np.asarray([vector for _, vector in turns], dtype=np.float32).reshape(len(turns), dim))
 
 
 def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
@@ -300,9 +348,11 @@ class PointStore(VectorStore):
         """Write a non-empty batch of points (same id = replace), durably enough for ``flush``."""
 
     @abstractmethod
-    def _scroll_page(self, where: Scope, offset: Any, limit: int) -> tuple[list[tuple[Payload, Any]], Any]:
-        """(payload, vectors with at least the dense one) of up to ``limit`` points in scope from ``offset`` on
-        (None: from the start), and the offset of the next page (None: no more)."""
+    def _scroll_page(self, where: Scope, offset: Any, limit: int,
+                     payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
+        """(payload (only ``payload_keys`` when given), vectors with at least the dense one) of up to ``limit``
+        points in scope from ``offset`` on (None: from the start), and the offset of the next page (None: no
+        more)."""
 
     @abstractmethod
     def _query_many(self, queries: Sequence[Nearest], with_vectors: bool,
@@ -364,6 +414,12 @@ class PointStore(VectorStore):
         if not event_ids:
             return []
         return in_turn_order([turn_from_point(*record) for record in self._scroll(turns_of(tenant, event_ids))])
+
+    def hot_records(self, tenant: str, event_ids: Sequence[str]) -> HotRecords:
+        if not event_ids:
+            return hot_records_of([], self.dim)
+        return hot_records_of(self._scroll(events_and_their_turns(tenant, event_ids), payload_keys=HOT_FIELDS),
+                              self.dim)
 
     def count_turns(self, scope: SearchScope) -> int:
         return self._count(search_scope(scope, TURN_KIND))
@@ -440,11 +496,11 @@ class PointStore(VectorStore):
         check_query_vector(query, self.dim)
         return Nearest([float(x) for x in query], using, where, limit)
 
-    def _scroll(self, where: Scope) -> list[tuple[Payload, Any]]:
+    def _scroll(self, where: Scope, payload_keys: Sequence[str] | None = None) -> list[tuple[Payload, Any]]:
         found: list[tuple[Payload, Any]] = []
         offset: Any = None
         while True:
-            page, offset = self._scroll_page(where, offset, _SCROLL_PAGE)
+            page, offset = self._scroll_page(where, offset, _SCROLL_PAGE, payload_keys)
             found.extend(page)
             if offset is None:
                 return found

@@ -139,10 +139,13 @@ class EdgeVectorStore(PointStore):
             )
         )
 
-    def _scroll_page(self, where: Scope, offset: Any, limit: int) -> tuple[list[tuple[Payload, Any]], Any]:
+    def _scroll_page(self, where: Scope, offset: Any, limit: int,
+                     payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
         records, next_offset = self.shard.scroll(
             ScrollRequest(
-                offset=offset, limit=limit, filter=_filter(where), with_payload=True, with_vector=[layout.DENSE_VECTOR]
+                offset=offset, limit=limit, filter=_filter(where),
+                with_payload=list(payload_keys) if payload_keys is not None else True,
+                with_vector=[layout.DENSE_VECTOR],
             )
         )
         return [(record.payload, record.vector) for record in records], next_offset

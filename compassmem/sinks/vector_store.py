@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, NamedTuple
 
+import numpy as np
 from pydantic import BaseModel
 
 from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import Event, IndexedTurn
+from compassmem.models import Event, IndexedTurn, TimeAnchor
 
 
 class ScoredEvent(BaseModel):
@@ -44,6 +47,40 @@ class EventHit(NamedTuple):
     conversation_id: str
     event_id: str
     score: float
+
+
+class HotEventRow(NamedTuple):
+    """An event as a query's hot tier holds it: the few fields a query reads, not the whole event."""
+
+    event_id: str
+    conversation_id: str
+    cluster_id: str | None
+    start: datetime
+    time_anchors: tuple[TimeAnchor, ...]
+
+
+class HotTurnRow(NamedTuple):
+    """A turn as a query's hot tier holds it (its vector apart, in ``HotRecords.turn_vectors``)."""
+
+    conversation_id: str
+    turn_id: str
+    event_id: str
+    speaker: str
+    text: str
+    timestamp: datetime
+    session_id: str | None
+    has_time_expression: bool
+
+
+@dataclass(frozen=True)
+class HotRecords:
+    """Events and their turns for the hot tier, rows in step with their vectors (unit-normalised, float32); turns in
+    time order."""
+
+    events: list[HotEventRow]
+    event_vectors: np.ndarray
+    turns: list[HotTurnRow]
+    turn_vectors: np.ndarray
 
 
 class HitSearch(NamedTuple):
@@ -118,6 +155,11 @@ class VectorStore(ABC):
     @abstractmethod
     def turns_of_events(self, tenant: str, event_ids: Sequence[str]) -> list[IndexedTurn]:
         """The turns that belong to these events, with embeddings, in timestamp order."""
+
+    @abstractmethod
+    def hot_records(self, tenant: str, event_ids: Sequence[str]) -> HotRecords:
+        """Events by id that have an embedding, and their turns that have one, as the query path's hot tier holds
+        them: only the fields it reads, in one store call (the store validated them when they were written)."""
 
     @abstractmethod
     def count_turns(self, scope: SearchScope) -> int: ...
