@@ -40,20 +40,6 @@ _GRAPH_READS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="compassmem
 INVALIDATION_MARKS = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class HotTurn:
-    """A turn as a query's answer shows it, built for the turns a query returns."""
-
-    conversation_id: str
-    turn_id: str
-    event_id: str
-    speaker: str
-    text: str
-    timestamp: datetime
-    session_id: str | None
-    has_time_expression: bool
-
-
 @dataclass(frozen=True)
 class HotEvent:
     """An event as a query ranks it: what its view, walk and evidence read, nothing more.

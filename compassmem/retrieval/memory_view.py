@@ -14,8 +14,9 @@ from typing import TypeVar
 import numpy as np
 
 from compassmem.retrieval.bm25_index import window_bm25
-from compassmem.retrieval.hot_tier import HotEvent, HotTurn
+from compassmem.retrieval.hot_tier import HotEvent
 from compassmem.sinks.graph_store import EdgeFields
+from compassmem.sinks.vector_store import HotTurnRow
 
 T = TypeVar("T")
 
@@ -96,11 +97,11 @@ class MemoryView:
     def conversations(self) -> list[str]:
         return sorted(set(self.turn_conversations))
 
-    def turn(self, row: int) -> HotTurn:
-        return HotTurn(conversation_id=self.turn_conversations[row], turn_id=self.turn_ids[row],
-                       event_id=self.turn_event_ids[row], speaker=str(self.turn_speakers[row]),
-                       text=self.turn_texts[row], timestamp=self.turn_timestamps[row],
-                       session_id=self.turn_session_ids[row], has_time_expression=bool(self.has_time[row]))
+    def turn(self, row: int) -> HotTurnRow:
+        return HotTurnRow(conversation_id=self.turn_conversations[row], turn_id=self.turn_ids[row],
+                          event_id=self.turn_event_ids[row], speaker=str(self.turn_speakers[row]),
+                          text=self.turn_texts[row], timestamp=self.turn_timestamps[row],
+                          session_id=self.turn_session_ids[row], has_time_expression=bool(self.has_time[row]))
 
     def _build_windows(self) -> None:
         """Every run of up to WINDOW_TURNS turns of a session, one starting at each turn: the words of a question
