@@ -30,6 +30,7 @@ from compassmem.processors.merging import EventMerger
 from compassmem.processors.relations import CUES, RelationExtractor, match_cue
 from compassmem.processors.segmentation import BoundaryDetector
 from compassmem.processors.text_features import MAX_SENTENCE_CHARS, sentences
+from compassmem.retrieval import decomposition
 
 # Generous, so that a loaded CI machine does not flake; the benchmark measures the real figure (~10-20 ms).
 PER_TURN_BOUND_S = 0.5
@@ -263,3 +264,10 @@ def test_an_event_that_keeps_absorbing_repeats_stays_cheap() -> None:
         seconds.append(time.perf_counter() - started)
     assert max(len(e.observations) for e in memory.events.values()) >= 20  # the repeats were merged
     assert max(seconds) < PER_TURN_BOUND_S
+
+
+def test_a_question_with_a_long_whitespace_run_is_split_in_linear_time() -> None:
+    started = time.perf_counter()
+    analysis = decomposition.analyse("What did Ann eat" + " " * 4000 + "and" + " " * 4000 + "where did she sleep?")
+    assert time.perf_counter() - started < PER_TURN_BOUND_S  # the split pattern took 0.6 s for half this length
+    assert [s.text for s in analysis.subgoals[1:]] == ["What did Ann eat", "where did she sleep"]
