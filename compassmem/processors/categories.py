@@ -35,7 +35,7 @@ def noun_lemmas(text: str) -> list[str]:
         opens_sentence = index == 0 or _SENTENCE_END.search(text, previous_end, start) is not None
         previous_end = end
         lower = token.lower()
-        if index + 1 < len(tokens):
+        if index + 1 < len(tokens) and lower in lexicon.compound_heads:
             compound = lexicon.lemma(f"{lower} {tokens[index + 1][0].lower()}")
             if compound is not None:
                 found.append(compound)

@@ -87,6 +87,8 @@ class NounLexicon:
                 parts = line.split()
                 if len(parts) >= 2:
                     self._exceptions.setdefault(parts[0], parts[1])
+        # First words of WordNet's compounds ("board" of board_game): a word pair is looked up only after one.
+        self.compound_heads = frozenset(lemma.split("_", 1)[0] for lemma in self._senses if "_" in lemma)
         self._depth: dict[int, int] = {}
         # Per lemma; bounded by WordNet's vocabulary (about 120,000 lemmas), whatever the text.
         self._categories: dict[tuple[str, int], frozenset[int]] = {}
