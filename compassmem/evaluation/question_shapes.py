@@ -5,10 +5,8 @@ recall is lost. Used by benchmarks only; the engine does not branch on these lab
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 
-from compassmem.processors.time_resolution import resolve_time_expressions
-from compassmem.retrieval.decomposition import analyse
+from compassmem.retrieval.decomposition import analyse, names_a_time
 
 SHAPES = ("when", "names-a-date", "how-long", "which-year", "list", "two-event", "other")
 
@@ -18,8 +16,6 @@ _TWO_EVENT = re.compile(
 _HOW_LONG = re.compile(r"^\s*how (long|many (days|weeks|months|years))\b", re.IGNORECASE)
 _WHICH_YEAR = re.compile(r"\b(which|what) (year|month|day|date|week)\b", re.IGNORECASE)
 _WHEN = re.compile(r"^\s*when\b", re.IGNORECASE)
-# Resolving the question's time against a fixed day only tells whether it names one; the day itself is unused.
-_SOME_DAY = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def question_shape(question: str) -> str:
@@ -31,7 +27,7 @@ def question_shape(question: str) -> str:
         return "how-long"
     if _WHICH_YEAR.search(question):
         return "which-year"
-    if resolve_time_expressions(question, _SOME_DAY):
+    if names_a_time(question):
         return "names-a-date"
     if _WHEN.search(question):
         return "when"

@@ -9,7 +9,6 @@ into the turn's sparse keyword vector beside its stems, under their own prefix, 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 
 from compassmem.processors.lexicon import noun_lexicon
 from compassmem.processors.text_features import STOP_WORDS
@@ -51,24 +50,14 @@ def noun_lemmas(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-@lru_cache(maxsize=1024)
-def _categories(text: str) -> frozenset[int]:
-    lexicon = noun_lexicon()
-    labels: set[int] = set()
-    for lemma in noun_lemmas(text):
-        labels.update(lexicon.categories(lemma))
-    return frozenset(labels)
-
-
-def text_categories(text: str) -> frozenset[int]:
-    """Every category a text's nouns belong to (WordNet synset offsets)."""
-    return _categories(text)
-
-
 def category_term(synset: int) -> str:
     return f"{CATEGORY_PREFIX}{synset}"
 
 
 def category_terms(text: str) -> list[str]:
     """A text's categories as keyword terms, sorted (the same text always gives the same sparse vector)."""
-    return [category_term(s) for s in sorted(_categories(text))]
+    lexicon = noun_lexicon()
+    labels: set[int] = set()
+    for lemma in noun_lemmas(text):
+        labels.update(lexicon.categories(lemma))
+    return [category_term(s) for s in sorted(labels)]

@@ -188,4 +188,5 @@ def noun_lexicon() -> NounLexicon:
 def load_in_background() -> None:
     """Start loading the lexicon now, off the caller's thread: a query engine does it when it is made, so its first
     question that asks for a category does not pay the load."""
-    threading.Thread(target=noun_lexicon, name="compassmem-lexicon-load", daemon=True).start()
+    if _load.cache_info().currsize == 0:
+        threading.Thread(target=noun_lexicon, name="compassmem-lexicon-load", daemon=True).start()

@@ -58,8 +58,8 @@ _RELATION_WORD = re.compile(r"\b(?:before|after|since|until)\b", re.IGNORECASE)
 _ASKS_TIME_OR_ORDER = re.compile(r"^\s*(?:how long|how many|how much time|which)\b|\bbetween\b", re.IGNORECASE)
 # "How long before B did A ...?": the second part holds B, then A from its auxiliary on.
 _AUXILIARY = re.compile(r"\b(?:did|does|do|was|were|had|has|have)\b", re.IGNORECASE)
-_ONLY_HOW_LONG = re.compile(r"^\s*(?:how\s+(?:long|many\s+\w+|much\s+time)|when)\s*$", re.IGNORECASE)
-# Resolving a part against a fixed day only tells whether it is a date ("before 16 November 2023") or an event.
+_ONLY_HOW_LONG = re.compile(r"^\s*how\s+(?:long|many\s+\w+|much\s+time)\s*$", re.IGNORECASE)
+# Resolving a text against a fixed day only tells whether it names a time; the day itself is unused.
 _SOME_DAY = datetime(2000, 1, 1, tzinfo=UTC)
 # Each subgoal costs a full hybrid search and a graph walk: a question of many conjunctions must not cost as much as
 # dozens of ordinary ones. The whole question comes first, then its clauses in order, then an LLM's; the rest are
@@ -113,6 +113,11 @@ def analyse(question: str) -> QuestionAnalysis:
     )
 
 
+def names_a_time(text: str) -> bool:
+    """The text names a day, a period or a duration ("before 16 November 2023" is a date, not an event)."""
+    return bool(resolve_time_expressions(text, _SOME_DAY))
+
+
 def two_events(question: str) -> list[str]:
     """The two events a question relates in time, as texts to search for, or [] when it relates none (a date is
     no event: "What did Tim do before 16 November 2023?" is one event and a date). An elliptical second event
@@ -143,8 +148,7 @@ def two_events(question: str) -> list[str]:
             first_event = first
     if not first or not second:
         return []
-    if not keyword_stems(second) or resolve_time_expressions(second, _SOME_DAY) or resolve_time_expressions(
-            first_event, _SOME_DAY):
+    if not keyword_stems(second) or names_a_time(second) or names_a_time(first_event):
         return []
     if len(second.split()) == 1 and len(first_event.split()) > 1:
         second_event = " ".join([*first_event.split()[:-1], second])

@@ -267,8 +267,8 @@ class QueryEngine:
         view.keyword_hits.update(keyword_hits)
         top = max((hit.score for hit in category_hits), default=0.0)
         if top > 0:
-            view.category_scores = {(hit.conversation_id, hit.turn_id): hit.score / top for hit in category_hits
-                                    if isinstance(hit, TurnHit)}
+            view.label({(hit.conversation_id, hit.turn_id): hit.score / top for hit in category_hits
+                        if isinstance(hit, TurnHit)})
         timings["load_view"] = _elapsed(mark)
         return view
 
@@ -301,11 +301,11 @@ class QueryEngine:
                 row = view.event_row.get(event_hit.event_id)
                 if row is not None:
                     event_rrf[row] += 1.0 / (k + 1 + rank)
-        if view.category_scores and ranking.category_weight > 0:
+        if len(view.labelled_rows) and ranking.category_weight > 0:
             # The labelled turns as one more ranked list, ordered by how close they are to the subgoal (and how
             # strongly they carry the label): the instances of the category that fit the question come first.
-            rows, strength = view.labelled_rows(view.category_scores)
-            order = np.argsort(-(dense_turns[rows] * strength), kind="stable")
+            rows = view.labelled_rows
+            order = np.argsort(-(dense_turns[rows] * view.label_strength), kind="stable")
             turn_rrf[rows[order]] += ranking.category_weight / (k + 1 + np.arange(len(order)))
         if ranking.window_weight > 0:
             window = view.window_scores(text)

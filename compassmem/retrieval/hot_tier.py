@@ -29,7 +29,6 @@ from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
 from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, VectorStore
 
-
 # Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process. Sized
 # for the queries that miss at the same time (the API serves queries on many threads), so that one query's graph
 # read never waits behind another's; threads start only when that many loads overlap.

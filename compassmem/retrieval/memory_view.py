@@ -81,8 +81,10 @@ class MemoryView:
                 self._clusters.setdefault(cluster_id, []).append(event_id)
         # Keyword hits per query text, filled by the engine: the store searches a query makes once.
         self.keyword_hits: dict[str, list[TurnKey]] = {}
-        # Turns labelled with the category a question asks for, with their label score relative to the best one.
-        self.category_scores: dict[TurnKey, float] = {}
+        # Rows of the turns labelled with the category a question asks for, and their label score relative to the
+        # best one (``label``).
+        self.labelled_rows = np.zeros(0, dtype=np.int64)
+        self.label_strength = np.zeros(0, dtype=np.float64)
         self._build_windows()
 
     @property
@@ -124,10 +126,11 @@ class MemoryView:
         np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
         return scores
 
-    def labelled_rows(self, scores: Mapping[TurnKey, float]) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of the turns in ``scores`` that the view holds, and their scores."""
+    def label(self, scores: Mapping[TurnKey, float]) -> None:
+        """Keep the rows of the turns in ``scores`` that the view holds, with their scores."""
         found = [(row, score) for key, score in scores.items() if (row := self.turn_row.get(key)) is not None]
-        return (np.asarray([r for r, _ in found], dtype=np.int64), np.asarray([s for _, s in found], dtype=np.float64))
+        self.labelled_rows = np.asarray([r for r, _ in found], dtype=np.int64)
+        self.label_strength = np.asarray([s for _, s in found], dtype=np.float64)
 
     def latest_time(self) -> datetime | None:
         return max(self.turn_timestamps, default=None)
