@@ -37,6 +37,7 @@ from compassmem.importers import read_locomo_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.process_gc import freeze_long_lived_objects
 from compassmem.query_api.app import create_app
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
 
@@ -83,6 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for stage, ms in response.json()["timings_ms"].items():
                         stages.setdefault(stage, []).append(ms)
 
+                freeze_long_lived_objects()  # as `compassmem api` does once it is serving
                 # Warm both paths (first embedding call, view load, connection) before measuring either.
                 timed(over_http, questions[:WARMUP_QUESTIONS])
                 timed(in_process, questions[:WARMUP_QUESTIONS])

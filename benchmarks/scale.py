@@ -75,6 +75,7 @@ from compassmem.models import Turn
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemory
+from compassmem.process_gc import freeze_long_lived_objects
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
@@ -465,6 +466,7 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
     with (DevBroker(port=0, log_path=settings.data_dir.parent / "tansu-queries.log") as broker,
           _following(broker.bootstrap, settings, services.memory.hot),
           BackgroundServer(create_app(services)) as server, httpx.Client(base_url=server.url, timeout=60) as client):
+        freeze_long_lived_objects()  # as `compassmem api` does once it is serving
         for name, (scope, questions) in scopes.items():
             stages: dict[str, dict[str, list[float]]] = {"in_process": {}, "http": {}}
 

@@ -9,7 +9,6 @@ as the sidecar ``dev_api_sidecar`` builds it.
 
 from __future__ import annotations
 
-import gc
 import socket
 import sys
 import threading
@@ -28,6 +27,7 @@ from compassmem.logging_setup import library_logging_config
 from compassmem.memory import Memory
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.process_gc import freeze_long_lived_objects
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.dependencies import ApiServices
@@ -106,10 +106,7 @@ def run_api(settings: Settings) -> int:
                         if settings.kafka_bootstrap else None)
             try:
                 app = create_app(services)
-                # What exists now (modules, the app, store clients, the embedder) lives as long as the process:
-                # frozen out of every later collection, so a full one walks only what serving allocates.
-                gc.collect()
-                gc.freeze()
+                freeze_long_lived_objects()
                 log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
                 uvicorn.run(app, host=settings.api_host, port=settings.api_port,
                             log_level=settings.log_level.lower(), log_config=library_logging_config(LOGGING_CONFIG))

@@ -26,6 +26,7 @@ from compassmem.embedding import Embedder, make_embedder
 from compassmem.logging_setup import library_logging_config
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.process_gc import freeze_long_lived_objects
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.topics import ensure_topics, topic_specs
@@ -100,6 +101,7 @@ def run_worker(settings: Settings) -> int:
     log.info("worker.metrics", url=f"http://{settings.metrics_host}:{server.server_port}/metrics")
     try:
         with open_stores(settings, dim=embedder.dim) as stores:
+            freeze_long_lived_objects()
             return run_streaming_worker(settings, bootstrap, measure_stores(stores, metrics), embedder, metrics)
     finally:
         server.shutdown()
@@ -120,8 +122,9 @@ def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
             stores = measure_stores(opened, metrics)
             context = DevContext(settings=settings, bootstrap=broker.bootstrap, stores=stores, embedder=embedder,
                                  metrics=metrics)
-            return run_streaming_worker(settings, broker.bootstrap, stores, embedder, metrics,
-                                        [factory(context) for factory in sidecars])
+            made = [factory(context) for factory in sidecars]
+            freeze_long_lived_objects()
+            return run_streaming_worker(settings, broker.bootstrap, stores, embedder, metrics, made)
 
 
 def _faust_level(level: str) -> str:
