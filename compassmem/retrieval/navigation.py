@@ -109,9 +109,12 @@ def _steps(view: MemoryView, event_id: str) -> list[tuple[str, str, float, EdgeF
     for neighbour, fields in view.neighbours(event_id):
         key = ADJACENT_HOP if fields[_EVIDENCE] in ADJACENCY_EVIDENCE else fields[_TYPE]
         steps.append((neighbour, key, fields[_CONFIDENCE], fields))
-    cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
-    for member in view.cluster_members(event_id):
-        steps.append((member, CLUSTER_HOP, 1.0, GraphEdge(source=event_id, target=str(cluster_id), relation_id="",
-                                                          type=CLUSTER_HOP, subtype=None, confidence=1.0,
-                                                          evidence="").fields()))
+    members = view.cluster_members(event_id)
+    if members:
+        # One edge for every member: the hop goes through the cluster, so source and target are the same for all
+        # (a topic cluster of a long conversation has dozens of members in a view).
+        cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
+        fields = GraphEdge(source=event_id, target=str(cluster_id), relation_id="", type=CLUSTER_HOP, subtype=None,
+                           confidence=1.0, evidence="").fields()
+        steps.extend((member, CLUSTER_HOP, 1.0, fields) for member in members)
     return steps
