@@ -39,7 +39,12 @@ from compassmem.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.process_gc import freeze_long_lived_objects
 from compassmem.query_api.app import create_app
-from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
+from compassmem.query_api.server import (
+    BackgroundServer,
+    build_services,
+    use_serving_threads,
+    warm_store_in_background,
+)
 
 GOAL_P50_MS = 25.0
 GOAL_P99_MS = 150.0
@@ -72,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # The API's own Memory over these stores, as `compassmem api` builds it: both paths share its hot tier.
             services = build_services(settings, memory.stores, embedder, MemoryMetrics())
             use_serving_threads(settings)  # as `compassmem api` does; ingestion above kept torch's default
+            warm_store_in_background(settings, memory.stores).join()  # as `compassmem api` does at start
 
             def in_process(question: str) -> None:
                 services.memory.query(QueryRequest(conversation_id=conversation, question=question))

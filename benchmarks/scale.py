@@ -78,7 +78,12 @@ from compassmem.processors.conversation_memory import ConversationMemory
 from compassmem.process_gc import freeze_long_lived_objects
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
-from compassmem.query_api.server import BackgroundServer, build_services, use_serving_threads
+from compassmem.query_api.server import (
+    BackgroundServer,
+    build_services,
+    use_serving_threads,
+    warm_store_in_background,
+)
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
@@ -460,6 +465,8 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
     print(f"\n[3] {args.queries} queries per scope, in-process and over HTTP ...", flush=True)
     services = build_services(settings, stores, embedder, MemoryMetrics())
     use_serving_threads(settings)
+    # As `compassmem api` does at start; waited for, as an API serving for more than a second or so has.
+    warm_store_in_background(settings, stores).join()
     results: dict[str, Any] = {}
     # As `compassmem api` with a broker: it follows the worker's change feeds, so its hot tier keeps what no
     # change has touched (without a feed it reloads entries older than COMPASSMEM_API_VIEW_MAX_AGE_S).

@@ -708,3 +708,24 @@ def test_opening_the_stores_with_another_embedder_is_one_clear_error(tmp_path: P
     with pytest.raises(StoreOpenError, match="COMPASSMEM_DATA_DIR=.*made by the embedder 'onnx-int8:.*COMPASSMEM_EMBEDDER"):
         open_vector_store(made.model_copy(update={"embedder": "torch"}), dim=8)
     open_vector_store(made, dim=8).close()  # the refused open left the store usable
+
+
+def test_warming_the_page_cache_reads_the_payload_files_up_to_the_limit(
+    put: Put, open_store: Opener, event_builder: EventBuilder, tmp_path: Path
+) -> None:
+    store = open_store()
+    put(store, *(event_builder("c1", number, keywords=["garden"]) for number in range(1, 30)))
+    store.flush()
+    payload_files = [f for f in tmp_path.glob("edge/segments/*/payload_storage/*") if f.is_file()]
+    total = sum(f.stat().st_size for f in payload_files)
+
+    everything = store.warm_page_cache(1 << 40)
+    a_little = store.warm_page_cache(100)
+
+    if isinstance(store, EdgeVectorStore):
+        assert total > 100, "the events' payloads were not written where the warm-up reads"
+        assert everything == total
+        assert a_little == 100
+    else:  # a server (or qdrant-client's local mode) keeps its own cache
+        assert (everything, a_little) == (0, 0)
+    assert store.get_events("default", [event_builder("c1", 1).event_id]), "reading the files disturbed the store"

@@ -77,6 +77,22 @@ def use_serving_threads(settings: Settings) -> None:
     torch.set_num_threads(settings.api_torch_threads)
 
 
+def warm_store_in_background(settings: Settings, stores: Stores) -> threading.Thread:
+    """Read up to ``api_warm_store_mib`` of the vector store's payload files on a daemon thread, so that the first
+    queries after a start do not fault them in point by point (``VectorStore.warm_page_cache``)."""
+
+    def warm() -> None:
+        started = time.perf_counter()
+        read = stores.vectors.warm_page_cache(settings.api_warm_store_mib * 1024 * 1024)
+        if read:
+            log.info("api.store_warmed", mib=round(read / 1024 / 1024, 1),
+                     seconds=round(time.perf_counter() - started, 2))
+
+    thread = threading.Thread(target=warm, name="compassmem-store-warm", daemon=True)
+    thread.start()
+    return thread
+
+
 def run_api(settings: Settings) -> int:
     """``compassmem api``: serve until interrupted on ``api_host:api_port``; returns the exit status."""
     try:
@@ -104,6 +120,7 @@ def run_api(settings: Settings) -> int:
                                       turn_publisher=publisher, control_publisher=publisher)
             listener = (ChangeFeedListener(settings.kafka_bootstrap, settings, services.memory.hot).start()
                         if settings.kafka_bootstrap else None)
+            warm_store_in_background(settings, stores)
             try:
                 app = create_app(services)
                 freeze_long_lived_objects()
@@ -132,6 +149,7 @@ class ApiSidecar:
             self.server = BackgroundServer(create_app(self.services), settings.api_host, settings.api_port,
                                            log_level=settings.log_level.lower())
             self.listener = ChangeFeedListener(bootstrap, settings, self.services.memory.hot)
+            warm_store_in_background(settings, stores)
         except BaseException:
             self.publisher.close()
             raise

@@ -101,6 +101,25 @@ class EdgeVectorStore(PointStore):
         log.info("vector_store.index_built", backend="qdrant-edge", path=str(self.path), points=info.points_count,
                  segments=info.segments_count, seconds=round(time.perf_counter() - started, 1))
 
+    def warm_page_cache(self, max_bytes: int) -> int:
+        """Read the segments' payload files (``segments/*/payload_storage``) in order, up to ``max_bytes``.
+
+        qdrant-edge maps them and reads a point's payload where it lies; after a restart or an index build their
+        pages are not cached, and every point read faulted one in from disk (about 80 us each, most of a cold
+        query's load). A sequential read caches them for a fraction of that."""
+        read = 0
+        chunk = memoryview(bytearray(1 << 20))
+        for file in sorted(self.path.glob("segments/*/payload_storage/*")):
+            try:
+                with file.open("rb", buffering=0) as handle:
+                    while read < max_bytes and (size := handle.readinto(chunk[: max_bytes - read])):
+                        read += size
+            except OSError:  # a segment an optimisation replaced meanwhile: nothing to warm there
+                continue
+            if read >= max_bytes:
+                break
+        return read
+
     @property
     def _vector_space_file(self) -> Path:
         # Inside the shard's folder, so that copying the folder carries it (qdrant-edge ignores the file).

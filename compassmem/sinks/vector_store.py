@@ -238,5 +238,10 @@ class VectorStore(ABC):
         backend). A backend whose engine indexes in the background has nothing to do."""
         return None
 
+    def warm_page_cache(self, max_bytes: int) -> int:
+        """Read up to ``max_bytes`` of the files a local engine reads payloads from, so that the operating system
+        caches them; returns the bytes read. A server engine caches on its own: nothing to do."""
+        return 0
+
     @abstractmethod
     def close(self) -> None: ...
