@@ -94,6 +94,26 @@ def test_a_partition_behind_the_end_that_does_not_move_is_stalled() -> None:
     assert positions.stalled({0: 80}, stall_s=3.0) == []
 
 
+def test_while_another_partition_moves_a_still_one_is_stalled_only_after_the_longer_wait() -> None:
+    """A backlog: the consumer hands over one partition's fetch at a time, so the others sit still meanwhile."""
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, clock=clock)
+    positions.sought({0: 12, 1: 40})
+    offset = 40
+    for _ in range(29):  # partition 1 is applied every second for 29 s; partition 0 waits its turn
+        clock.now += 1
+        positions.admit([rec(1, offset)])
+        offset += 1
+        assert positions.stalled({0: 80, 1: 900}, stall_s=3.0, busy_stall_s=30.0) == []
+    clock.now += 1
+    positions.admit([rec(1, offset)])
+    assert positions.stalled({0: 80, 1: 900}, stall_s=3.0, busy_stall_s=30.0) == [0]
+    # Once nothing moves at all, the short wait applies again (to both).
+    positions.sought({0: 12})
+    clock.now += 3
+    assert positions.stalled({0: 80, 1: 900}, stall_s=3.0, busy_stall_s=30.0) == [0, 1]
+
+
 def test_a_seek_is_due_again_only_after_the_interval() -> None:
     clock = Clock()
     positions = PartitionPositions(TOPIC, reseek_interval_s=1.0, clock=clock)

@@ -94,6 +94,11 @@ _STORE_RETRY_MAX_S = 30.0
 # A turns partition behind the broker's end offset that has not moved this long (with no batch running) is sought
 # back to its next offset (positions.py).
 _STALL_S = 3.0
+# ... or this long while another turns partition moves. Under a 150,000-turn backlog three partitions at a time
+# sat still for 3 s while the fourth was being applied, and the seeks back (which throw away what was fetched for
+# every partition) repeated four times before the records came. Records really lost on the way are still found,
+# later: a stall only delays them, since nothing past the partition's next offset is applied meanwhile.
+_BUSY_STALL_S = 30.0
 # After stopping the fetcher's delivery, before seeking: the record it was handing over settles first.
 _FLOW_SETTLE_S = 0.05
 
@@ -375,7 +380,7 @@ class StreamingWorker:
         # paused partition up to fifteen times in a row, and the seeks opened hundreds of gaps on the others.
         paused = self._paused_by_flow_control()
         self.positions.paused(paused)
-        stalled = [partition for partition in self.positions.stalled(end_offsets, _STALL_S)
+        stalled = [partition for partition in self.positions.stalled(end_offsets, _STALL_S, _BUSY_STALL_S)
                    if partition in self.assigned_partitions and partition not in repairing]
         for partition in stalled:
             log.error("stream.partition_stalled", partition=partition,

@@ -170,12 +170,18 @@ class PartitionPositions:
         now = self._clock()
         return any(now - moved >= stall_s for moved in self._moved_at.values())
 
-    def stalled(self, end_offsets: dict[int, int], stall_s: float) -> list[int]:
+    def stalled(self, end_offsets: dict[int, int], stall_s: float, busy_stall_s: float | None = None) -> list[int]:
         """Partitions whose next offset is below the broker's end offset and that have not moved for
-        ``stall_s``: their records were dropped on the way, or a seek back was undone."""
+        ``stall_s``: their records were dropped on the way, or a seek back was undone.
+
+        While another partition moves (the worker is busy with a backlog), only after ``busy_stall_s``: the
+        consumer hands over what it fetched partition by partition, and one partition's fetch can keep the worker
+        busy for longer than ``stall_s``; seeking then threw away what had been fetched for every partition."""
         now = self._clock()
+        busy = any(now - moved < stall_s for moved in self._moved_at.values())
+        limit = max(stall_s, busy_stall_s) if busy and busy_stall_s is not None else stall_s
         return sorted(p for p, expected in self._next.items()
-                      if end_offsets.get(p, 0) > expected and now - self._moved_at.get(p, now) >= stall_s)
+                      if end_offsets.get(p, 0) > expected and now - self._moved_at.get(p, now) >= limit)
 
     def paused(self, partitions: Iterable[int]) -> None:
         """These partitions are paused by the consumer's own flow control: not stalled, so not sought back."""
