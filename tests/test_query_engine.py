@@ -114,6 +114,31 @@ def test_the_hot_tier_is_bounded_by_turns_and_evicts_the_least_recently_used(eng
     assert hot.events("other", [first]) == {}  # another tenant never sees these events
 
 
+def test_a_neighbour_comes_without_its_turns_and_a_candidate_never_does(engine: QueryEngine) -> None:
+    events = engine.vectors.conversation_events("default", "priya-tom")
+    first, second = events[0].event_id, events[1].event_id
+    vectors = _CountingLoads(engine.vectors)
+    hot = HotTier(vectors, engine.hot.graph, max_turns=1_000, max_age_s=1e9)  # type: ignore[arg-type]
+
+    neighbour = hot.events("default", [first], with_turns=False)[first]
+    assert neighbour.turn_ids == () and not neighbour.turns_loaded
+    assert neighbour.vector.shape == (engine.embedder.dim,) and neighbour.links  # what the walk needs
+    assert hot.turns == 1  # held, and counted, as one
+    assert hot.events("default", [first], with_turns=False)[first] is neighbour and vectors.loads == 1
+
+    candidate = hot.events("default", [first])[first]  # a candidate needs the turns: read again, in full
+    assert vectors.loads == 2 and candidate.turns_loaded
+    assert candidate.turn_ids == tuple(o.turn_id for o in events[0].observations)
+    assert hot.turns == candidate.turn_count
+
+    # A full entry serves a neighbour without a store read, stripped of its turns for that view only.
+    held = hot.events("default", [second])[second]
+    stripped = hot.events("default", [second], with_turns=False)[second]
+    assert vectors.loads == 3 and stripped.turn_ids == () and stripped.links == held.links
+    assert hot.events("default", [second])[second] is held
+    assert hot.events("other", [first], with_turns=False) == {}  # another tenant never sees these events
+
+
 class _CountingLoads:
     """Wraps a vector store: counts hot_records calls (one per hot-tier load) and can run a hook inside one."""
 

@@ -264,8 +264,12 @@ class QueryEngine:
                 if other not in hot:
                     links[other] = links.get(other, 0) + 1
         nearby = sorted(links, key=lambda e: (-links[e], e))[: ranking.neighbour_events]
-        # A far end that is no event (a part_of edge's cluster id) loads as nothing.
-        hot.update(self.hot.events(scope.tenant, nearby))
+        # A far end that is no event (a part_of edge's cluster id) loads as nothing. Neighbours come without their
+        # turns: the walk passes through them (their vector and relations) to reach and lift candidates, but their
+        # turns were only rivals of the candidates' own. On two builds of the LoCoMo development memory, recall@10 of
+        # categories 1-4 went 80.1 -> 80.8 and 80.4 -> 80.7 (adversarial @5 57.2 -> 57.6 and 58.4 -> 57.6), and a
+        # cold query reads about a fifth fewer points.
+        hot.update(self.hot.events(scope.tenant, nearby, with_turns=False))
         timings["load_hot"] = _elapsed(mark)
         mark = time.perf_counter()
         view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)

@@ -14,6 +14,7 @@ reloaded most of a busy conversation's candidates on every query). Least recentl
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -65,6 +66,8 @@ class HotEvent:
     # Every active relation with this event at one end, as (the other end, the edge's GraphEdge.fields()): what a
     # walk from here can take, ready to use.
     links: tuple[tuple[str, EdgeFields], ...]
+    # False for an event loaded without its turns (a neighbour the walk passes through): never a candidate's entry.
+    turns_loaded: bool = True
     loaded_at: float = field(default_factory=time.monotonic)
     # The turn ids as a set: a search hit of a turn the entry does not hold makes the entry reload.
     held: frozenset[str] = field(init=False)
@@ -86,9 +89,23 @@ class HotEvent:
     def turn_count(self) -> int:
         return len(self.turn_ids)
 
+    @property
+    def weight(self) -> int:
+        """What the entry counts for against ``max_turns``: its turns, and at least one for an event without."""
+        return max(1, self.turn_count)
+
+    def without_turns(self) -> HotEvent:
+        """The event as a neighbour enters a view: its vector, cluster and relations, no turns."""
+        if not self.turns_loaded:
+            return self
+        return dataclasses.replace(self, turn_ids=(), speakers=(), texts=(), timestamps=(), session_ids=(),
+                                   has_time=(), turn_vectors=self.turn_vectors[:0], turn_counts=(),
+                                   turns_loaded=False, loaded_at=self.loaded_at)
+
     @classmethod
     def of(cls, event: HotEventRow, vector: np.ndarray, turns: Sequence[HotTurnRow], turn_vectors: np.ndarray,
-           turn_counts: Sequence[dict[str, int]], links: Sequence[tuple[str, EdgeFields]]) -> HotEvent:
+           turn_counts: Sequence[dict[str, int]], links: Sequence[tuple[str, EdgeFields]],
+           turns_loaded: bool = True) -> HotEvent:
         """``event`` with its embedding ``vector``, and ``turns`` (in time order) with theirs, row by row."""
         return cls(
             event_id=event.event_id, conversation_id=event.conversation_id, cluster_id=event.cluster_id,
@@ -100,6 +117,7 @@ class HotEvent:
             # In a fixed order: the walk breaks ties by the order it meets edges, and the graph store returns them
             # in whatever order it stored them (it differed between two builds of the same memory).
             links=tuple(sorted(links, key=lambda link: (link[0], GraphEdge._make(link[1]).relation_id))),
+            turns_loaded=turns_loaded,
         )
 
 
@@ -128,15 +146,18 @@ class HotTier:
 
     @property
     def turns(self) -> int:
-        """Turns held now (at most ``max_turns``, plus one event's worth while a larger event is being served)."""
+        """Turns held now, an event held without its turns counting as one (at most ``max_turns``, plus one
+        event's worth while a larger event is being served)."""
         return self._turns
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def events(self, tenant: str, event_ids: Sequence[str],
-               must_hold: Mapping[str, set[str]] | None = None) -> dict[str, HotEvent]:
-        """The events that exist, by id; ``must_hold[event_id]`` are turn ids the entry must contain to be used."""
+    def events(self, tenant: str, event_ids: Sequence[str], must_hold: Mapping[str, set[str]] | None = None,
+               with_turns: bool = True) -> dict[str, HotEvent]:
+        """The events that exist, by id; ``must_hold[event_id]`` are turn ids the entry must contain to be used.
+        Without ``with_turns`` each comes without its turns (``HotEvent.without_turns``), and a miss reads only
+        the event."""
         must_hold = must_hold or {}
         found: dict[str, HotEvent] = {}
         now = time.monotonic()
@@ -144,13 +165,14 @@ class HotTier:
             for event_id in dict.fromkeys(event_ids):
                 entry = self._entries.get((tenant, event_id))
                 if (entry is not None and now - entry.loaded_at <= self._age_limit(entry)
+                        and (entry.turns_loaded or not with_turns)
                         and must_hold.get(event_id, set()) <= entry.held):
                     self._entries.move_to_end((tenant, event_id))
-                    found[event_id] = entry
+                    found[event_id] = entry if with_turns else entry.without_turns()
         missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in found]
         if missing:
             started = time.monotonic()
-            loaded = self._load(tenant, missing)
+            loaded = self._load(tenant, missing, with_turns)
             with self._lock:
                 for event_id, entry in loaded.items():
                     if not self._changed_since(tenant, entry, started):
@@ -206,19 +228,19 @@ class HotTier:
     def _put(self, key: tuple[str, str], entry: HotEvent) -> None:
         self._drop(key)
         self._entries[key] = entry
-        self._turns += entry.turn_count
+        self._turns += entry.weight
         while self._turns > self.max_turns and len(self._entries) > 1:
             self._drop(next(iter(self._entries)))
 
     def _drop(self, key: tuple[str, str]) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
-            self._turns -= entry.turn_count
+            self._turns -= entry.weight
 
-    def _load(self, tenant: str, event_ids: list[str]) -> dict[str, HotEvent]:
+    def _load(self, tenant: str, event_ids: list[str], with_turns: bool = True) -> dict[str, HotEvent]:
         # The graph server works out the relations while this thread reads the vector store.
         edges = _GRAPH_READS.submit(self._graph.edges_touching, tenant, event_ids)
-        records = self._vectors.hot_records(tenant, event_ids)
+        records = self._vectors.hot_records(tenant, event_ids, with_turns=with_turns)
         rows_of: dict[str, list[int]] = {}
         for row, turn in enumerate(records.turns):
             rows_of.setdefault(turn.event_id, []).append(row)
@@ -235,5 +257,5 @@ class HotTier:
             rows = rows_of.get(event.event_id, [])
             loaded[event.event_id] = HotEvent.of(event, vector, [records.turns[r] for r in rows],
                                                  records.turn_vectors[rows], [counts[r] for r in rows],
-                                                 links.get(event.event_id, ()))
+                                                 links.get(event.event_id, ()), turns_loaded=with_turns)
         return loaded

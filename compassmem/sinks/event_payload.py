@@ -415,11 +415,11 @@ class PointStore(VectorStore):
             return []
         return in_turn_order([turn_from_point(*record) for record in self._scroll(turns_of(tenant, event_ids))])
 
-    def hot_records(self, tenant: str, event_ids: Sequence[str]) -> HotRecords:
+    def hot_records(self, tenant: str, event_ids: Sequence[str], with_turns: bool = True) -> HotRecords:
         if not event_ids:
             return hot_records_of([], self.dim)
-        return hot_records_of(self._scroll(events_and_their_turns(tenant, event_ids), payload_keys=HOT_FIELDS),
-                              self.dim)
+        where = events_and_their_turns(tenant, event_ids) if with_turns else events_by_id(tenant, event_ids)
+        return hot_records_of(self._scroll(where, payload_keys=HOT_FIELDS), self.dim)
 
     def count_turns(self, scope: SearchScope) -> int:
         return self._count(search_scope(scope, TURN_KIND))

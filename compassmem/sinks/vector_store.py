@@ -157,9 +157,10 @@ class VectorStore(ABC):
         """The turns that belong to these events, with embeddings, in timestamp order."""
 
     @abstractmethod
-    def hot_records(self, tenant: str, event_ids: Sequence[str]) -> HotRecords:
-        """Events by id that have an embedding, and their turns that have one, as the query path's hot tier holds
-        them: only the fields it reads, in one store call (the store validated them when they were written)."""
+    def hot_records(self, tenant: str, event_ids: Sequence[str], with_turns: bool = True) -> HotRecords:
+        """Events by id that have an embedding, and (``with_turns``) their turns that have one, as the query path's
+        hot tier holds them: only the fields it reads, in one store call (the store validated them when they were
+        written)."""
 
     @abstractmethod
     def count_turns(self, scope: SearchScope) -> int: ...
