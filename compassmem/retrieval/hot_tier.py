@@ -100,7 +100,7 @@ class HotEvent:
             return self
         return dataclasses.replace(self, turn_ids=(), speakers=(), texts=(), timestamps=(), session_ids=(),
                                    has_time=(), turn_vectors=self.turn_vectors[:0], turn_counts=(),
-                                   turns_loaded=False, loaded_at=self.loaded_at)
+                                   turns_loaded=False)
 
     @classmethod
     def of(cls, event: HotEventRow, vector: np.ndarray, turns: Sequence[HotTurnRow], turn_vectors: np.ndarray,
