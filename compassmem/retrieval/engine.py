@@ -227,33 +227,40 @@ class QueryEngine:
 
         # Every search of every subgoal in one batch: one engine call (one round trip to a server) per query.
         searches: list[HitSearch] = []
-        keyword_texts: list[str | None] = []
+        keyword_texts: list[list[str]] = []
+        # A keyword search per distinct set of stems: a question and its content words often stem alike (2 in 5
+        # development questions), and the same search gives the same hits.
+        by_stems: dict[tuple[str, ...], list[str]] = {}
         for text, vector in zip(texts, vectors, strict=True):
             searches.append(HitSearch("turn", vector, ranking.dense_candidates))
-            keyword_texts.append(None)
+            keyword_texts.append([])
             for query_text in dict.fromkeys([text, keyword_query(text) or text]):
-                searches.append(HitSearch("turn", sparse_keyword_vector(keyword_stems(query_text)),
-                                          ranking.keyword_candidates))
-                keyword_texts.append(query_text)
+                stems = tuple(keyword_stems(query_text))
+                if stems in by_stems:
+                    by_stems[stems].append(query_text)
+                    continue
+                by_stems[stems] = [query_text]
+                searches.append(HitSearch("turn", sparse_keyword_vector(stems), ranking.keyword_candidates))
+                keyword_texts.append(by_stems[stems])
             searches.append(HitSearch("event", vector, ranking.event_candidates))
-            keyword_texts.append(None)
+            keyword_texts.append([])
         # Only questions that gather instances search by category: on single-fact questions the labels only
         # add rivals to the turn that answers.
         by_category = analysis.aggregate and bool(analysis.categories) and ranking.category_candidates > 0
         if by_category:
             labels = sparse_keyword_vector(category_term(synset) for synset in analysis.categories)
             searches.append(HitSearch("turn", labels, ranking.category_candidates))
-            keyword_texts.append(None)
+            keyword_texts.append([])
         results = self.vectors.hits(scope, searches)
         category_hits = results[-1] if by_category else []
-        for hits, keyword_text in zip(results, keyword_texts, strict=True):
+        for hits, query_texts in zip(results, keyword_texts, strict=True):
             for rank, hit in enumerate(hits):
                 found(hit.event_id, rank)
                 if isinstance(hit, TurnHit):
                     must_hold.setdefault(hit.event_id, set()).add(hit.turn_id)
-            if keyword_text is not None:
-                keyword_hits[keyword_text] = [(hit.conversation_id, hit.turn_id) for hit in hits
-                                              if isinstance(hit, TurnHit)]
+            for query_text in query_texts:
+                keyword_hits[query_text] = [(hit.conversation_id, hit.turn_id) for hit in hits
+                                            if isinstance(hit, TurnHit)]
         chosen = sorted(best_rank, key=lambda e: (best_rank[e], e))[: ranking.max_candidate_events]
         timings["load_search"] = _elapsed(mark)
         mark = time.perf_counter()

@@ -69,6 +69,12 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
     for event_id, score in seeds.items():
         heapq.heappush(heap, (-score, counter, event_id, 0, None, None))
         counter += 1
+    # Hops at which each topic cluster was entered. Every member of a cluster reaches the others with the same
+    # logical weight, so entering it again from a later member, at as many hops or more, queues each member again
+    # with a priority no higher than (and behind) its first entry, which is popped first, provided that priority
+    # is not negative (a hop's decay raises a negative one): skipping it then changes nothing reached (the early
+    # stop below looks past stale entries), and a long conversation's view holds clusters of dozens of members.
+    entered: dict[str, int] = {}
     while heap and len(reached) < config.node_budget:
         negative, _, event_id, hops, parent, edge = heapq.heappop(heap)
         if event_id in reached:
@@ -79,17 +85,27 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
         reached[event_id] = Reached(score=score, hops=hops, path=path)
         if hops >= max_hops:
             continue
+        # "Nothing better queued" means no better event: entries of events reached already are stale.
+        while heap and heap[0][2] in reached:
+            heapq.heappop(heap)
         if score >= config.strong_evidence and hops > 0 and (not heap or -heap[0][0] < score):
             break
-        for neighbour, step_type, confidence, step in _steps(view, event_id):
+        cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
+        enter = cluster_id is not None and entered.get(cluster_id, hops + 1) > hops
+        lowest_member = 0.0
+        for neighbour, step_type, confidence, step in _steps(view, event_id, cluster_id if enter else None):
             if neighbour in reached or neighbour not in view.event_row or step_type in config.skipped_steps:
                 continue
             semantic = float(similarity[view.event_row[neighbour]])
             logical = weights.get(step_type, 0.3) * confidence
             priority = (config.semantic_weight * semantic + (1 - config.semantic_weight) * logical)
+            if step_type == CLUSTER_HOP:
+                lowest_member = min(lowest_member, priority)
             priority *= config.hop_decay ** (hops + 1)
             heapq.heappush(heap, (-priority, counter, neighbour, hops + 1, event_id, step))
             counter += 1
+        if enter and lowest_member >= 0.0:
+            entered[str(cluster_id)] = hops
     return reached
 
 
@@ -103,17 +119,16 @@ def _path_step(fields: EdgeFields, parent: str, event_id: str) -> PathStep:
 _TYPE, _CONFIDENCE, _EVIDENCE = (GraphEdge._fields.index(name) for name in ("type", "confidence", "evidence"))
 
 
-def _steps(view: MemoryView, event_id: str) -> list[tuple[str, str, float, EdgeFields]]:
-    """(neighbour, weight key, confidence, edge) for every way out of an event."""
+def _steps(view: MemoryView, event_id: str, cluster_id: str | None) -> list[tuple[str, str, float, EdgeFields]]:
+    """(neighbour, weight key, confidence, edge) for every way out of an event: its relations, and the other members
+    of ``cluster_id`` (its topic cluster, or None to leave the cluster out)."""
     steps: list[tuple[str, str, float, EdgeFields]] = []
     for neighbour, fields in view.neighbours(event_id):
         key = ADJACENT_HOP if fields[_EVIDENCE] in ADJACENCY_EVIDENCE else fields[_TYPE]
         steps.append((neighbour, key, fields[_CONFIDENCE], fields))
-    members = view.cluster_members(event_id)
+    members = view.cluster_members(event_id) if cluster_id else []
     if members:
-        # One edge for every member: the hop goes through the cluster, so source and target are the same for all
-        # (a topic cluster of a long conversation has dozens of members in a view).
-        cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
+        # One edge for every member: the hop goes through the cluster, so source and target are the same for all.
         fields = GraphEdge(source=event_id, target=str(cluster_id), relation_id="", type=CLUSTER_HOP, subtype=None,
                            confidence=1.0, evidence="").fields()
         steps.extend((member, CLUSTER_HOP, 1.0, fields) for member in members)
