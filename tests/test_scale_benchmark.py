@@ -4,6 +4,7 @@ are dealt to subjects as promised, blocks are reported per 1,000 turns."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,3 +63,14 @@ def test_blocks_and_quick_sizes() -> None:
     args = parse_args(["--quick", "--turns", "500"])
     assert (args.turns, args.conversations, args.subjects, args.queries) == (500, 200, 40, 30)
     assert parse_args(["--conversations", "10", "--subjects", "4"]).subject_conversations == 7
+
+
+def test_reuse_runs_on_kept_stores_only(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--reuse", str(tmp_path)])  # nothing was kept there
+    (tmp_path / "stores").mkdir()
+    args = parse_args(["--reuse", str(tmp_path), "--queries", "5"])
+    assert args.reuse == tmp_path and args.out.name == "scale_queries.json"  # the whole run's JSON stays
+    assert parse_args([]).out.name == "scale.json"
+    with pytest.raises(SystemExit):
+        parse_args(["--reuse", str(tmp_path), "--keep", str(tmp_path / "other")])
