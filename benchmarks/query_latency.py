@@ -75,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"memory for {conversation}: {summary.events} events from {summary.turns} turns "
                   f"in {summary.seconds:.1f} s; {len(questions)} questions")
             # The API's own Memory over these stores, as `compassmem api` builds it: both paths share its hot tier.
-            services = build_services(settings, memory.stores, embedder, MemoryMetrics())
+            services = build_services(settings, memory.stores,
+                                      make_embedder(settings, threads=settings.api_torch_threads), MemoryMetrics())
             use_serving_threads(settings)  # as `compassmem api` does; ingestion above kept torch's default
             warm_store_in_background(settings, memory.stores).join()  # as `compassmem api` does at start
 

@@ -747,8 +747,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ({"subject_id": "subject-0000"}, all_questions),
                 "whole tenant": ({"all_conversations": True}, all_questions),
             }
-            results["queries"] = section_queries(scopes, stores, settings, model, args)
-            results["hot_tier"] = section_hot_tier(conversation_ids, all_questions, stores, settings, model, args)
+            # The embedder `compassmem api` makes (COMPASSMEM_API_TORCH_THREADS), not the batch one measured above.
+            api_model = make_embedder(settings, threads=settings.api_torch_threads)
+            results["queries"] = section_queries(scopes, stores, settings, api_model, args)
+            results["hot_tier"] = section_hot_tier(conversation_ids, all_questions, stores, settings, api_model, args)
 
     print("\nGoals")
     rows = goal_rows(results)
