@@ -5,7 +5,8 @@ The same app serves both topologies: inside ``compassmem dev`` it shares the wor
 Everything it reads is scoped by tenant and conversation, so no answer can carry another tenant's events.
 ``create_app`` builds the app: the middleware, the error handlers and the routers of ``routers/`` and
 ``explorer/``, which take the services and the tenant's API-key check as dependencies (``dependencies.py``).
-Endpoints are plain ``def``: FastAPI runs them on its thread pool, which the CPU-bound engine needs anyway.
+Endpoints are plain ``def``: FastAPI runs them on its thread pool, which the CPU-bound engine needs anyway;
+``POST /v1/query`` is a coroutine that awaits the engine on that pool (one hop fewer per query).
 """
 
 from __future__ import annotations

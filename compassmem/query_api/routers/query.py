@@ -7,6 +7,7 @@ import time
 
 import structlog
 from fastapi import APIRouter, HTTPException, Request, status
+from starlette.concurrency import run_in_threadpool
 
 from compassmem.contracts.query import QueryRequest, QueryResponse
 from compassmem.errors import NotFound, Unavailable
@@ -38,11 +39,14 @@ router = APIRouter()
                          "before it). A query still gathering evidence after COMPASSMEM_API_QUERY_DEADLINE_S is "
                          "answered 503.",
              responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID, **TOO_LARGE, **DEADLINE})
-def query(body: QueryRequest, request: Request, services: Services) -> QueryResponse:
+async def query(body: QueryRequest, request: Request, services: Services) -> QueryResponse:
     authorize(request, body.tenant)
     started = time.perf_counter()
     try:
-        response = services.memory.query(body, deadline_s=services.settings.api_query_deadline_s)
+        # On the thread pool as a plain-def endpoint would be (the engine is CPU-bound), but awaited here: FastAPI
+        # then checks the returned model on the event loop instead of on a second thread-pool hop.
+        response = await run_in_threadpool(services.memory.query, body,
+                                           deadline_s=services.settings.api_query_deadline_s)
     except NotFound:
         raise  # the scope holds no memory at all: the app's 404, not a failed query
     except Unavailable as error:
