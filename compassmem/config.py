@@ -120,7 +120,8 @@ class Settings(BaseSettings):
     )
     api_torch_threads: int = Field(
         default=1, ge=1, le=256,
-        description="Intra-op threads of the embedder (torch or ONNX Runtime) in an API process. A query embeds one "
+        description="Embedder threads in an API process: torch's intra-op threads, or the texts onnx-int8 runs side by "
+        "side (each of its runs has one thread). A query embeds one "
         "short question: more threads gain nothing, and on a busy machine they spin against each other (measured "
         "with torch: 10 ms with one thread, 500 ms with two on two loaded cores); concurrent requests use the other "
         "cores instead.",
