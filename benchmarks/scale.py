@@ -702,9 +702,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     long_turns = long_conversation(base, args.turns, cached)
     many = many_conversations(base, args.conversations, args.subjects, args.subject_conversations, cached)
     dev_turns = [t.model_copy(update={"tenant": TENANT}) for t in base if t.conversation_id == dev_conversation]
-    if args.reuse is not None:
-        # The stores hold what these lists describe already; only their sizes and ids are needed.
-        long_turns, dev_turns = long_turns[:0], dev_turns[:0]
 
     results: dict[str, Any] = {
         "data": str(data), "quick": args.quick, "cpus": os.cpu_count(), "tenant": TENANT,
@@ -736,7 +733,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # An API process does not hold the ingested turns: drop ours, so the collector's full passes over them
             # do not land in query latencies.
             long_count, conversation_ids = args.turns, list(many)
-            dev_count = stores.vectors.count_turns(SearchScope(tenant=TENANT, conversation_ids=(dev_conversation,)))
+            dev_count = stores.vectors.count_turns(SearchScope.conversation(TENANT, dev_conversation))
             del long_turns, many, dev_turns
             gc.collect()
             scopes = {

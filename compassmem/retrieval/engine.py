@@ -229,7 +229,8 @@ class QueryEngine:
         searches: list[HitSearch] = []
         keyword_texts: list[list[str]] = []
         # A keyword search per distinct set of stems: a question and its content words often stem alike (2 in 5
-        # development questions), and the same search gives the same hits.
+        # development questions), and the same search gives the same hits. A search's entry in keyword_texts is the
+        # list kept here, so a later text with the same stems joins it.
         by_stems: dict[tuple[str, ...], list[str]] = {}
         for text, vector in zip(texts, vectors, strict=True):
             searches.append(HitSearch("turn", vector, ranking.dense_candidates))
