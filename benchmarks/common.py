@@ -69,6 +69,27 @@ def timed(ask: Callable[[str], Any], questions: Sequence[str]) -> list[float]:
     return samples
 
 
+def stopwatch(ask: Callable[[str], Any]) -> Callable[[str], float]:
+    """``ask`` as a path for ``alternating``: it returns the milliseconds of each call."""
+    def measured(question: str) -> float:
+        started = time.perf_counter()
+        ask(question)
+        return (time.perf_counter() - started) * 1000
+    return measured
+
+
+def alternating(paths: dict[str, Callable[[str], float]], questions: Sequence[str]) -> dict[str, list[float]]:
+    """Milliseconds of each question on every path (each path returns its own), the paths taking turns at going
+    first: whichever asks a question first loads its candidates into the shared hot tier, so a fixed order (all
+    in-process, then all over HTTP) gave every cold load to one path and made the other look faster."""
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    order = list(paths)
+    for index, question in enumerate(questions):
+        for name in order[index % len(order):] + order[: index % len(order)]:
+            samples[name].append(paths[name](question))
+    return samples
+
+
 def cached_vectors(embed: Callable[[list[str]], np.ndarray], dim: int, texts: list[str], model_name: str,
                    cache_dir: Path | None, label: str) -> np.ndarray:
     """``embed(texts)``, or what an earlier run saved in ``cache_dir`` for exactly these texts and this model."""

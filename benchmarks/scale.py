@@ -18,7 +18,8 @@ that up-front run); the pipeline's embedder is then a lookup by the exact text t
    the same stores as section 1. Turns/s from the first produce to the last turn applied; this process's RSS.
 3. Queries on those stores (one tenant: the long conversation, the many conversations, and one development
    conversation added as it is with ``Memory.add``): p50/p99 in-process (the API's ``Memory.query``) and over HTTP
-   (uvicorn on loopback, ``create_app(build_services(...))``, following the change feeds of a dev broker as
+   (uvicorn on loopback, ``create_app(build_services(...))``, asked by a client in a process of its own as an agent
+   would be, ``benchmarks/http_client_process.py``; following the change feeds of a dev broker as
    ``compassmem api`` does; the two paths share one hot tier and take turns at asking each question first) for one
    ~600-turn conversation, the long conversation, the big subject and the whole tenant, with the development file's
    QA questions (for synthetic copies the questions are a load generator), after building the vector store's HNSW
@@ -48,24 +49,26 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 
 from benchmarks.common import (
     DEFAULT_DATA,
+    alternating,
     RESULTS_DIR,
     cached_vectors,
     latency_stats,
     print_table,
     require_data,
+    stopwatch,
     timed,
     write_results,
 )
+from benchmarks.http_client_process import ClientProcess
 from compassmem.config import Settings
 from compassmem.contracts.query import QueryRequest
 from compassmem.contracts.search import SearchScope
@@ -451,18 +454,6 @@ def cycle(items: Sequence[str], count: int, offset: int = 0) -> list[str]:
     return [items[(offset + i) % len(items)] for i in range(count)]
 
 
-def alternating(paths: dict[str, Callable[[str], None]], questions: Sequence[str]) -> dict[str, list[float]]:
-    """Milliseconds of each question on every path, the paths taking turns at going first: whichever asks a
-    question first loads its candidates into the shared hot tier, so a fixed order (all in-process, then all over
-    HTTP) gave every cold load to one path and made the other look faster."""
-    samples: dict[str, list[float]] = {name: [] for name in paths}
-    order = list(paths)
-    for index, question in enumerate(questions):
-        for name in order[index % len(order):] + order[: index % len(order)]:
-            samples[name].extend(timed(paths[name], [question]))
-    return samples
-
-
 def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores: Stores, settings: Settings,
                     embedder: Embedder, args: argparse.Namespace) -> dict:
     print(f"\n[3] {args.queries} queries per scope, in-process and over HTTP ...", flush=True)
@@ -475,7 +466,7 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
     # change has touched (without a feed it reloads entries older than COMPASSMEM_API_VIEW_MAX_AGE_S).
     with (DevBroker(port=0, log_path=settings.data_dir.parent / "tansu-queries.log") as broker,
           _following(broker.bootstrap, settings, services.memory.hot),
-          BackgroundServer(create_app(services)) as server, httpx.Client(base_url=server.url, timeout=60) as client):
+          BackgroundServer(create_app(services)) as server, ClientProcess(server.url) as client):
         freeze_long_lived_objects()  # as `compassmem api` does once it is serving
         for name, (scope, questions) in scopes.items():
             stages: dict[str, dict[str, list[float]]] = {"in_process": {}, "http": {}}
@@ -488,12 +479,12 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
                 keep("in_process", services.memory.query(QueryRequest(tenant=TENANT, question=question,
                                                                        **scope)).timings_ms)
 
-            def over_http(question: str, scope: dict[str, Any] = scope) -> None:
-                response = client.post("/v1/query", json={"tenant": TENANT, "question": question, **scope})
-                if response.status_code != 200:
-                    raise RuntimeError(f"POST /v1/query ({name}) answered {response.status_code}: "
-                                       f"{response.text[:300]}")
-                keep("http", response.json()["timings_ms"])
+            def over_http(question: str, scope: dict[str, Any] = scope) -> float:
+                ms, status, body = client.post("/v1/query", {"tenant": TENANT, "question": question, **scope})
+                if status != 200:
+                    raise RuntimeError(f"POST /v1/query ({name}) answered {status}: {str(body)[:300]}")
+                keep("http", body["timings_ms"])
+                return ms
 
             warm = cycle(questions, WARMUP_QUERIES, args.queries)
             timed(over_http, warm)
@@ -501,7 +492,7 @@ def section_queries(scopes: dict[str, tuple[dict[str, Any], list[str]]], stores:
             for path in stages.values():
                 path.clear()
             asked = cycle(questions, args.queries)
-            latencies = alternating({"in_process": in_process, "http": over_http}, asked)
+            latencies = alternating({"in_process": stopwatch(in_process), "http": over_http}, asked)
             results[name] = {"scope": scope, "turns": stores.vectors.count_turns(QueryRequest(
                                  tenant=TENANT, question="x", **scope).scope),
                              "in_process": latency_stats(latencies["in_process"]),
