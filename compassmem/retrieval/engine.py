@@ -40,6 +40,10 @@ class RankingConfig(BaseModel):
     # 20 (were 100 and 50): on the LoCoMo development split recall@10 of categories 1-4 stays within its rebuild-to-
     # rebuild spread (80.4 -> 80.3 to 80.5; multi-hop 49.3 -> 48.6 to 49.4, each cap measured alone too), and on a
     # 170k-turn tenant the p99 of a query asked once cold and once warm fell from 243-267 ms to 143-154 ms (same run).
+    # 40 candidate events (were 60): on two builds of the development memory recall@10 of categories 1-4 went
+    # 80.8 -> 80.9 and 80.3 -> 80.4, @20 86.0 -> 85.8 and 86.3 -> 85.9, open-domain @10 -1.2 on both (one question
+    # of 96), adversarial @5 -0.4 and 0; on the 20,000-turn conversation of benchmarks.scale the p99 went 90-92 ->
+    # 79-85 ms and the p50 31 -> 26-29 ms (alternating runs; a cold load reads every turn of every candidate).
     dense_candidates: int = Field(default=100, ge=1)
     keyword_candidates: int = Field(default=100, ge=1)
     # Event-level dense search; off by default, like the keyword one below: the events of the turns found already
@@ -48,7 +52,7 @@ class RankingConfig(BaseModel):
     # 20,000-turn conversation it was the dearest search of the batch (3.8 ms each, per subgoal: the filter leaves
     # a few thousand events, scored one by one).
     event_candidates: int = Field(default=0, ge=0)
-    max_candidate_events: int = Field(default=60, ge=1)
+    max_candidate_events: int = Field(default=40, ge=1)
     neighbour_events: int = Field(default=20, ge=0)
     # Event-level keyword search (sparse over whole events); off by default: turn-level keyword hits already
     # reach their events, and it cost a third of the query time for no recall on the dev split.
