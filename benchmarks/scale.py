@@ -58,8 +58,8 @@ import numpy as np
 
 from benchmarks.common import (
     DEFAULT_DATA,
-    alternating,
     RESULTS_DIR,
+    alternating,
     cached_vectors,
     latency_stats,
     print_table,

@@ -41,9 +41,10 @@ class RankingConfig(BaseModel):
     # rebuild spread (80.4 -> 80.3 to 80.5; multi-hop 49.3 -> 48.6 to 49.4, each cap measured alone too), and on a
     # 170k-turn tenant the p99 of a query asked once cold and once warm fell from 243-267 ms to 143-154 ms (same run).
     # 40 candidate events (were 60): on two builds of the development memory recall@10 of categories 1-4 went
-    # 80.8 -> 80.9 and 80.3 -> 80.4, @20 86.0 -> 85.8 and 86.3 -> 85.9, open-domain @10 -1.2 on both (one question
-    # of 96), adversarial @5 -0.4 and 0; on the 20,000-turn conversation of benchmarks.scale the p99 went 90-92 ->
-    # 79-85 ms and the p50 31 -> 26-29 ms (alternating runs; a cold load reads every turn of every candidate).
+    # 80.8 -> 80.9 and 80.3 -> 80.4, @20 86.0 -> 85.8 and 86.3 -> 85.9, open-domain @10 -1.2 on both (44 questions:
+    # half of one question's evidence), adversarial @5 -0.4 and 0; on the 20,000-turn conversation of
+    # benchmarks.scale the p99 went 90-92 -> 79-85 ms and the p50 31 -> 26-29 ms (alternating runs; a cold load
+    # reads every turn of every candidate).
     dense_candidates: int = Field(default=100, ge=1)
     keyword_candidates: int = Field(default=100, ge=1)
     # Event-level dense search; off by default, like the keyword one below: the events of the turns found already
