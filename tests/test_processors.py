@@ -90,6 +90,20 @@ def test_because_yields_a_causal_edge_from_cause_to_effect(embedder) -> None:
     assert "because" in causal[0].evidence
 
 
+def test_a_cue_clause_of_one_content_word_links_nothing(embedder) -> None:
+    # "if you need anything" shares its one content word with the earlier event, which it does not restate.
+    sessions = [
+        ["I need a new couch for the living room.", "The old one has seen better days."],
+        ["Let me know if you need anything.", "Thanks, I will."],
+    ]
+    memory = new_memory()
+    feed(memory, make_turns(sessions), embedder)
+    assert event_of(memory, "D1:1") != event_of(memory, "D2:1")
+    quoting = [r for r in memory.ledger.active.values()
+               if r.type in (RelationType.CAUSAL, RelationType.CONDITIONAL, RelationType.MOTIVATIONAL)]
+    assert quoting == []
+
+
 def test_repeated_segments_merge_and_distinct_ones_do_not(embedder) -> None:
     distinct = TOPICS
     repeats = []

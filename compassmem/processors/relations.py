@@ -349,7 +349,10 @@ class RelationExtractor:
         if key in window.matched:
             return window.matched[key]
         stems = set(found)
-        if not stems:
+        # A clause of one content word restates nothing: "if you need anything", "it really bugged me" matched
+        # whichever earlier event had that word, and early in a conversation every word counts as rare.
+        if len(stems) < self.config.clause_min_shared:
+            window.matched[key] = None
             return None
         keyword_stats = window.keyword_stats
         need_rare = min(2, len(stems))
@@ -361,7 +364,7 @@ class RelationExtractor:
             for index in window.sharing(rare, need_rare):
                 candidate, keywords = window.events[index], window.keywords[index]
                 shared = stems & keywords
-                if len(shared) < min(self.config.clause_min_shared, len(stems)):
+                if len(shared) < self.config.clause_min_shared:
                     continue
                 coverage = sum(weights[s] for s in shared) / total
                 if coverage >= self.config.clause_min_coverage and (best is None or coverage > best[1]):
