@@ -141,21 +141,30 @@ def test_a_graph_made_before_the_subject_index_gets_it_on_the_next_write(
     first, second = _chain(event_builder, store_tenant, n=2)
     graph_store.upsert_events([first])
     graph = graph_store.db.select_graph(graph_store.graph_name(store_tenant))
+    indexes = "CALL db.indexes() YIELD label, properties, status RETURN label, properties, status"
+
+    def subject_index_states() -> list[str]:
+        return [status for label, properties, status in graph.ro_query(indexes).result_set
+                if label == "Event" and "subject_id" in properties]
+
+    def wait_until(states: list[str]) -> None:
+        # FalkorDB builds an index asynchronously ("UNDER CONSTRUCTION" until it is "OPERATIONAL"); a drop that came
+        # while it was being built left it listed once, on a loaded machine.
+        deadline = time.monotonic() + 10
+        while subject_index_states() != states:
+            assert time.monotonic() < deadline, graph.ro_query(indexes).result_set
+            time.sleep(0.05)
+
+    wait_until(["OPERATIONAL"])
     graph.query("DROP INDEX FOR (e:Event) ON (e.subject_id)")  # as an older compassmem left it
-    indexes = "CALL db.indexes() YIELD label, properties RETURN label, properties"
-    assert not any("subject_id" in properties for _, properties in graph.ro_query(indexes).result_set)
+    wait_until([])
 
     reopened = FalkorDBGraphStore.from_embedded(embedded_falkordb)
     try:
         reopened.upsert_events([second.model_copy(update={"subject_id": "cust-42"})])
     finally:
         reopened.close()
-    # FalkorDB builds an index asynchronously: it may take a moment to be listed.
-    deadline = time.monotonic() + 10
-    while not any(label == "Event" and "subject_id" in properties
-                  for label, properties in graph.ro_query(indexes).result_set):
-        assert time.monotonic() < deadline, graph.ro_query(indexes).result_set
-        time.sleep(0.05)
+    wait_until(["OPERATIONAL"])
     assert graph_store.conversation_graph(store_tenant, "c1").number_of_nodes() == 2
 
 
