@@ -13,6 +13,8 @@ from qdrant_client import QdrantClient
 from compassmem.config import Settings
 from compassmem.contracts.search import SearchScope, SparseVector
 from compassmem.models import Event, IndexedTurn, turn_point_id
+from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
+from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.event_payload import (
     event_from_payload,
     event_to_payload,
@@ -24,7 +26,7 @@ from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import VectorStore
+from compassmem.sinks.vector_store import HitSearch, VectorStore
 
 Opener = Callable[[], VectorStore]
 EventBuilder = Callable[..., Event]
@@ -425,6 +427,32 @@ def test_turn_keyword_search_ranks_a_shared_rare_term_first(
     assert hits[0].score > hits[1].score
     assert all(h.turn.conversation_id == "c1" for h in hits)
     assert store.keyword_search_turns("default", "c1", SparseVector(indices=[], values=[]), limit=5) == []
+
+
+def test_equal_keyword_matches_are_cut_the_same_way_whatever_the_write_order(
+    store_dim: int, tmp_path: Path, turn_builder: TurnBuilder
+) -> None:
+    # Twelve turns that match a search equally (same words, same counts), written in two orders to two stores: a
+    # search for five of them must pick the same five, in the same order, as a rebuilt memory must answer the same.
+    turns = [turn_builder("c1", i, keywords=["marathon", "training"]) for i in range(1, 13)]
+    query = sparse_keyword_vector(["marathon"])
+    found = []
+    for name, order in (("forward", turns), ("backward", turns[::-1])):
+        store = EdgeVectorStore(tmp_path / name, dim=store_dim)
+        try:
+            store.upsert_turns(order, [turn_keyword_vector(t) for t in order])
+            hits = store.hits(SearchScope.conversation("default", "c1"), [HitSearch("turn", query, 5)])[0]
+            found.append([hit.turn_id for hit in hits])
+        finally:
+            store.close()
+    assert len(found[0]) == 5 and found[0] == found[1]
+    # Without the tie-break all twelve would score the same, and the store would choose by its write order.
+    def score(vector: SparseVector) -> float:
+        weights = dict(zip(vector.indices, vector.values, strict=True))
+        return sum(weights.get(i, 0.0) * v for i, v in zip(query.indices, query.values, strict=True))
+
+    assert len({score(sparse_keyword_vector(keyword_stems(t.text))) for t in turns}) == 1
+    assert len({score(turn_keyword_vector(t)) for t in turns}) == len(turns)
 
 
 def test_turn_keyword_idf_is_computed_over_turns_only(

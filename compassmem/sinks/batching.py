@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from compassmem.contracts.search import SparseVector
 from compassmem.models import Cluster, Event, IndexedTurn, Relation, search_text, turn_point_id
 from compassmem.processors.categories import category_terms
-from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
+from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector, tie_break
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import VectorStore
 
@@ -65,13 +65,15 @@ class Sink(ABC):
 
 
 def event_keyword_vector(event: Event) -> SparseVector:
-    return sparse_keyword_vector(stem for o in event.observations for stem in keyword_stems(o.text))
+    return sparse_keyword_vector((stem for o in event.observations for stem in keyword_stems(o.text)),
+                                 scale=tie_break(event.event_id))
 
 
 def turn_keyword_vector(turn: IndexedTurn) -> SparseVector:
     """The turn's keyword stems (with who said it and when) and the categories its nouns belong to."""
     return sparse_keyword_vector([*keyword_stems(search_text(turn.speaker, turn.text, turn.timestamp)),
-                                  *category_terms(turn.text)])
+                                  *category_terms(turn.text)],
+                                 scale=tie_break(f"{turn.conversation_id}/{turn.turn_id}"))
 
 
 def _of(record: Event | IndexedTurn | Relation | Cluster, forgotten: ConversationForgotten) -> bool:
