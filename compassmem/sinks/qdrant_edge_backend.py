@@ -176,16 +176,16 @@ class EdgeVectorStore(PointStore):
         # scopes too). Whole payloads and vectors are fetched by id afterwards, once for every search of the batch:
         # asking the search for them cost 5 ms more per 100 hits than the search itself (measured on a 100k-point
         # shard: 7.3 ms with payloads, 2.3 + 0.6 ms this way).
-        inline = list(payload_keys) if payload_keys is not None and not with_vectors else None
+        hit_fields = list(payload_keys) if payload_keys is not None and not with_vectors else None
         requests = [QueryRequest(limit=query.limit, filter=_filter(query.where),
-                                 with_payload=inline if inline is not None else False,
+                                 with_payload=hit_fields if hit_fields is not None else False,
                                  with_vector=False,
                                  query=Query.Nearest(_sparse(query.query) if isinstance(query.query, SparseVector)
                                                      else query.query, using=query.using))
                     for query in queries]
         answers = (self.shard.query_batch(QueryBatchRequest(requests)) if len(requests) > 1
                    else [self.shard.query(requests[0])])
-        if inline is not None:
+        if hit_fields is not None:
             return [[(hit.payload, None, float(hit.score)) for hit in hits] for hits in answers]
         # Each .id access builds a new uuid.UUID: read every id once.
         ids = [[hit.id for hit in hits] for hits in answers]
