@@ -284,6 +284,52 @@ def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, 
         assert first(0.0) != "D2:1"  # without the date it is one museum turn among others
 
 
+def test_a_question_naming_a_month_finds_what_was_told_of_it_a_month_later(
+        embedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from datetime import UTC, datetime, timedelta
+
+    from compassmem.models import Turn
+    from compassmem.retrieval import decomposition
+
+    def session(day: datetime, number: int, lines: list[tuple[str, str]]) -> list[Turn]:
+        return [Turn(conversation_id="work", turn_id=f"D{number}:{n}", speaker=speaker, text=text,
+                     timestamp=day + timedelta(minutes=n), session_id=str(number))
+                for n, (speaker, text) in enumerate(lines, start=1)]
+
+    # Short replies: what their indexed text says is mostly who said them and when.
+    chat = ["Wow, that is great!", "I see, so that is the key.", "Thanks, that means a lot.", "Nice one!",
+            "Haha, totally.", "Sounds good to me.", "Oh really? Tell me more.", "That is so sweet.",
+            "Same here, honestly.", "Good luck with that!", "Take care!", "Cool, see you soon."]
+    # Said in March: every one of these turns carries "March 2023" in its indexed text, none tells the answer.
+    turns = [turn for number, day in enumerate((2, 9, 16, 23), start=1)
+             for turn in session(datetime(2023, 3, day, 18, 0, tzinfo=UTC), number,
+                                 [("John" if n % 2 == 0 else "Maria", line) for n, line in enumerate(chat)])]
+    # Said in other months: the colleagues, without the convention or March.
+    work = ["My colleagues and I had lunch together today.", "One of my colleagues is moving to Berlin.",
+            "My colleagues threw me a birthday party at the office.", "I attended a long meeting with colleagues.",
+            "My colleagues and I are planning a charity run."]
+    turns += [turn for number, day in ((6, datetime(2023, 1, 10, 18, 0, tzinfo=UTC)),
+                                       (7, datetime(2023, 6, 12, 18, 0, tzinfo=UTC)))
+              for turn in session(day, number, [("John", line) for line in work])]
+    turns += session(datetime(2023, 4, 18, 18, 0, tzinfo=UTC), 5, [
+        ("John", "My colleagues and I went to a convention together last month, all about tech for good."),
+        ("Maria", "That sounds inspiring!"),
+    ])
+    question = QueryRequest(conversation_id="work", question="What did John attend with his colleagues in March 2023?",
+                            budget_turns=5)
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+        assert [s.text for s in analyse(question.question).subgoals] == [
+            question.question, "What did John attend with his colleagues?"]
+        found = memory.query(question).turn_ids
+        # Searched only with its month, the question matches every turn said in March as well as it matches the
+        # answer, told in April as "last month".
+        monkeypatch.setattr(decomposition, "_timeless", lambda text: text)
+        searched_with_the_month_only = with_config(memory, EngineConfig()).query(question).turn_ids
+    assert found[0] == "D5:1"
+    assert searched_with_the_month_only[0] != "D5:1"
+
+
 def test_a_walk_takes_no_step_of_a_skipped_kind(engine: QueryEngine) -> None:
     from compassmem.retrieval.memory_view import MemoryView
     from compassmem.retrieval.navigation import NavigationConfig, walk

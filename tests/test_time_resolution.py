@@ -7,7 +7,11 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from compassmem.models import Granularity
-from compassmem.processors.time_resolution import has_time_expression, resolve_time_expressions
+from compassmem.processors.time_resolution import (
+    has_time_expression,
+    resolve_time_expressions,
+    without_time_expressions,
+)
 
 # 1:56 pm on 8 May 2023 (a Monday), UTC: the LoCoMo session style.
 MON = datetime(2023, 5, 8, 13, 56, tzinfo=timezone.utc)
@@ -253,3 +257,15 @@ def test_empty_and_plain_text() -> None:
     assert resolve_time_expressions("", MON) == []
     assert not has_time_expression("")
     assert not has_time_expression("Hello there, how are you?")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("What did John attend with his colleagues in March 2023?", "What did John attend with his colleagues?"),
+    ("Where was John between August 11 and August 15 2023?", "Where was John?"),
+    ("Which city did Jon visit last week, and why?", "Which city did Jon visit, and why?"),
+    ("What did Tim do before 16 November 2023?", "What did Tim do?"),
+    ("When did Maria meet Jean?", "When did Maria meet Jean?"),
+    ("The 2000 people in May were many.", "The 2000 people were many."),
+])
+def test_time_expressions_come_out_with_their_prepositions(text: str, expected: str) -> None:
+    assert without_time_expressions(text) == expected

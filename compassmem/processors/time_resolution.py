@@ -85,7 +85,7 @@ from itertools import islice
 
 from compassmem.models import Granularity, TimeAnchor
 
-__all__ = ["has_time_expression", "resolve_time_expressions"]
+__all__ = ["has_time_expression", "resolve_time_expressions", "without_time_expressions"]
 
 
 # --------------------------------------------------------------------------------------------- calendar
@@ -271,6 +271,10 @@ _HABITUAL = _word_before("every|each")
 _DATE_PREPOSITION = _word_before(
     "in|on|since|during|until|till|by|from|of|through|throughout|around|before|after|year|circa"
 )
+# The words that tie a time expression into a sentence, taken out with it (without_time_expressions).
+_TIME_LEAD = _word_before("in|on|at|since|during|until|till|by|from|of|through|throughout|around|before|after"
+                          "|between|circa")
+_JOINS_TWO_TIMES = re.compile(r"\s*(?:and|to|until|till|through|-|–)\s*", re.IGNORECASE)
 _YEAR_RANGE_BEFORE = re.compile(r"(?<!\d)(?:19|20)\d{2}\s*(?:-|–|to|and|until|through)\s*$", re.IGNORECASE)
 _SEASON_PREPOSITION = _word_before("in|during|over|throughout|through|all|since")
 # "twice in a month", "the first time in three years": "in N units" is then a frequency or a duration.
@@ -802,6 +806,25 @@ def resolve_time_expressions(text: str, reference: datetime, turn_id: str | None
         )
         for start, end, span in kept
     ]
+
+
+def without_time_expressions(text: str) -> str:
+    """``text`` with the time expressions :func:`resolve_time_expressions` would anchor taken out, each with the
+    preposition that licensed it ("What did John do in March 2023?" -> "What did John do?")."""
+    if not _may_hold_time(text):
+        return text
+    kept, _ = _candidates(text, _DETECTION_REFERENCE)
+    pieces: list[str] = []
+    end_of_last = 0
+    for start, end, _span in kept:
+        before = text[end_of_last:start]
+        if pieces and _JOINS_TWO_TIMES.fullmatch(before):
+            before = ""  # "between August 11 and August 15": the "and" goes with them
+        lead = _TIME_LEAD.search(before)
+        pieces.append(before[: lead.start()] if lead is not None else before)
+        end_of_last = end
+    pieces.append(text[end_of_last:])
+    return " ".join("".join(pieces).split()).replace(" ?", "?").replace(" ,", ",").replace(" .", ".")
 
 
 def has_time_expression(text: str) -> bool:
