@@ -53,6 +53,29 @@ def test_temporal_question_finds_the_turn_that_says_when(engine: QueryEngine) ->
     assert anchors and str(anchors[0].start) == "2024-03-02"  # the Saturday before Monday 2024-03-04
 
 
+def test_a_question_is_searched_by_its_content_words_once(engine: QueryEngine,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from compassmem.contracts.search import SparseVector
+    from compassmem.processors.text_features import keyword_stems
+    from compassmem.retrieval.engine import _search_stems
+
+    question = "When did Priya adopt Biscuit?"
+    # "did" is in most turns of any conversation: searching it only walks long posting lists.
+    assert "did" in keyword_stems(question) and _search_stems(question) == tuple(keyword_stems("Priya adopt Biscuit"))
+    batches: list[list] = []
+    searched = engine.vectors.hits
+
+    def recording(scope, searches):  # noqa: ANN001, ANN202 - the real store's search, its batch recorded
+        batches.append(list(searches))
+        return searched(scope, searches)
+
+    monkeypatch.setattr(engine.vectors, "hits", recording)
+    assert "S1:7" in ask(engine, question, budget_turns=5)
+    keyword_searches = [s for s in batches[0] if isinstance(s.query, SparseVector)]
+    # The question and its rewrite to content words (searched again when the question finds too little) share one.
+    assert len(keyword_searches) == 1
+
+
 def test_response_carries_subgoals_scores_and_turn_text(engine: QueryEngine) -> None:
     response = engine.query(QueryRequest(conversation_id="priya-tom", question="Where is Priya going hiking?"))
     assert response.subgoals[0] == "Where is Priya going hiking?"
