@@ -6,7 +6,11 @@ their cue and both events' frames, and a seeded random sample of event frames (w
 entities, when). With the LLM steps switched on in the settings (COMPASSMEM_LLM_URL and
 COMPASSMEM_LLM_BOUNDARY_CHECK / COMPASSMEM_LLM_SUMMARY) it builds with them and reports what they did.
 
-    python -m benchmarks.memory_report [--data PATH] [--samples 10] [--events 5] [--seed 7]
+With ``--compare-segmenters`` the same turns are built once more with the boundary detector compassmem used before
+its events followed topics (``benchmarks/previous_segmenter.py``), everything else the same, and the two memories'
+summaries are printed side by side: what the topic detector does to the event graph, measured in one run.
+
+    python -m benchmarks.memory_report [--data PATH] [--samples 10] [--events 5] [--seed 7] [--compare-segmenters]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, require_data, write_results
+from benchmarks.previous_segmenter import PreviousBoundaryDetector
 from compassmem.cli.main import print_summary
 from compassmem.config import Settings
 from compassmem.embedding import make_embedder
@@ -24,7 +29,7 @@ from compassmem.importers import read_turns
 from compassmem.llm_events import llm_steps
 from compassmem.models import Event, Relation, RelationType
 from compassmem.models import SummarySource
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.processors.event_frames import frame_lines
 from compassmem.processors.segmentation import JudgeCounts
 from compassmem.sinks.batching import Record
@@ -71,6 +76,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=5, help="random event frames to show")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "memory_report.json")
+    parser.add_argument("--compare-segmenters", action="store_true",
+                        help="build the turns again with the previous boundary detector and compare the two")
     args = parser.parse_args()
     turns = list(read_turns(require_data(args.data)))
     written = LatestRecords()
@@ -129,11 +136,37 @@ def main() -> None:
         print(f"\n[{number}] {key}")
         print_frame(event)
         frames.append({"conversation": key, **frame(event)})
+    previous = None
+    if args.compare_segmenters:
+        previous = MemoryPipeline(make_embedder(settings), [LatestRecords()], PipelineConfig.from_settings(settings),
+                                  llm=llm_steps(settings), detector=PreviousBoundaryDetector).ingest(turns)
+        print_comparison(summary, previous)
     write_results(args.out, {
         "summary": summary.model_dump(), "turns_missing": len(missing), "turns_repeated": len(repeated),
         "boundaries": dict(boundary), "merges": dict(merges), "llm_boundary_checks": judged.model_dump(),
         "summary_sources": dict(sources), "causal_samples": samples, "event_frames": frames,
+        **({"previous_segmenter_summary": previous.model_dump()} if previous is not None else {}),
     })
+
+
+def print_comparison(topic: IngestSummary, previous: IngestSummary) -> None:
+    """The two memories of the same turns, the topic detector's beside the previous detector's."""
+    rows = [
+        ("events", topic.events, previous.events),
+        ("mean turns per event", f"{topic.mean_turns_per_event:.2f}", f"{previous.mean_turns_per_event:.2f}"),
+        ("duplicate rate", f"{topic.duplicate_rate:.1%}", f"{previous.duplicate_rate:.1%}"),
+        *((f"relations: {kind}", topic.relations_by_type.get(kind, 0), previous.relations_by_type.get(kind, 0))
+          for kind in dict.fromkeys([*topic.relations_by_type, *previous.relations_by_type])),
+        ("average degree", f"{topic.average_degree:.2f}", f"{previous.average_degree:.2f}"),
+        ("average degree without adjacency edges", f"{topic.average_degree_without_adjacency:.2f}",
+         f"{previous.average_degree_without_adjacency:.2f}"),
+        # Built one after the other in this process, embedding included, without stores.
+        ("turns/s", f"{topic.turns_per_second:.0f}", f"{previous.turns_per_second:.0f}"),
+    ]
+    width = max(len(name) for name, _, _ in rows)
+    print(f"\nthe same turns, two boundary detectors:\n  {'':<{width}}  {'topic':>8}  {'previous':>8}")
+    for name, now, before in rows:
+        print(f"  {name:<{width}}  {now!s:>8}  {before!s:>8}")
 
 
 if __name__ == "__main__":

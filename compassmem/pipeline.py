@@ -87,13 +87,16 @@ def _batches(turns: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
 class MemoryPipeline:
     def __init__(self, embedder: Embedder, sinks: Sequence[Sink] | SinkCheckpoint,
                  config: PipelineConfig | None = None, observer: PipelineObserver | None = None,
-                 llm: LlmSteps | None = None) -> None:
+                 llm: LlmSteps | None = None, detector: Callable[[], BoundaryDetector] | None = None) -> None:
+        """``detector`` makes each conversation's boundary detector (default: the configured topic detector; a
+        benchmark passes another to compare what the same turns become)."""
         self.embedder = embedder
         # A SinkCheckpoint when the caller flushes it too (the stream processor's commit), else one of our own.
         self.checkpoint = sinks if isinstance(sinks, SinkCheckpoint) else SinkCheckpoint(sinks, observer)
         self.config = config or PipelineConfig()
         self.observer = observer
         self.llm = llm or LlmSteps()
+        self._detector = detector or (lambda: BoundaryDetector(self.config.segmentation, self.llm.boundary_judge))
         self.memories: dict[str, ConversationMemory] = {}
         self._turns = 0
         self._seconds = 0.0
@@ -103,7 +106,7 @@ class MemoryPipeline:
         if key not in self.memories:
             config = self.config
             self.memories[key] = ConversationMemory(
-                BoundaryDetector(config.segmentation, self.llm.boundary_judge),
+                self._detector(),
                 EventMerger(config.merging),
                 RelationExtractor(config.relations),
                 Reclusterer(config.recluster_window),

@@ -111,6 +111,32 @@ def test_the_sample_conversation_splits_each_session_at_its_topic_change(embedde
     assert by_session["2"] == [["S2:1", "S2:2", "S2:3", "S2:4"], ["S2:5", "S2:6", "S2:7", "S2:8"]]
 
 
+def test_the_previous_detector_kept_each_sample_session_whole(embedder, tmp_path: Path,  # noqa: ANN001
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline memory_report --compare-segmenters measures against cuts as the detector before topics did: on
+    the sample conversation, where the topic detector splits sessions 1 and 2, every session was one event."""
+    import json
+    import sys
+
+    from benchmarks import memory_report
+    from benchmarks.previous_segmenter import PreviousBoundaryDetector
+
+    pipeline = MemoryPipeline(embedder, [], PipelineConfig(), detector=PreviousBoundaryDetector)
+    pipeline.ingest(read_turns(SAMPLE))
+    events = sorted((e for memory in pipeline.memories.values() for e in memory.events.values()),
+                    key=lambda e: e.temporal_info.start)
+    assert [e.session_ids for e in events] == [["1"], ["2"], ["3"]]
+
+    out = tmp_path / "report.json"
+    monkeypatch.setattr(sys, "argv", ["memory_report", "--data", str(SAMPLE), "--out", str(out),
+                                      "--compare-segmenters"])
+    memory_report.main()
+    report = json.loads(out.read_text())
+    assert report["previous_segmenter_summary"]["events"] == 3
+    assert report["summary"]["events"] > 3
+    assert report["summary"]["turns"] == report["previous_segmenter_summary"]["turns"] == 24
+
+
 def test_summaries_name_the_main_action_with_who_and_when(embedder) -> None:
     events = {e.turn_ids[0]: e for e in events_of(list(read_turns(SAMPLE)), embedder)}
     puppy, launch, hiking = events["S1:6"], events["S2:1"], events["S2:5"]
