@@ -10,7 +10,6 @@ used only for what both detectors share (the open turns and their tokens).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from compassmem.models import Turn
 from compassmem.processors.segmentation import (
+    TIME_SHIFT_PHRASE,
     BoundaryDetector,
     BoundaryReason,
     Segment,
@@ -33,15 +33,7 @@ MIN_TOKENS = 60
 SOFT_MAX_TOKENS = 160
 HARD_MAX_TOKENS = 300
 MAX_GAP = timedelta(minutes=30)
-
-_TIME_SHIFT = re.compile(
-    r"^\W*+(?:so\s+|and\s+|anyway,?\s+|well,?\s+)?(?:the\s+next\s+(?:day|morning|week|month)|the\s+following\s+"
-    r"(?:day|morning|week|month|year)|later\s+that\s+(?:day|night|week|month)|(?:a|one|two|three|four|five|six|"
-    r"several|a\s+few|\d+)\s+(?:days?|weeks?|months?|years?)\s+later|fast[\s-]forward|since\s+(?:then|we\s+last)"
-    r"|last\s+(?:week|weekend|month|year|night|friday|saturday|sunday|monday|tuesday|wednesday|thursday)|"
-    r"yesterday|this\s+past\s+(?:week|weekend)|over\s+the\s+weekend)\b",
-    re.IGNORECASE,
-)
+# The time-shift phrases (segmentation.TIME_SHIFT_PHRASE) are a rule both detectors have.
 
 
 @dataclass
@@ -95,7 +87,7 @@ class PreviousBoundaryDetector(BoundaryDetector):
             return BoundaryReason.PARTICIPANTS, None
         if state.open_tokens + count_tokens(turn.indexed_text()) > HARD_MAX_TOKENS:
             return BoundaryReason.LENGTH, None
-        if state.open_tokens >= MIN_TOKENS and _TIME_SHIFT.search(turn.text):
+        if state.open_tokens >= MIN_TOKENS and TIME_SHIFT_PHRASE.search(turn.text):
             return BoundaryReason.TIME_SHIFT, None
         assert drift.open_sum is not None
         similarity = float(unit(drift.open_sum) @ embedding)

@@ -79,7 +79,7 @@ def process_turn(text: str, number: int = 0) -> float:
     memory.add_turn(turn, embedding)
     memory.close_open_segment()
     # The boundary detector's time-shift cue only runs against an open segment of some size: run it directly.
-    segmentation._TIME_SHIFT.search(text)
+    segmentation.TIME_SHIFT_PHRASE.search(text)
     return time.perf_counter() - started
 
 

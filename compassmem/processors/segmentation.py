@@ -230,7 +230,7 @@ class SegmenterState(BaseModel):
 
 # `\W*+` is possessive: every alternative after it starts with a word character, so giving back is useless
 # (and, on a long run of punctuation and spaces, costly).
-_TIME_SHIFT = re.compile(
+TIME_SHIFT_PHRASE = re.compile(
     r"^\W*+(?:so\s+|and\s+|anyway,?\s+|well,?\s+)?(?:the\s+next\s+(?:day|morning|week|month)|the\s+following\s+"
     r"(?:day|morning|week|month|year)|later\s+that\s+(?:day|night|week|month)|(?:a|one|two|three|four|five|six|"
     r"several|a\s+few|\d+)\s+(?:days?|weeks?|months?|years?)\s+later|fast[\s-]forward|since\s+(?:then|we\s+last)"
@@ -309,7 +309,7 @@ class BoundaryDetector:
                     closed.append(self._close_before_last(state, reason))
                     if forced:
                         hard = self._hard_boundary(state, turn)
-            if hard is None and state.open_tokens >= self.config.min_tokens and _TIME_SHIFT.search(turn.text):
+            if hard is None and state.open_tokens >= self.config.min_tokens and TIME_SHIFT_PHRASE.search(turn.text):
                 hard = BoundaryReason.TIME_SHIFT
             if hard is not None:
                 segment = self.close(state, hard)
