@@ -138,7 +138,7 @@ def main() -> None:
         frames.append({"conversation": key, **frame(event)})
     previous = None
     if args.compare_segmenters:
-        previous = MemoryPipeline(make_embedder(settings), [LatestRecords()], PipelineConfig.from_settings(settings),
+        previous = MemoryPipeline(pipeline.embedder, [LatestRecords()], PipelineConfig.from_settings(settings),
                                   llm=llm_steps(settings), detector=PreviousBoundaryDetector).ingest(turns)
         print_comparison(summary, previous)
     write_results(args.out, {

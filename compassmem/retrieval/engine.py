@@ -240,14 +240,12 @@ class QueryEngine:
         for text, vector in zip(texts, vectors, strict=True):
             searches.append(HitSearch("turn", vector, ranking.dense_candidates))
             keyword_texts.append([])
-            for query_text in dict.fromkeys([text, keyword_query(text) or text]):
-                stems = _search_stems(query_text)
-                if stems in by_stems:
-                    by_stems[stems].append(query_text)
-                    continue
-                by_stems[stems] = [query_text]
+            stems = _search_stems(text)
+            if stems not in by_stems:
+                by_stems[stems] = []
                 searches.append(HitSearch("turn", sparse_keyword_vector(stems), ranking.keyword_candidates))
                 keyword_texts.append(by_stems[stems])
+            by_stems[stems].extend(dict.fromkeys([text, keyword_query(text) or text]))
             searches.append(HitSearch("event", vector, ranking.event_candidates))
             keyword_texts.append([])
         # Only questions that gather instances search by category: on single-fact questions the labels only
