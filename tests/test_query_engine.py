@@ -270,6 +270,40 @@ def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top
     assert "D1:2" in hedged and len(hedged) == 5
 
 
+def test_a_turn_that_asks_gives_way_to_the_turn_that_answers(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    from datetime import UTC, datetime, timedelta
+
+    from compassmem.models import Turn
+    from compassmem.processors.text_features import question_share
+
+    chat = [
+        ("Ann", "Hey Bob, long time! How have the holidays been?"),
+        ("Bob", "Busy, we hosted the whole family for a week."),
+        ("Ann", "That sounds lovely. Do you still find time for painting? What kind of paintings have you been "
+                "making lately?"),
+        ("Bob", "Mostly watercolors of the harbor at dawn, with the fishing boats coming in."),
+        ("Ann", "Beautiful. I started a pottery class on Tuesdays."),
+        ("Bob", "Pottery is great, my sister makes bowls."),
+    ]
+    start = datetime(2024, 6, 3, 10, 0, tzinfo=UTC)
+    turns = [Turn(conversation_id="hobbies", turn_id=f"D1:{n}", speaker=speaker, text=text,
+                  timestamp=start + timedelta(minutes=n), session_id="1")
+             for n, (speaker, text) in enumerate(chat, start=1)]
+    assert 0.5 < question_share(chat[2][1]) < 1 and question_share(chat[3][1]) == 0
+    question = QueryRequest(conversation_id="hobbies", question="What kind of paintings have been made lately?",
+                            budget_turns=3)
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+
+        def ranked(penalty: float) -> list[str]:
+            return with_config(memory, EngineConfig(ranking=RankingConfig(question_penalty=penalty))).query(
+                question).turn_ids
+
+        # Ann's question shares the words of the one asked; Bob's answer holds what was painted.
+        assert ranked(0.0)[0] == "D1:3"
+        assert ranked(RankingConfig().question_penalty)[:2] == ["D1:4", "D1:3"]
+
+
 def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     from datetime import UTC, datetime, timedelta
 

@@ -268,6 +268,15 @@ def asks(text: str) -> bool:
     return "?" in text
 
 
+def question_share(text: str) -> float:
+    """The share of a turn's characters in sentences that ask something ("That's lovely! What did you paint?":
+    about two thirds). A question tells what its speaker wants to know, rarely what happened: its words match a
+    question put to the memory better than the answer does."""
+    parts = [part for part in sentences(text) if part.strip()]
+    total = sum(len(part) for part in parts)
+    return sum(len(part) for part in parts if part.rstrip().endswith("?")) / total if total else 0.0
+
+
 def ends_with_question(text: str) -> bool:
     """The turn ends on a question, so the next speaker's turn is expected to answer it."""
     return text.rstrip(_QUESTION_TAIL).endswith("?") or text.rstrip().endswith("?")

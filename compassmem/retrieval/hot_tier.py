@@ -26,6 +26,7 @@ from datetime import datetime
 import numpy as np
 
 from compassmem.models import TimeAnchor, search_text
+from compassmem.processors.text_features import question_share
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
 from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, VectorStore
@@ -73,6 +74,8 @@ class HotEvent:
     held: frozenset[str] = field(init=False)
     # Tokens per turn (BM25 window lengths), summed once per load rather than once per query.
     turn_lengths: np.ndarray = field(init=False)
+    # The share of each turn's text that asks something (text_features.question_share), once per load.
+    question_shares: np.ndarray = field(init=False)
     # Sort keys a query's view orders events and turns by, computed once per load rather than once per query.
     order: tuple[str, datetime, str] = field(init=False)
     turn_order: tuple[tuple[str, datetime, str], ...] = field(init=False)
@@ -80,6 +83,8 @@ class HotEvent:
     def __post_init__(self) -> None:
         object.__setattr__(self, "held", frozenset(self.turn_ids))
         object.__setattr__(self, "turn_lengths", token_lengths(self.turn_counts))
+        object.__setattr__(self, "question_shares", np.asarray([question_share(t) for t in self.texts],
+                                                                dtype=np.float64))
         object.__setattr__(self, "order", (self.conversation_id, self.start, self.event_id))
         object.__setattr__(self, "turn_order", tuple((self.conversation_id, timestamp, turn_id)
                                                      for timestamp, turn_id in zip(self.timestamps, self.turn_ids,

@@ -37,6 +37,7 @@ class MemoryView:
         keys = [k for h in entries for k in h.turn_order]
         counts = [c for h in entries for c in h.turn_counts]
         lengths = np.concatenate([h.turn_lengths for h in entries]) if entries else np.zeros(0)
+        shares = np.concatenate([h.question_shares for h in entries]) if entries else np.zeros(0)
         matrix = (np.concatenate([h.turn_vectors for h in entries]) if entries
                   else np.zeros((0, dim), dtype=np.float32))
         # A turn reported in two events (it moved between two loads) is kept once.
@@ -59,6 +60,7 @@ class MemoryView:
         self.turn_matrix = matrix[rows].reshape(len(rows), dim)
         self._turn_counts: list[Mapping[str, int]] = [counts[i] for i in rows]
         self._turn_lengths = lengths[rows]
+        self.question_share = shares[rows]
         self.turn_row: dict[TurnKey, int] = dict(zip(kept, range(len(rows)), strict=True))
         self.turn_event = np.asarray([self.event_row.get(e, -1) for e in self.turn_event_ids], dtype=np.int64)
         self.has_time = np.asarray(column(t for h in entries for t in h.has_time), dtype=bool)
