@@ -279,8 +279,8 @@ def test_a_turn_that_asks_gives_way_to_the_turn_that_answers(embedder, tmp_path:
     chat = [
         ("Ann", "Hey Bob, long time! How have the holidays been?"),
         ("Bob", "Busy, we hosted the whole family for a week."),
-        ("Ann", "That sounds lovely. Do you still find time for painting? What kind of paintings have you been "
-                "making lately?"),
+        ("Ann", ("That sounds lovely. Do you still find time for painting? What kind of paintings have you been "
+                 "making lately?")),
         ("Bob", "Mostly watercolors of the harbor at dawn, with the fishing boats coming in."),
         ("Ann", "Beautiful. I started a pottery class on Tuesdays."),
         ("Bob", "Pottery is great, my sister makes bowls."),
