@@ -304,6 +304,46 @@ def test_a_turn_that_asks_gives_way_to_the_turn_that_answers(embedder, tmp_path:
         assert ranked(RankingConfig().question_penalty)[:2] == ["D1:4", "D1:3"]
 
 
+def test_a_question_gathering_instances_gets_each_instance_before_repeats(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    import itertools
+    from datetime import UTC, datetime, timedelta
+
+    from compassmem.models import Turn
+
+    sports = [
+        ("Ann", "I played tennis at the club this morning, my serve is getting better."), ("Bob", "Nice."),
+        ("Ann", "Tennis again tonight at the club, working on my serve."), ("Bob", "You really like that."),
+        ("Ann", "My tennis coach at the club fixed my serve today."), ("Bob", "Great coach."),
+        ("Ann", "I won my tennis match at the club thanks to my serve."), ("Bob", "Congrats."),
+        ("Ann", "On Sunday I played soccer in the park with my cousins."), ("Bob", "Fun."),
+        ("Ann", "I also swim laps at the pool before work."), ("Bob", "Healthy."),
+    ]
+    # A day of small talk around it, so that scores spread as they do in a real conversation.
+    small_talk = [("Bob" if n % 2 else "Ann", f"{who} {what} on {day}.") for n, (who, what, day) in enumerate(
+        itertools.product(["The train", "My manager", "The weather", "Our neighbour", "The printer", "The bakery",
+                           "My inbox", "The landlord", "The bus", "Our team"],
+                          ["was late again", "changed the plan", "made me laugh", "needs fixing", "was closed",
+                           "surprised everyone"], ["Monday", "Friday"]))]
+    start = datetime(2024, 6, 3, 10, 0, tzinfo=UTC)
+    turns = [Turn(conversation_id="sports", turn_id=f"D{session}:{n}", speaker=speaker, text=text,
+                  timestamp=start + timedelta(days=session, minutes=n), session_id=str(session))
+             for session, lines in ((1, sports), (2, small_talk))
+             for n, (speaker, text) in enumerate(lines, start=1)]
+    question = QueryRequest(conversation_id="sports", question="What sports does Ann play?", budget_turns=3)
+    assert analyse(question.question).aggregate
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+
+        def top3(redundancy: float) -> set[str]:
+            return set(with_config(memory, EngineConfig(ranking=RankingConfig(aggregate_redundancy=redundancy)))
+                       .query(question).turn_ids)
+
+        tennis, soccer, swimming = {"D1:1", "D1:3", "D1:5", "D1:7"}, "D1:9", "D1:11"
+        # Without the redundancy penalty a second tennis turn takes the third place; with it, the swimming does.
+        assert soccer in top3(0.0) and swimming not in top3(0.0) and len(top3(0.0) & tennis) == 2
+        assert top3(RankingConfig().aggregate_redundancy) - tennis == {soccer, swimming}
+
+
 def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     from datetime import UTC, datetime, timedelta
 

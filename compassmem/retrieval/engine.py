@@ -70,6 +70,13 @@ class RankingConfig(BaseModel):
     # questions gather facts spread over many sessions).
     session_diversity: float = Field(default=0.0, ge=0.0)
     aggregate_session_diversity: float = Field(default=0.03, ge=0.0)
+    # Aggregating questions gather distinct instances ("What activities does Melanie do?"): each turn is also
+    # lowered by this much times its similarity to the most similar turn already taken, so that five turns about
+    # one pottery class do not fill the places of the camping trip and the concert (maximal marginal relevance).
+    # On the LoCoMo development split, with the question penalty: multi-hop recall@10 49.5 -> 50.3 / 51.2 / 50.7
+    # with 0.05 / 0.15 / 0.3, list questions 47.6 -> 50.2 with 0.15, categories 1-4 81.1 -> 81.1 (single-hop
+    # 90.7 -> 90.2: single facts asked as aggregating questions).
+    aggregate_redundancy: float = Field(default=0.15, ge=0.0)
     # Aggregating questions: expand the query with its best turns (pseudo-relevance feedback) to find the
     # same kind of fact told in other sessions.
     feedback_turns: int = Field(default=3, ge=0)
@@ -427,25 +434,39 @@ class QueryEngine:
         if asked and len(asked) < len(view.speakers):
             final = final + ranking.speaker_boost * np.isin(view.turn_speakers, sorted(asked))
         diversity = ranking.aggregate_session_diversity if analysis.aggregate else ranking.session_diversity
-        order = self._diversified(view, final, budget, diversity)
+        redundancy = ranking.aggregate_redundancy if analysis.aggregate else 0.0
+        order = self._diversified(view, final, budget, diversity, redundancy)
         if final is not unboosted:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
         order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
         refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
         return refs, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
 
-    def _diversified(self, view: MemoryView, final: np.ndarray, budget: int, penalty: float) -> np.ndarray:
+    def _diversified(self, view: MemoryView, final: np.ndarray, budget: int, session_penalty: float,
+                     redundancy_penalty: float) -> np.ndarray:
+        """The best ``budget`` rows, taken one at a time from the best ``5 * budget``: each lowered by
+        ``session_penalty`` per row already taken from its session and by ``redundancy_penalty`` times its
+        similarity to the most similar row taken (ties to the better-ranked row)."""
         ranked = np.argsort(-final, kind="stable")
-        if penalty == 0:
+        if session_penalty == 0 and redundancy_penalty == 0:
             return ranked[:budget]
-        candidates = list(ranked[: budget * 5])
+        candidates = ranked[: budget * 5]
+        base = final[candidates]
+        sessions = view.session_code[candidates]
+        vectors = view.turn_matrix[candidates]
+        similarity = vectors @ vectors.T if redundancy_penalty else None
+        taken_in_session = np.zeros(len(candidates))
+        redundancy = np.zeros(len(candidates))
+        open_rows = np.ones(len(candidates), dtype=bool)
         taken: list[int] = []
-        per_session: dict[str | None, int] = {}
-        while candidates and len(taken) < budget:
-            best = max(candidates, key=lambda r: final[r] - penalty * per_session.get(view.session_of[r], 0))
-            candidates.remove(best)
-            taken.append(int(best))
-            per_session[view.session_of[best]] = per_session.get(view.session_of[best], 0) + 1
+        for _ in range(min(budget, len(candidates))):
+            adjusted = base - session_penalty * taken_in_session - redundancy_penalty * redundancy
+            best = int(np.argmax(np.where(open_rows, adjusted, -np.inf)))
+            open_rows[best] = False
+            taken.append(int(candidates[best]))
+            taken_in_session += sessions == sessions[best]
+            if similarity is not None:
+                redundancy = np.maximum(redundancy, similarity[:, best])
         return np.asarray(taken, dtype=np.int64)
 
     def _evidence(self, view: MemoryView, order: np.ndarray, final: np.ndarray, event_scores: np.ndarray,

@@ -69,9 +69,9 @@ class MemoryView:
         self.session_of: list[tuple[str, str | None]] = list(zip(self.turn_conversations, self.turn_session_ids,
                                                                  strict=True))
         session_ids: dict[tuple[str, str | None], int] = {}
-        self._session_code = np.asarray([session_ids.setdefault(s, len(session_ids)) for s in self.session_of],
+        self.session_code = np.asarray([session_ids.setdefault(s, len(session_ids)) for s in self.session_of],
                                         dtype=np.int64)
-        self.same_session_as_previous = self._session_code[1:] == self._session_code[:-1]
+        self.same_session_as_previous = self.session_code[1:] == self.session_code[:-1]
         self._links = {h.event_id: h.links for h in entries}
         # Topic clusters among the candidates, from the events' own cluster_id: the worker re-writes an event
         # whenever reclustering moves it, and the change feed drops the stale entry. A walk can only reach events
@@ -114,7 +114,7 @@ class MemoryView:
         self.window_count = count
         members = np.minimum(np.arange(count)[:, None] + np.arange(WINDOW_TURNS)[None, :], max(count - 1, 0))
         inside = ((np.arange(count)[:, None] + np.arange(WINDOW_TURNS)[None, :]) < count) & (
-            self._session_code[members] == self._session_code[:, None])
+            self.session_code[members] == self.session_code[:, None])
         self.window_rows = members[inside]
         self.window_of_row = np.repeat(np.arange(count), inside.sum(axis=1))
 
