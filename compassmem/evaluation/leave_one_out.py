@@ -18,7 +18,7 @@ from compassmem.evaluation.locomo_questions import Question
 # The weights a person chose on the development split: each is tried off and doubled (RankingConfig fields).
 CHOSEN_WEIGHTS: tuple[str, ...] = (
     "window_weight", "context_weight", "time_boost", "date_boost", "speaker_boost", "category_weight",
-    "walk_weight", "aggregate_session_diversity", "aggregate_redundancy", "question_penalty",
+    "walk_weight", "aggregate_session_diversity", "aggregate_redundancy", "question_penalty", "feedback_weight",
 )
 DEFAULTS = "defaults"
 

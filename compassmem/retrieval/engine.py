@@ -77,8 +77,11 @@ class RankingConfig(BaseModel):
     # with 0.05 / 0.15 / 0.3, list questions 47.6 -> 50.2 with 0.15, categories 1-4 81.1 -> 81.1 (single-hop
     # 90.7 -> 90.2: single facts asked as aggregating questions).
     aggregate_redundancy: float = Field(default=0.15, ge=0.0)
-    # Aggregating questions: expand the query with its best turns (pseudo-relevance feedback) to find the
-    # same kind of fact told in other sessions.
+    # Every subgoal is scored twice, the second time expanded with its best turns (pseudo-relevance feedback),
+    # and the two averaged: the turns found first say how the conversation words what was asked, and find the
+    # same kind of fact told in other words or other sessions. Once only for aggregating questions; for every
+    # question, on the LoCoMo development split: categories 1-4 recall@10 81.1 -> 81.4, @5 72.3 -> 72.9, each
+    # category up or level (adversarial @5 63.5 -> 64.8).
     feedback_turns: int = Field(default=3, ge=0)
     feedback_weight: float = Field(default=1.0, ge=0.0)
     # Temporal questions: turns that carry a time expression are where dates are said.
@@ -204,7 +207,7 @@ class QueryEngine:
         for subgoal, vector in zip(analysis.subgoals, vectors, strict=True):
             deadline.check("search")
             scored.append(self._score_subgoal(view, subgoal.text, vector))
-        if analysis.aggregate and self.config.ranking.feedback_turns:
+        if self.config.ranking.feedback_turns:
             feedback = []
             for result, vector in zip(scored, vectors, strict=True):
                 deadline.check("search")

@@ -83,6 +83,7 @@ class MemoryView:
                 self._clusters.setdefault(cluster_id, []).append(event_id)
         # Keyword hits per query text, filled by the engine: the store searches a query makes once.
         self.keyword_hits: dict[str, list[TurnKey]] = {}
+        self._window_scores: dict[str, np.ndarray] = {}
         # Rows of the turns labelled with the category a question asks for, and their label score relative to the
         # best one (``label``).
         self.labelled_rows = np.zeros(0, dtype=np.int64)
@@ -119,13 +120,16 @@ class MemoryView:
         self.window_of_row = np.repeat(np.arange(count), inside.sum(axis=1))
 
     def window_scores(self, text: str) -> np.ndarray:
-        """Per turn: the best BM25 score of a window that contains it."""
+        """Per turn: the best BM25 score of a window that contains it (once per text: a subgoal is scored again
+        with its feedback vector)."""
+        if text in self._window_scores:
+            return self._window_scores[text]
         scores = np.zeros(self.turn_count, dtype=np.float64)
-        if self.empty:
-            return scores
-        per_window = window_bm25(text, self._turn_counts, self._turn_lengths, self.window_rows, self.window_of_row,
-                                 self.window_count)
-        np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
+        if not self.empty:
+            per_window = window_bm25(text, self._turn_counts, self._turn_lengths, self.window_rows,
+                                     self.window_of_row, self.window_count)
+            np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
+        self._window_scores[text] = scores
         return scores
 
     def label(self, scores: Mapping[TurnKey, float]) -> None:
