@@ -74,8 +74,9 @@ def test_tools_remember_recall_list_redact_and_forget(tmp_path: Path) -> None:
                                                       "conversation_id": "ann-bob", "budget_turns": 3})
         assert not recalled.is_error, recalled.content
         turns = recalled.structured_content["turns"]
-        assert turns[0]["turn_id"] in {"2", "3"}
-        assert {"1", "2", "3"} >= {turn["turn_id"] for turn in turns}
+        ranked = [turn["turn_id"] for turn in turns]
+        assert sorted(ranked) == ["1", "2", "3"]
+        assert ranked.index("3") < ranked.index("2")  # the turn that answers before the one that asks
         assert {turn["speaker"] for turn in turns} <= {"Ann", "Bob"}
         assert any("beagle" in turn["text"] for turn in turns)
         event_ids = {event["event_id"] for event in recalled.structured_content["events"]}

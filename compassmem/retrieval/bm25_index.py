@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 import Stemmer
@@ -45,11 +45,14 @@ def token_lengths(turn_counts: Sequence[Mapping[str, int]]) -> np.ndarray:
 
 
 def window_bm25(query: str, turn_counts: Sequence[Mapping[str, int]], lengths: np.ndarray, window_rows: np.ndarray,
-                window_of_row: np.ndarray, windows: int, k1: float = BM25_K1, b: float = BM25_B) -> np.ndarray:
+                window_of_row: np.ndarray, windows: int, k1: float = BM25_K1, b: float = BM25_B,
+                unsearched: Collection[str] = ()) -> np.ndarray:
     """BM25 score of each window for ``query``; window ``window_of_row[i]`` holds turn ``window_rows[i]``;
-    ``lengths``: token_lengths(turn_counts)."""
+    ``lengths``: token_lengths(turn_counts). The query's tokens in ``unsearched`` are left out, unless nothing else
+    is left."""
     scores = np.zeros(windows, dtype=np.float64)
     query_tokens = bm25_tokens([query])[0]
+    query_tokens = [token for token in query_tokens if token not in unsearched] or query_tokens
     if not query_tokens or windows == 0:
         return scores
     terms = sorted(set(query_tokens))

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from compassmem.retrieval.bm25_index import window_bm25
+from compassmem.retrieval.bm25_index import bm25_tokens, window_bm25
 from compassmem.retrieval.hot_tier import HotEvent
 from compassmem.sinks.graph_store import EdgeFields
 from compassmem.sinks.vector_store import HotTurnRow
@@ -66,6 +66,9 @@ class MemoryView:
         self.has_time = np.asarray(column(t for h in entries for t in h.has_time), dtype=bool)
         self.turn_speakers = np.asarray(column(t for h in entries for t in h.speakers))
         self.speakers = set(self.turn_speakers.tolist())
+        # A window is indexed with who said each of its turns: the participants' names match every window alike
+        # (engine._search_stems leaves them out of the keyword search for the same reason).
+        self._speaker_tokens = frozenset(token for tokens in bm25_tokens(sorted(self.speakers)) for token in tokens)
         self.session_of: list[tuple[str, str | None]] = list(zip(self.turn_conversations, self.turn_session_ids,
                                                                  strict=True))
         session_ids: dict[tuple[str, str | None], int] = {}
@@ -127,7 +130,7 @@ class MemoryView:
         scores = np.zeros(self.turn_count, dtype=np.float64)
         if not self.empty:
             per_window = window_bm25(text, self._turn_counts, self._turn_lengths, self.window_rows,
-                                     self.window_of_row, self.window_count)
+                                     self.window_of_row, self.window_count, unsearched=self._speaker_tokens)
             np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
         self._window_scores[text] = scores
         return scores

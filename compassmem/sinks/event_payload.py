@@ -71,7 +71,7 @@ log = structlog.get_logger(__name__)
 _SCROLL_PAGE = 256
 
 # What a search hit (TurnHit, EventHit) reads of a point's payload, and what equal scores are ordered by.
-HIT_FIELDS = (CONVERSATION_FIELD, "turn_id", EVENT_ID_FIELD)
+HIT_FIELDS = (CONVERSATION_FIELD, "turn_id", EVENT_ID_FIELD, "speaker")
 
 # What the hot tier reads of an event's and a turn's payload (HotEventRow, HotTurnRow): an event's payload also holds
 # its observations (every turn's text again), frame and summary, which a query does not read from there.
@@ -435,7 +435,7 @@ class PointStore(VectorStore):
             rows = sorted(next(answers), key=_score_then_ids) if query is not None else []
             payloads = [(_required(payload), score) for payload, _, score in rows]
             if search.kind == "turn":
-                found.append([TurnHit(p[CONVERSATION_FIELD], p["turn_id"], p[EVENT_ID_FIELD], score)
+                found.append([TurnHit(p[CONVERSATION_FIELD], p["turn_id"], p[EVENT_ID_FIELD], score, p["speaker"])
                               for p, score in payloads])
             else:
                 found.append([EventHit(p[CONVERSATION_FIELD], p[EVENT_ID_FIELD], score) for p, score in payloads])

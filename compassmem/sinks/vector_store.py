@@ -33,12 +33,13 @@ class ScoredTurn(BaseModel):
 
 
 class TurnHit(NamedTuple):
-    """A turn found by a search, as candidate generation needs it: where it is, not what it says."""
+    """A turn found by a search, as candidate generation needs it: where it is and who said it, not what."""
 
     conversation_id: str
     turn_id: str
     event_id: str
     score: float
+    speaker: str
 
 
 class EventHit(NamedTuple):
