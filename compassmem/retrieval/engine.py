@@ -25,7 +25,7 @@ from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keywor
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
-from compassmem.sinks.vector_store import HitSearch, TurnHit, VectorStore
+from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, VectorStore
 
 log = structlog.get_logger(__name__)
 
@@ -244,8 +244,11 @@ class QueryEngine:
         must_hold: dict[str, set[str]] = {}
         keyword_hits: dict[str, list[TurnKey]] = {}
 
-        def found(event_id: str, rank: int) -> None:
-            best_rank[event_id] = min(rank, best_rank.get(event_id, rank))
+        def take(hits: Sequence[TurnHit | EventHit]) -> None:
+            for rank, hit in enumerate(hits):
+                best_rank[hit.event_id] = min(rank, best_rank.get(hit.event_id, rank))
+                if isinstance(hit, TurnHit):
+                    must_hold.setdefault(hit.event_id, set()).add(hit.turn_id)
 
         # The searches of every subgoal in two batches (two engine calls, two round trips to a server): first by
         # meaning, then by keywords. The turns the first finds tell who speaks in the scope, and the keyword
@@ -272,15 +275,9 @@ class QueryEngine:
         keyword = [HitSearch("turn", sparse_keyword_vector(stems), ranking.keyword_candidates) for stems in by_stems]
         keyword_results = self.vectors.hits(scope, keyword)
         for hits in dense_results:
-            for rank, hit in enumerate(hits):
-                found(hit.event_id, rank)
-                if isinstance(hit, TurnHit):
-                    must_hold.setdefault(hit.event_id, set()).add(hit.turn_id)
+            take(hits)
         for hits, query_texts in zip(keyword_results, by_stems.values(), strict=True):
-            for rank, hit in enumerate(hits):
-                found(hit.event_id, rank)
-                if isinstance(hit, TurnHit):
-                    must_hold.setdefault(hit.event_id, set()).add(hit.turn_id)
+            take(hits)
             for query_text in query_texts:
                 keyword_hits[query_text] = [(hit.conversation_id, hit.turn_id) for hit in hits
                                             if isinstance(hit, TurnHit)]
