@@ -272,6 +272,8 @@ def question_share(text: str) -> float:
     """The share of a turn's characters in sentences that ask something ("That's lovely! What did you paint?":
     about two thirds). A question tells what its speaker wants to know, rarely what happened: its words match a
     question put to the memory better than the answer does."""
+    if "?" not in text:  # most turns: no sentence to split
+        return 0.0
     parts = [part for part in sentences(text) if part.strip()]
     total = sum(len(part) for part in parts)
     return sum(len(part) for part in parts if part.rstrip().endswith("?")) / total if total else 0.0
