@@ -44,7 +44,11 @@ class RankingConfig(BaseModel):
     # 80.8 -> 80.9 and 80.3 -> 80.4, @20 86.0 -> 85.8 and 86.3 -> 85.9, open-domain @10 -1.2 on both (44 questions:
     # half of one question's evidence), adversarial @5 -0.4 and 0; on the 20,000-turn conversation of
     # benchmarks.scale the p99 went 90-92 -> 79-85 ms and the p50 31 -> 26-29 ms (alternating runs; a cold load
-    # reads every turn of every candidate).
+    # reads every turn of every candidate). 35 (were 40), once the participants' names left the keyword search: the
+    # candidates became more particular to each question, and on the 20,000-turn conversation of benchmarks.scale
+    # (a 10,000-turn hot tier) 150 questions loaded 1,244 events with their turns against 1,058 with the names, p50
+    # 35.9 against 32.5 ms; 35 loaded 1,158, p50 33.2 ms (same process, alternating per question). LoCoMo dev @10
+    # of categories 1-4 82.0 -> 82.2, @20 86.9 -> 86.5.
     dense_candidates: int = Field(default=100, ge=1)
     keyword_candidates: int = Field(default=100, ge=1)
     # Event-level dense search; off by default, like the keyword one below: the events of the turns found already
@@ -53,7 +57,7 @@ class RankingConfig(BaseModel):
     # 20,000-turn conversation it was the dearest search of the batch (3.8 ms each, per subgoal: the filter leaves
     # a few thousand events, scored one by one).
     event_candidates: int = Field(default=0, ge=0)
-    max_candidate_events: int = Field(default=40, ge=1)
+    max_candidate_events: int = Field(default=35, ge=1)
     neighbour_events: int = Field(default=20, ge=0)
     # Event-level keyword search (sparse over whole events); off by default: turn-level keyword hits already
     # reach their events, and it cost a third of the query time for no recall on the dev split.
