@@ -484,8 +484,7 @@ def _diversified(view: MemoryView, final: np.ndarray, budget: int, session_penal
     candidates = ranked[: budget * 5]
     base = final[candidates]
     sessions = view.session_code[candidates]
-    vectors = view.turn_matrix[candidates]
-    similarity = vectors @ vectors.T if redundancy_penalty else None
+    similarity = view.turn_matrix[candidates] @ view.turn_matrix[candidates].T if redundancy_penalty else None
     taken_in_session = np.zeros(len(candidates))
     redundancy = np.zeros(len(candidates))
     open_rows = np.ones(len(candidates), dtype=bool)

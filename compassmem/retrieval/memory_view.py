@@ -69,11 +69,10 @@ class MemoryView:
         # A window is indexed with who said each of its turns: the participants' names match every window alike
         # (engine._search_stems leaves them out of the keyword search for the same reason).
         self._speaker_tokens = frozenset(token for tokens in bm25_tokens(sorted(self.speakers)) for token in tokens)
-        self.session_of: list[tuple[str, str | None]] = list(zip(self.turn_conversations, self.turn_session_ids,
-                                                                 strict=True))
+        # Each row's session as a small integer: a session id is unique only within its conversation.
         session_ids: dict[tuple[str, str | None], int] = {}
-        self.session_code = np.asarray([session_ids.setdefault(s, len(session_ids)) for s in self.session_of],
-                                        dtype=np.int64)
+        self.session_code = np.asarray([session_ids.setdefault(s, len(session_ids)) for s in zip(
+            self.turn_conversations, self.turn_session_ids, strict=True)], dtype=np.int64)
         self.same_session_as_previous = self.session_code[1:] == self.session_code[:-1]
         self._links = {h.event_id: h.links for h in entries}
         # Topic clusters among the candidates, from the events' own cluster_id: the worker re-writes an event
