@@ -164,6 +164,8 @@ def test_a_neighbour_comes_without_its_turns_and_a_candidate_never_does(engine: 
     held = hot.events("default", [second])[second]
     stripped = hot.events("default", [second], with_turns=False)[second]
     assert vectors.loads == 3 and stripped.turn_ids == () and stripped.links == held.links
+    # The stripped copy is made once per entry, not once per query that takes the event as a neighbour.
+    assert hot.events("default", [second], with_turns=False)[second] is stripped and vectors.loads == 3
     assert hot.events("default", [second])[second] is held
     assert hot.events("other", [first], with_turns=False) == {}  # another tenant never sees these events
 

@@ -79,9 +79,13 @@ class HotEvent:
     # Sort keys a query's view orders events and turns by, computed once per load rather than once per query.
     order: tuple[str, datetime, str] = field(init=False)
     turn_order: tuple[tuple[str, datetime, str], ...] = field(init=False)
+    # The entry as a neighbour enters a view (without_turns), made on first use: a query takes a score of
+    # neighbours, and copying one cost 30 us.
+    _turnless: HotEvent | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "held", frozenset(self.turn_ids))
+        object.__setattr__(self, "_turnless", None)
         object.__setattr__(self, "turn_lengths", token_lengths(self.turn_counts))
         object.__setattr__(self, "question_shares", np.asarray([question_share(t) for t in self.texts],
                                                                 dtype=np.float64))
@@ -103,9 +107,12 @@ class HotEvent:
         """The event as a neighbour enters a view: its vector, cluster and relations, no turns."""
         if not self.turns_loaded:
             return self
-        return dataclasses.replace(self, turn_ids=(), speakers=(), texts=(), timestamps=(), session_ids=(),
-                                   has_time=(), turn_vectors=self.turn_vectors[:0], turn_counts=(),
-                                   turns_loaded=False)
+        if self._turnless is None:
+            object.__setattr__(self, "_turnless", dataclasses.replace(
+                self, turn_ids=(), speakers=(), texts=(), timestamps=(), session_ids=(), has_time=(),
+                turn_vectors=self.turn_vectors[:0], turn_counts=(), turns_loaded=False))
+        assert self._turnless is not None
+        return self._turnless
 
     @classmethod
     def of(cls, event: HotEventRow, vector: np.ndarray, turns: Sequence[HotTurnRow], turn_vectors: np.ndarray,

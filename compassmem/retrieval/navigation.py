@@ -48,10 +48,29 @@ class NavigationConfig(BaseModel):
     skipped_steps: frozenset[str] = frozenset()
 
 
-class Reached(BaseModel):
-    score: float
-    hops: int
-    path: list[PathStep]
+class Reached:
+    """An event a walk reached: its score, its hops from a seed, and the step that reached it. The path is built
+    when read: a walk reaches dozens of events per subgoal and only the evidence's few report theirs (building
+    every path's steps was a fifth of a walk's time)."""
+
+    __slots__ = ("_via", "hops", "score")
+
+    def __init__(self, score: float, hops: int,
+                 via: tuple[Reached, EdgeFields, str, str] | None = None) -> None:
+        self.score = score
+        self.hops = hops
+        # (the event it was reached from, the edge, that event's id, this event's id); None for a seed.
+        self._via = via
+
+    @property
+    def path(self) -> list[PathStep]:
+        steps: list[PathStep] = []
+        node: Reached = self
+        while node._via is not None:
+            parent, edge, parent_id, event_id = node._via
+            steps.append(_path_step(edge, parent_id, event_id))
+            node = parent
+        return steps[::-1]
 
 
 def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops: int,
@@ -60,7 +79,10 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
     weights = dict(config.type_weights)
     if temporal:
         weights[RelationType.TEMPORAL.value] = config.temporal_weight_when_asked
-    similarity = view.event_matrix @ query if len(view.event_ids) else np.zeros(0)
+    # As Python floats: the loop below reads one per way out of every event it visits.
+    similarity: list[float] = (view.event_matrix @ query).tolist() if len(view.event_ids) else []
+    event_row = view.event_row
+    semantic_weight, logical_weight = config.semantic_weight, 1 - config.semantic_weight
     reached: dict[str, Reached] = {}
     # Heap entries carry the edge that reached them as plain data; PathStep models are built only for
     # the events actually reached (most pushed neighbours are never popped).
@@ -80,9 +102,8 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
         if event_id in reached:
             continue
         score = -negative
-        path = ([*reached[parent].path, _path_step(edge, parent, event_id)]
-                if parent is not None and edge is not None else [])
-        reached[event_id] = Reached(score=score, hops=hops, path=path)
+        reached[event_id] = Reached(score, hops, (reached[parent], edge, parent, event_id)
+                                    if parent is not None and edge is not None else None)
         if hops >= max_hops:
             continue
         # "Nothing better queued" means no better event: entries of events reached already are stale.
@@ -93,15 +114,15 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
         cluster_id = view.events[event_id].cluster_id if event_id in view.events else None
         enter = cluster_id is not None and entered.get(cluster_id, hops + 1) > hops
         lowest_member = 0.0
+        decay = config.hop_decay ** (hops + 1)
         for neighbour, step_type, confidence, step in _steps(view, event_id, cluster_id if enter else None):
-            if neighbour in reached or neighbour not in view.event_row or step_type in config.skipped_steps:
+            row = event_row.get(neighbour)
+            if row is None or neighbour in reached or step_type in config.skipped_steps:
                 continue
-            semantic = float(similarity[view.event_row[neighbour]])
-            logical = weights.get(step_type, 0.3) * confidence
-            priority = (config.semantic_weight * semantic + (1 - config.semantic_weight) * logical)
+            priority = semantic_weight * similarity[row] + logical_weight * weights.get(step_type, 0.3) * confidence
             if step_type == CLUSTER_HOP:
                 lowest_member = min(lowest_member, priority)
-            priority *= config.hop_decay ** (hops + 1)
+            priority *= decay
             heapq.heappush(heap, (-priority, counter, neighbour, hops + 1, event_id, step))
             counter += 1
         if enter and lowest_member >= 0.0:
