@@ -72,6 +72,10 @@ ABLATIONS: dict[str, EngineConfig] = {
     "no clusters": _without({CLUSTER_HOP}),
     "no category labels": EngineConfig(ranking=RankingConfig(category_candidates=0, category_weight=0.0)),
     "no walk, no event score": EngineConfig(ranking=RankingConfig(walk_weight=0.0, turn_weight=0.85)),
+    # The whole graph at once (walk, entity layer, relations): without the walk its relations, entity links and
+    # clusters change no score, so the entity layer's category labels are what is left to switch off.
+    "no graph: no walk, no category labels": EngineConfig(
+        ranking=RankingConfig(walk_weight=0.0, category_candidates=0, category_weight=0.0)),
 }
 
 
