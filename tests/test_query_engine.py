@@ -344,6 +344,45 @@ def test_a_question_gathering_instances_gets_each_instance_before_repeats() -> N
     assert top3(RankingConfig().aggregate_redundancy) == ["tennis-1", "soccer", "swimming"]
 
 
+def test_a_view_orders_turns_by_time_across_events_and_keeps_a_moved_turn_once() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    import numpy as np
+
+    from compassmem.retrieval.hot_tier import HotEvent
+    from compassmem.retrieval.memory_view import MemoryView
+
+    start = datetime(2024, 6, 3, 10, 0, tzinfo=UTC)
+
+    def event(event_id: str, minutes: list[int], ids: list[str]) -> HotEvent:
+        # Each turn's vector and text say which turn it is, so a misaligned column shows.
+        vectors = np.zeros((len(ids), 8), dtype=np.float32)
+        for n, turn_id in enumerate(ids):
+            vectors[n, int(turn_id[1:])] = 1.0
+        return HotEvent(event_id=event_id, conversation_id="c", cluster_id=None,
+                        start=start + timedelta(minutes=minutes[0]), time_anchors=(), vector=vectors.mean(axis=0),
+                        turn_ids=tuple(ids), speakers=tuple(f"speaker of {t}" for t in ids),
+                        texts=tuple(f"text of {t}?" if t == "t3" else f"text of {t}" for t in ids),
+                        timestamps=tuple(start + timedelta(minutes=m) for m in minutes), session_ids=("1",) * len(ids),
+                        has_time=tuple(t == "t2" for t in ids), turn_vectors=vectors,
+                        turn_counts=tuple({t: 1} for t in ids), links=())
+
+    # e1 starts first but holds a turn said after e2's; t4 moved from e1 to e2 between two loads and is in both.
+    in_order = MemoryView("default", [event("e1", [0, 1], ["t0", "t1"]), event("e2", [2, 3], ["t2", "t3"])], 8)
+    mixed = MemoryView("default", [event("e1", [0, 3, 4], ["t0", "t3", "t4"]),
+                                   event("e2", [1, 2, 4], ["t1", "t2", "t4"])], 8)
+    for view in (in_order, mixed):
+        count = view.turn_count
+        assert view.turn_ids == [f"t{n}" for n in range(count)]
+        assert view.turn_texts == [f"text of t{n}" + ("?" if n == 3 else "") for n in range(count)]
+        assert list(view.turn_speakers) == [f"speaker of t{n}" for n in range(count)]
+        assert [int(np.argmax(row)) for row in view.turn_matrix] == list(range(count))
+        assert list(view.has_time) == [n == 2 for n in range(count)]
+        assert [bool(share) for share in view.question_share] == [n == 3 for n in range(count)]
+        assert view.turn_row == {("c", f"t{n}"): n for n in range(count)}
+    assert mixed.turn_count == 5 and mixed.turn_event_ids[:4] == ["e1", "e2", "e2", "e1"]
+
+
 def test_a_participants_name_alone_does_not_rank_their_small_talk(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     import itertools
     from datetime import UTC, datetime, timedelta

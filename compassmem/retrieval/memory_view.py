@@ -45,26 +45,28 @@ class MemoryView:
         for i in sorted(range(len(keys)), key=keys.__getitem__):
             kept.setdefault((keys[i][0], keys[i][2]), i)
         rows = list(kept.values())
+        # Events in time order mostly hold their turns in time order too: then every column is taken as it is.
+        in_order = rows == list(range(len(keys)))
 
-        def column(values: Iterable[T]) -> list[T]:
-            flat = list(values)
-            return [flat[i] for i in rows]
+        def column(parts: Iterable[Sequence[T]]) -> list[T]:
+            flat = [value for part in parts for value in part]
+            return flat if in_order else [flat[i] for i in rows]
 
         # The turns column by column (rows in (conversation, time) order); ``turn(row)`` builds one whole.
-        self.turn_conversations = column(h.conversation_id for h in entries for _ in h.turn_ids)
-        self.turn_ids = column(t for h in entries for t in h.turn_ids)
-        self.turn_event_ids = column(h.event_id for h in entries for _ in h.turn_ids)
-        self.turn_texts = column(t for h in entries for t in h.texts)
-        self.turn_timestamps = column(t for h in entries for t in h.timestamps)
-        self.turn_session_ids = column(t for h in entries for t in h.session_ids)
-        self.turn_matrix = matrix[rows].reshape(len(rows), dim)
-        self._turn_counts: list[Mapping[str, int]] = [counts[i] for i in rows]
-        self._turn_lengths = lengths[rows]
-        self.question_share = shares[rows]
+        self.turn_conversations = column((h.conversation_id,) * h.turn_count for h in entries)
+        self.turn_ids = column(h.turn_ids for h in entries)
+        self.turn_event_ids = column((h.event_id,) * h.turn_count for h in entries)
+        self.turn_texts = column(h.texts for h in entries)
+        self.turn_timestamps = column(h.timestamps for h in entries)
+        self.turn_session_ids = column(h.session_ids for h in entries)
+        self.turn_matrix = (matrix if in_order else matrix[rows]).reshape(len(rows), dim)
+        self._turn_counts: list[Mapping[str, int]] = counts if in_order else [counts[i] for i in rows]
+        self._turn_lengths = lengths if in_order else lengths[rows]
+        self.question_share = shares if in_order else shares[rows]
         self.turn_row: dict[TurnKey, int] = dict(zip(kept, range(len(rows)), strict=True))
         self.turn_event = np.asarray([self.event_row.get(e, -1) for e in self.turn_event_ids], dtype=np.int64)
-        self.has_time = np.asarray(column(t for h in entries for t in h.has_time), dtype=bool)
-        self.turn_speakers = np.asarray(column(t for h in entries for t in h.speakers))
+        self.has_time = np.asarray(column(h.has_time for h in entries), dtype=bool)
+        self.turn_speakers = np.asarray(column(h.speakers for h in entries))
         self.speakers = set(self.turn_speakers.tolist())
         # A window is indexed with who said each of its turns: the participants' names match every window alike
         # (engine._search_stems leaves them out of the keyword search for the same reason).
