@@ -107,12 +107,13 @@ class HotEvent:
         """The event as a neighbour enters a view: its vector, cluster and relations, no turns."""
         if not self.turns_loaded:
             return self
-        if self._turnless is None:
-            object.__setattr__(self, "_turnless", dataclasses.replace(
-                self, turn_ids=(), speakers=(), texts=(), timestamps=(), session_ids=(), has_time=(),
-                turn_vectors=self.turn_vectors[:0], turn_counts=(), turns_loaded=False))
-        assert self._turnless is not None
-        return self._turnless
+        turnless = self._turnless
+        if turnless is None:
+            turnless = dataclasses.replace(self, turn_ids=(), speakers=(), texts=(), timestamps=(), session_ids=(),
+                                           has_time=(), turn_vectors=self.turn_vectors[:0], turn_counts=(),
+                                           turns_loaded=False)
+            object.__setattr__(self, "_turnless", turnless)
+        return turnless
 
     @classmethod
     def of(cls, event: HotEventRow, vector: np.ndarray, turns: Sequence[HotTurnRow], turn_vectors: np.ndarray,
