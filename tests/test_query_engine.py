@@ -3,6 +3,7 @@ the memory's own, or one with another ``EngineConfig`` over the same stores."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ from compassmem.config import Settings
 from compassmem.contracts.query import QueryRequest
 from compassmem.importers import read_turns
 from compassmem.memory import Memory
+from compassmem.models import Event
 from compassmem.retrieval.decomposition import analyse
 from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig, asked_speakers
 from compassmem.retrieval.hot_tier import HotTier
@@ -69,9 +71,9 @@ def test_a_question_is_searched_by_its_content_words_once(engine: QueryEngine,
     batches: list[list] = []
     searched = engine.vectors.hits
 
-    def recording(scope, searches):  # noqa: ANN001, ANN202 - the real store's search, its batch recorded
+    def recording(scope, searches, locate=None):  # noqa: ANN001, ANN202 - the real store's search, its batch recorded
         batches.append(list(searches))
-        return searched(scope, searches)
+        return searched(scope, searches, locate)
 
     monkeypatch.setattr(engine.vectors, "hits", recording)
     assert "S1:7" in ask(engine, question, budget_turns=5)
@@ -168,6 +170,69 @@ def test_a_neighbour_comes_without_its_turns_and_a_candidate_never_does(engine: 
     assert hot.events("default", [second], with_turns=False)[second] is stripped and vectors.loads == 3
     assert hot.events("default", [second])[second] is held
     assert hot.events("other", [first], with_turns=False) == {}  # another tenant never sees these events
+
+
+def test_a_warm_query_reads_no_hit_payloads_and_answers_as_a_cold_one(engine: QueryEngine,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    store = engine.vectors
+    read: list[int] = []
+    payloads = store._payloads  # type: ignore[attr-defined]
+
+    def counting(keys, payload_keys):  # noqa: ANN001, ANN202 - the real read, its size recorded
+        read.append(len(keys))
+        return payloads(keys, payload_keys)
+
+    monkeypatch.setattr(store, "_payloads", counting)
+    cold = QueryEngine(engine.embedder, store, HotTier(store, engine.hot.graph, max_age_s=1e9))
+    question = "When did Priya adopt Biscuit?"
+    first = ask(cold, question, budget_turns=5)
+    assert read and sum(read) > 0  # nothing held yet: every hit's payload read from the store
+    read.clear()
+    assert ask(cold, question, budget_turns=5) == first and "S1:7" in first
+    assert read == []  # the candidates' events are held now: their turns' hits are located there
+
+
+def test_the_hot_tier_locates_the_turns_it_would_serve_and_no_others(engine: QueryEngine) -> None:
+    from compassmem.models import turn_point_key
+    from compassmem.sinks.vector_store import TurnLocation
+
+    events = engine.vectors.conversation_events("default", "priya-tom")
+    first, second = events[0], events[1]
+    hot = HotTier(engine.vectors, engine.hot.graph, max_turns=1_000, max_age_s=0.2, followed_max_age_s=60)
+
+    def keys(event: Event) -> dict[int, str]:
+        return {turn_point_key("default", "priya-tom", o.turn_id): o.turn_id for o in event.observations}
+
+    unheld = keys(second)
+    assert hot.locate("default", unheld) == {}
+    hot.events("default", [second.event_id], with_turns=False)  # a neighbour: held without turns, locates none
+    assert hot.locate("default", unheld) == {}
+    entry = hot.events("default", [first.event_id])[first.event_id]
+    located = hot.locate("default", [*keys(first), *unheld])
+    assert located == {key: TurnLocation("priya-tom", turn_id, first.event_id, entry.speakers[row])
+                       for row, (key, turn_id) in enumerate(keys(first).items())}
+    assert hot.locate("other", keys(first)) == {}  # another tenant's search never learns of these turns
+
+    hot.invalidate_event("default", first.event_id)  # what the change feed does when the event changes
+    assert hot.locate("default", keys(first)) == {}
+    hot.events("default", [first.event_id])
+    time.sleep(0.3)  # past max_age_s with no feed followed: ``events`` would load it again, so no location either
+    assert hot.locate("default", keys(first)) == {}
+
+    # A turn that moved: the later load holds it, and dropping the entry that held it before keeps where it is now.
+    hot.feed_followed(True)
+    hot.events("default", [first.event_id, second.event_id])
+    moved_key, moved_turn = next(iter(keys(first).items()))
+    held = hot.events("default", [second.event_id])[second.event_id]
+    later = dataclasses.replace(held, turn_ids=(moved_turn, *held.turn_ids[1:]))
+    with hot._lock:  # as a reload of the second event after the move would leave it
+        hot._put(("default", second.event_id), later)
+    assert hot.locate("default", [moved_key])[moved_key].event_id == second.event_id
+    hot.invalidate_event("default", first.event_id)
+    assert hot.locate("default", [moved_key]) == {moved_key: TurnLocation(
+        "priya-tom", moved_turn, second.event_id, later.speakers[0])}
+    hot.invalidate("default", "priya-tom")
+    assert hot.locate("default", [*keys(first), *unheld]) == {}
 
 
 class _CountingLoads:

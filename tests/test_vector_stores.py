@@ -3,7 +3,7 @@ for a Qdrant server (same client code path)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +12,7 @@ from qdrant_client import QdrantClient
 
 from compassmem.config import Settings
 from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import Event, IndexedTurn, turn_point_id
+from compassmem.models import Event, IndexedTurn, turn_point_id, turn_point_key
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.event_payload import (
@@ -26,7 +26,7 @@ from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import HitSearch, VectorStore
+from compassmem.sinks.vector_store import HitSearch, TurnLocation, VectorStore
 
 Opener = Callable[[], VectorStore]
 EventBuilder = Callable[..., Event]
@@ -453,6 +453,42 @@ def test_equal_keyword_matches_are_cut_the_same_way_whatever_the_write_order(
 
     assert len({score(sparse_keyword_vector(keyword_stems(t.text))) for t in turns}) == 1
     assert len({score(turn_keyword_vector(t)) for t in turns}) == len(turns)
+
+
+def test_hits_take_the_turns_a_locator_knows_and_read_the_others_from_the_store(
+    sparse_keywords: Sparse, put_turns: Put, open_store: Opener, turn_builder: TurnBuilder, store_dim: int
+) -> None:
+    store = open_store()
+    turns = [turn_builder("c1", i, keywords=["marathon"] * (i % 3 + 1)) for i in range(1, 9)]
+    put_turns(store, *turns)
+    scope = SearchScope.conversation("default", "c1")
+    searches = [HitSearch("turn", _unit([1.0] * store_dim), 6), HitSearch("turn", sparse_keywords(["marathon"]), 6)]
+    from_payloads = store.hits(scope, searches)
+    assert [len(hits) for hits in from_payloads] == [6, 6]
+
+    asked: list[set[int]] = []
+    # What a locator says is taken as it is (the hot tier answers only for entries it would serve): one turn is
+    # placed in another event here, and every turn it does not know comes from the store.
+    known = {turn_point_key("default", "c1", t.turn_id): TurnLocation("c1", t.turn_id, "moved-event", t.speaker)
+             for t in turns[:3]}
+
+    def locate(keys: Collection[int]) -> dict[int, TurnLocation]:
+        asked.append(set(keys))
+        return {key: known[key] for key in keys if key in known}
+
+    located = store.hits(scope, searches, locate)
+    assert len(asked) == 1  # every search's hits located in one call
+    assert asked[0] == {turn_point_key("default", "c1", hit.turn_id) for hits in from_payloads for hit in hits}
+    moved = {t.turn_id for t in turns[:3]}
+    for hits, expected in zip(located, from_payloads, strict=True):
+        assert [(h.turn_id, h.score, h.speaker) for h in hits] == [(h.turn_id, h.score, h.speaker) for h in expected]
+        assert [h.event_id for h in hits] == [
+            "moved-event" if h.turn_id in moved else h.event_id for h in expected]
+    # A locator that knows nothing changes nothing; event searches never ask it.
+    assert store.hits(scope, searches, lambda keys: {}) == from_payloads
+    asked.clear()
+    store.hits(scope, [HitSearch("event", _unit([1.0] * store_dim), 3)], locate)
+    assert asked == []
 
 
 def test_turn_keyword_idf_is_computed_over_turns_only(

@@ -18,18 +18,18 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
 
-from compassmem.models import TimeAnchor, search_text
+from compassmem.models import TimeAnchor, search_text, turn_point_key
 from compassmem.processors.text_features import question_share
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
-from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, VectorStore
+from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, TurnLocation, VectorStore
 
 # Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process. Sized
 # for the queries that miss at the same time (the API serves queries on many threads), so that one query's graph
@@ -145,6 +145,12 @@ class HotTier:
         # Since when a change feed has been followed without a break (None: not followed now).
         self._followed_since: float | None = None
         self._entries: OrderedDict[tuple[str, str], HotEvent] = OrderedDict()
+        # Each held turn's point key (models.turn_point_key) -> (tenant, event id, conversation id, turn id, speaker):
+        # search hits name points by key, and ``locate`` answers where they are without reading their payloads from
+        # the store. Plain tuples of strings, which the garbage collector stops tracking (see HotEvent).
+        self._turn_points: dict[int, tuple[str, str, str, str, str]] = {}
+        # The point keys of each entry's turns, to forget them with the entry.
+        self._point_keys: dict[tuple[str, str], tuple[int, ...]] = {}
         # When each recently invalidated event was invalidated: a load that started before then read what the
         # change replaced, so it is served once but not kept. Bounded: older marks cannot matter to a load.
         self._invalidated: OrderedDict[tuple[str, str | None], float] = OrderedDict()
@@ -191,6 +197,27 @@ class HotTier:
                     if not self._changed_since(tenant, entry, started):
                         self._put((tenant, event_id), entry)
             found.update(loaded)
+        return found
+
+    def locate(self, tenant: str, keys: Collection[int]) -> dict[int, TurnLocation]:
+        """Where the held turns among these point keys are (``VectorStore.hits``' locator): only from entries
+        ``events`` would serve as they are, so a turn the change feed moved, or one of an entry past its age, is
+        read from the store instead."""
+        now = time.monotonic()
+        found: dict[int, TurnLocation] = {}
+        fresh: dict[str, bool] = {}
+        with self._lock:
+            for key in keys:
+                held = self._turn_points.get(key)
+                if held is None or held[0] != tenant:
+                    continue
+                _, event_id, conversation_id, turn_id, speaker = held
+                usable = fresh.get(event_id)
+                if usable is None:
+                    entry = self._entries[(tenant, event_id)]
+                    usable = fresh[event_id] = now - entry.loaded_at <= self._age_limit(entry)
+                if usable:
+                    found[key] = TurnLocation(conversation_id, turn_id, event_id, speaker)
         return found
 
     @property
@@ -242,6 +269,13 @@ class HotTier:
         self._drop(key)
         self._entries[key] = entry
         self._turns += entry.weight
+        if entry.turns_loaded:
+            points = tuple(turn_point_key(key[0], entry.conversation_id, turn_id) for turn_id in entry.turn_ids)
+            self._point_keys[key] = points
+            # A turn another entry still holds moved here: this is the later load, so it wins.
+            self._turn_points.update(
+                (point, (key[0], key[1], entry.conversation_id, turn_id, speaker))
+                for point, turn_id, speaker in zip(points, entry.turn_ids, entry.speakers, strict=True))
         while self._turns > self.max_turns and len(self._entries) > 1:
             self._drop(next(iter(self._entries)))
 
@@ -249,6 +283,10 @@ class HotTier:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._turns -= entry.weight
+        for point in self._point_keys.pop(key, ()):
+            held = self._turn_points.get(point)
+            if held is not None and (held[0], held[1]) == key:
+                del self._turn_points[point]
 
     def _load(self, tenant: str, event_ids: list[str], with_turns: bool = True) -> dict[str, HotEvent]:
         # The graph server works out the relations while this thread reads the vector store.

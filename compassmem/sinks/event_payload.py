@@ -39,6 +39,8 @@ from compassmem.sinks.vector_store import (
     ScoredEvent,
     ScoredTurn,
     TurnHit,
+    TurnLocation,
+    TurnLocator,
     VectorStore,
 )
 
@@ -355,13 +357,22 @@ class PointStore(VectorStore):
         more)."""
 
     @abstractmethod
-    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool,
-                    payload_keys: Sequence[str] | None = None) -> list[list[tuple[Payload, Any, float]]]:
-        """Per query, (payload (only ``payload_keys`` when given), vectors (the dense one, or none without
-        ``with_vectors``), score) of its best ``limit`` points in its scope by its vector ``using``, best first;
-        one engine call where it can.
+    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
+        """Per query, (whole payload, dense vector, score) of its best ``limit`` points in its scope by its vector
+        ``using``, best first; one engine call where it can.
 
         ``queries`` is not empty; no query is an empty sparse vector or has a limit below 1."""
+
+    @abstractmethod
+    def _query_keys(self, queries: Sequence[Nearest],
+                    payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
+        """Per query, (point key: the integer its UUID holds, the payload's ``payload_keys`` of that query or None
+        when they are None, score) of its best points, as ``_query_many`` finds them; one engine call where it can.
+        A payload costs more to read than the search itself (qdrant-edge: about 7 us a point, whichever fields)."""
+
+    @abstractmethod
+    def _payloads(self, keys: Sequence[int], payload_keys: Sequence[str]) -> dict[int, Payload]:
+        """The ``payload_keys`` of the points with these keys, by key; a point that no longer exists is left out."""
 
     @abstractmethod
     def _delete(self, where: Scope) -> None: ...
@@ -424,21 +435,38 @@ class PointStore(VectorStore):
     def count_turns(self, scope: SearchScope) -> int:
         return self._count(search_scope(scope, TURN_KIND))
 
-    def hits(self, scope: SearchScope, searches: Sequence[HitSearch]) -> list[list[TurnHit | EventHit]]:
+    def hits(self, scope: SearchScope, searches: Sequence[HitSearch],
+             locate: TurnLocator | None = None) -> list[list[TurnHit | EventHit]]:
         queries = [self._nearest_query(search_scope(scope, TURN_KIND if search.kind == "turn" else EVENT_KIND),
                                        search.query, _vector_name(search), search.limit) for search in searches]
-        asked = [query for query in queries if query is not None]
+        asked = [(search, query) for search, query in zip(searches, queries, strict=True) if query is not None]
         # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
-        answers = iter(self._query_many(asked, with_vectors=False, payload_keys=HIT_FIELDS) if asked else [])
+        answers = self._query_keys([query for _, query in asked], [
+            None if locate is not None and search.kind == "turn" else HIT_FIELDS for search, _ in asked]) if asked else []
+        unread = {key for answer in answers for key, payload, _ in answer if payload is None}
+        located: Mapping[int, TurnLocation] = {}
+        if unread and locate is not None:
+            located = locate(unread)
+            missing = [key for key in unread if key not in located]
+            if missing:
+                read = self._payloads(missing, HIT_FIELDS)
+                located = {**located, **{key: _turn_location(payload) for key, payload in read.items()}}
         found: list[list[TurnHit | EventHit]] = []
+        answered = iter(answers)
         for search, query in zip(searches, queries, strict=True):
-            rows = sorted(next(answers), key=_score_then_ids) if query is not None else []
-            payloads = [(_required(payload), score) for payload, _, score in rows]
+            rows = next(answered) if query is not None else []
             if search.kind == "turn":
-                found.append([TurnHit(p[CONVERSATION_FIELD], p["turn_id"], p[EVENT_ID_FIELD], score, p["speaker"])
-                              for p, score in payloads])
+                turns = []
+                for key, payload, score in rows:
+                    where = _turn_location(payload) if payload is not None else located.get(key)
+                    if where is not None:  # None: the point was deleted between the search and the read
+                        turns.append(TurnHit(where.conversation_id, where.turn_id, where.event_id, score,
+                                             where.speaker))
+                found.append(sorted(turns, key=_turn_hit_order))
             else:
-                found.append([EventHit(p[CONVERSATION_FIELD], p[EVENT_ID_FIELD], score) for p, score in payloads])
+                events = [EventHit(p[CONVERSATION_FIELD], p[EVENT_ID_FIELD], score)
+                          for p, score in ((_required(payload), score) for _, payload, score in rows)]
+                found.append(sorted(events, key=_event_hit_order))
         return found
 
     def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
@@ -484,7 +512,7 @@ class PointStore(VectorStore):
         # Equal scores are common in keyword search (the same words in several turns); the engine orders them by
         # its internal point offsets, which differed between two builds of the same memory. By ids instead, so
         # the same memory answers the same question the same way.
-        return sorted(self._query_many([engine_query], with_vectors=True)[0], key=_score_then_ids)
+        return sorted(self._query_many([engine_query])[0], key=_score_then_ids)
 
     def _nearest_query(self, where: Scope, query: Sequence[float] | SparseVector, using: str,
                        limit: int) -> Nearest | None:
@@ -516,3 +544,17 @@ def _score_then_ids(hit: tuple[Payload, Any, float]) -> tuple[float, str, str, s
     payload = hit[0] or {}
     return (-hit[2], str(payload.get("conversation_id", "")), str(payload.get("turn_id", "")),
             str(payload.get(EVENT_ID_FIELD, "")))
+
+
+def _turn_hit_order(hit: TurnHit) -> tuple[float, str, str, str]:
+    """Best first, equal scores by ids (as _score_then_ids orders whole points)."""
+    return (-hit.score, hit.conversation_id, hit.turn_id, hit.event_id)
+
+
+def _event_hit_order(hit: EventHit) -> tuple[float, str, str]:
+    return (-hit.score, hit.conversation_id, hit.event_id)
+
+
+def _turn_location(payload: Payload | None) -> TurnLocation:
+    found = _required(payload)
+    return TurnLocation(found[CONVERSATION_FIELD], found["turn_id"], found[EVENT_ID_FIELD], found["speaker"])

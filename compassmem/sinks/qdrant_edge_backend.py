@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -169,31 +170,15 @@ class EdgeVectorStore(PointStore):
         )
         return [(record.payload, record.vector) for record in records], next_offset
 
-    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool,
-                    payload_keys: Sequence[str] | None = None) -> list[list[tuple[Payload, Any, float]]]:
-        # A few named fields come with the hits: on the 20k-turn conversation of benchmarks.scale a question's
-        # batch took 7.4-7.6 ms that way against 7.9-9.4 ms fetched by id afterwards (1.0-1.5 ms less on the other
-        # scopes too). Whole payloads and vectors are fetched by id afterwards, once for every search of the batch:
-        # asking the search for them cost 5 ms more per 100 hits than the search itself (measured on a 100k-point
-        # shard: 7.3 ms with payloads, 2.3 + 0.6 ms this way).
-        hit_fields = list(payload_keys) if payload_keys is not None and not with_vectors else None
-        requests = [QueryRequest(limit=query.limit, filter=_filter(query.where),
-                                 with_payload=hit_fields if hit_fields is not None else False,
-                                 with_vector=False,
-                                 query=Query.Nearest(_sparse(query.query) if isinstance(query.query, SparseVector)
-                                                     else query.query, using=query.using))
-                    for query in queries]
-        answers = (self.shard.query_batch(QueryBatchRequest(requests)) if len(requests) > 1
-                   else [self.shard.query(requests[0])])
-        if hit_fields is not None:
-            return [[(hit.payload, None, float(hit.score)) for hit in hits] for hits in answers]
+    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
+        # Whole payloads and vectors are fetched by id afterwards, once for every search of the batch: asking the
+        # search for them cost 5 ms more per 100 hits than the search itself (measured on a 100k-point shard:
+        # 7.3 ms with payloads, 2.3 + 0.6 ms this way).
+        answers = self._run([self._request(query, None) for query in queries])
         # Each .id access builds a new uuid.UUID: read every id once.
         ids = [[hit.id for hit in hits] for hits in answers]
         wanted = list(dict.fromkeys(point for found in ids for point in found))
-        records = self.shard.retrieve(
-            wanted, with_payload=list(payload_keys) if payload_keys is not None else True,
-            with_vector=[layout.DENSE_VECTOR] if with_vectors else False,
-        ) if wanted else []
+        records = self.shard.retrieve(wanted, with_payload=True, with_vector=[layout.DENSE_VECTOR]) if wanted else []
         by_id = {record.id: record for record in records}
         results = []
         for found, hits in zip(ids, answers, strict=True):
@@ -201,6 +186,31 @@ class EdgeVectorStore(PointStore):
             results.append([(record.payload, record.vector, float(score)) for record, score in pairs
                             if record is not None])
         return results
+
+    def _query_keys(self, queries: Sequence[Nearest],
+                    payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
+        answers = self._run([self._request(query, keys) for query, keys in zip(queries, payload_keys, strict=True)])
+        return [[(hit.id.int, hit.payload if keys is not None else None, float(hit.score)) for hit in hits]
+                for hits, keys in zip(answers, payload_keys, strict=True)]
+
+    def _payloads(self, keys: Sequence[int], payload_keys: Sequence[str]) -> dict[int, Payload]:
+        records = self.shard.retrieve([uuid.UUID(int=key) for key in keys], with_payload=list(payload_keys),
+                                      with_vector=False)
+        return {record.id.int: record.payload for record in records}
+
+    @staticmethod
+    def _request(query: Nearest, payload_keys: Sequence[str] | None) -> QueryRequest:
+        """The engine request of a search, with the payload's ``payload_keys`` (None: no payload)."""
+        return QueryRequest(limit=query.limit, filter=_filter(query.where),
+                            with_payload=list(payload_keys) if payload_keys is not None else False,
+                            with_vector=False,
+                            query=Query.Nearest(_sparse(query.query) if isinstance(query.query, SparseVector)
+                                                else query.query, using=query.using))
+
+    def _run(self, requests: list[QueryRequest]) -> list[Any]:
+        if len(requests) > 1:
+            return self.shard.query_batch(QueryBatchRequest(requests))
+        return [self.shard.query(requests[0])]
 
     def _delete(self, where: Scope) -> None:
         self.shard.update(UpdateOperation.delete_points_by_filter(_filter(where)))

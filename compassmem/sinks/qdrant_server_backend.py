@@ -7,6 +7,7 @@ the store logic live in ``event_payload``; this module only speaks qdrant-client
 
 from __future__ import annotations
 
+import uuid
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -147,26 +148,46 @@ class QdrantServerVectorStore(PointStore):
         )
         return [(record.payload, record.vector) for record in records], next_offset
 
-    def _query_many(self, queries: Sequence[Nearest], with_vectors: bool,
-                    payload_keys: Sequence[str] | None = None) -> list[list[tuple[Payload, Any, float]]]:
-        responses = self.client.query_batch_points(self.collection, requests=[
+    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
+        responses = self._query(queries, [True] * len(queries), with_vectors=True)
+        return [[(hit.payload, hit.vector, float(hit.score)) for hit in response.points] for response in responses]
+
+    def _query_keys(self, queries: Sequence[Nearest],
+                    payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
+        responses = self._query(queries, [list(keys) if keys is not None else False for keys in payload_keys],
+                                with_vectors=False)
+        return [[(_key(hit.id), hit.payload if keys is not None else None, float(hit.score)) for hit in response.points]
+                for response, keys in zip(responses, payload_keys, strict=True)]
+
+    def _payloads(self, keys: Sequence[int], payload_keys: Sequence[str]) -> dict[int, Payload]:
+        records = self.client.retrieve(self.collection, ids=[str(uuid.UUID(int=key)) for key in keys],
+                                       with_payload=list(payload_keys), with_vectors=False)
+        return {_key(record.id): record.payload for record in records}
+
+    def _query(self, queries: Sequence[Nearest], payloads: Sequence[bool | list[str]],
+               with_vectors: bool) -> list[models.QueryResponse]:
+        return self.client.query_batch_points(self.collection, requests=[
             models.QueryRequest(
                 query=_sparse(query.query) if isinstance(query.query, SparseVector) else query.query,
                 using=query.using,
                 filter=_filter(query.where),
                 limit=query.limit,
-                with_payload=list(payload_keys) if payload_keys is not None else True,
+                with_payload=payload,
                 with_vector=[layout.DENSE_VECTOR] if with_vectors else False,
             )
-            for query in queries
+            for query, payload in zip(queries, payloads, strict=True)
         ])
-        return [[(hit.payload, hit.vector, float(hit.score)) for hit in response.points] for response in responses]
 
     def _delete(self, where: Scope) -> None:
         self.client.delete(self.collection, points_selector=models.FilterSelector(filter=_filter(where)), wait=True)
 
     def _count(self, where: Scope) -> int:
         return self.client.count(self.collection, count_filter=_filter(where), exact=True).count
+
+
+def _key(point_id: str | int) -> int:
+    """A point id as the integer its UUID holds (the server answers UUIDs as text)."""
+    return point_id if isinstance(point_id, int) else uuid.UUID(point_id).int
 
 
 def _sparse(vector: SparseVector) -> models.SparseVector:

@@ -10,7 +10,7 @@ sparse vector name, so keyword IDF is computed over turns for turns and over eve
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, NamedTuple
@@ -40,6 +40,20 @@ class TurnHit(NamedTuple):
     event_id: str
     score: float
     speaker: str
+
+
+class TurnLocation(NamedTuple):
+    """Where a turn is and who said it: a ``TurnHit`` without its score."""
+
+    conversation_id: str
+    turn_id: str
+    event_id: str
+    speaker: str
+
+
+TurnLocator = Callable[[Collection[int]], Mapping[int, TurnLocation]]
+"""Given turn point keys (``models.turn_point_key``), the locations it knows of them, fresh enough to rank by: the
+query path's hot tier, which spares a search reading the hits' payloads (``VectorStore.hits``)."""
 
 
 class EventHit(NamedTuple):
@@ -173,10 +187,15 @@ class VectorStore(ABC):
         return [hit for hit in hits if isinstance(hit, TurnHit)]
 
     @abstractmethod
-    def hits(self, scope: SearchScope, searches: Sequence[HitSearch]) -> list[list[TurnHit | EventHit]]:
+    def hits(self, scope: SearchScope, searches: Sequence[HitSearch],
+             locate: TurnLocator | None = None) -> list[list[TurnHit | EventHit]]:
         """The query path's candidate searches, all within one scope, as one round trip where the engine allows:
         per search, the best turns (``TurnHit``) or events (``EventHit``) by cosine similarity to a dense query or
-        by keyword score for a sparse one (IDF over turns for turns, over events for events), best first."""
+        by keyword score for a sparse one (IDF over turns for turns, over events for events), best first (equal
+        scores by conversation, turn and event id).
+
+        With ``locate``, turn searches read no payloads: the turns it locates are taken as it says, and the others
+        are read from the store in one more call."""
 
     @abstractmethod
     def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
