@@ -174,22 +174,32 @@ def test_a_neighbour_comes_without_its_turns_and_a_candidate_never_does(engine: 
 
 def test_a_warm_query_reads_no_hit_payloads_and_answers_as_a_cold_one(engine: QueryEngine,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    store = engine.vectors
-    read: list[int] = []
-    payloads = store._payloads  # type: ignore[attr-defined]
+    from compassmem.retrieval.hot_tier import COLD_SCOPE_QUERIES
 
-    def counting(keys, payload_keys):  # noqa: ANN001, ANN202 - the real read, its size recorded
+    store = engine.vectors
+    read: list[int] = []  # hit payloads read, per store call: with a search, or by id after one
+    query_keys, payloads = store._query_keys, store._payloads  # type: ignore[attr-defined]
+
+    def searching(queries, payload_keys):  # noqa: ANN001, ANN202 - the real calls, what they read recorded
+        answers = query_keys(queries, payload_keys)
+        read.append(sum(len(a) for a, keys in zip(answers, payload_keys, strict=True) if keys is not None))
+        return answers
+
+    def reading(keys, payload_keys):  # noqa: ANN001, ANN202
         read.append(len(keys))
         return payloads(keys, payload_keys)
 
-    monkeypatch.setattr(store, "_payloads", counting)
+    monkeypatch.setattr(store, "_query_keys", searching)
+    monkeypatch.setattr(store, "_payloads", reading)
     cold = QueryEngine(engine.embedder, store, HotTier(store, engine.hot.graph, max_age_s=1e9))
     question = "When did Priya adopt Biscuit?"
     first = ask(cold, question, budget_turns=5)
-    assert read and sum(read) > 0  # nothing held yet: every hit's payload read from the store
+    assert sum(read) > 0  # nothing held yet: every hit's payload read from the store
+    for _ in range(COLD_SCOPE_QUERIES):  # the scope was cold: searched with payloads meanwhile
+        assert ask(cold, question, budget_turns=5) == first
     read.clear()
     assert ask(cold, question, budget_turns=5) == first and "S1:7" in first
-    assert read == []  # the candidates' events are held now: their turns' hits are located there
+    assert read and sum(read) == 0  # the candidates' events are held now: their turns' hits are located there
 
 
 def test_the_hot_tier_locates_the_turns_it_would_serve_and_no_others(engine: QueryEngine) -> None:
@@ -233,6 +243,28 @@ def test_the_hot_tier_locates_the_turns_it_would_serve_and_no_others(engine: Que
         "priya-tom", moved_turn, second.event_id, later.speakers[0])}
     hot.invalidate("default", "priya-tom")
     assert hot.locate("default", [*keys(first), *unheld]) == {}
+
+
+def test_a_scope_whose_hits_the_hot_tier_lacks_is_searched_with_payloads_for_a_while(engine: QueryEngine) -> None:
+    from compassmem.contracts.search import SearchScope
+    from compassmem.models import turn_point_key
+    from compassmem.retrieval.hot_tier import COLD_SCOPE_QUERIES
+
+    event = engine.vectors.conversation_events("default", "priya-tom")[0]
+    hot = HotTier(engine.vectors, engine.hot.graph, max_age_s=1e9)
+    scope = SearchScope.conversation("default", "priya-tom")
+    held = [turn_point_key("default", "priya-tom", o.turn_id) for o in event.observations]
+    unheld = [turn_point_key("default", "priya-tom", f"unheld-{n}") for n in range(len(held) + 1)]
+    hot.events("default", [event.event_id])
+
+    locate = hot.locator(scope)
+    assert locate is not None and len(locate(held)) == len(held)
+    assert len(hot.locator(scope)(held + unheld)) == len(held)  # fewer than half located: the scope is cold now
+    assert [hot.locator(scope) for _ in range(COLD_SCOPE_QUERIES)] == [None] * COLD_SCOPE_QUERIES
+    assert hot.locator(SearchScope(tenant="default")) is not None  # another scope is not
+    locate = hot.locator(scope)  # tried again
+    assert locate is not None and len(locate(held)) == len(held)
+    assert hot.locator(scope) is not None  # and warm again
 
 
 class _CountingLoads:

@@ -5,7 +5,6 @@ The one code path behind ``POST /v1/query`` and the recall benchmark.
 
 from __future__ import annotations
 
-import functools
 import re
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -270,7 +269,7 @@ class QueryEngine:
             dense.append(HitSearch("turn", labels, ranking.category_candidates))
         # Hits of turns the hot tier holds are located there: reading a hit's payload from the store cost more than
         # the search (about 0.7 ms per 100 hits on qdrant-edge), and a warm conversation's hits are mostly held.
-        locate = functools.partial(self.hot.locate, scope.tenant)
+        locate = self.hot.locator(scope)
         dense_results = self.vectors.hits(scope, dense, locate)
         category_hits = dense_results[-1] if by_category else []
         speakers = {hit.speaker for hits in dense_results for hit in hits if isinstance(hit, TurnHit)}
