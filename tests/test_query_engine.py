@@ -4,6 +4,7 @@ the memory's own, or one with another ``EngineConfig`` over the same stores."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -248,18 +249,20 @@ def test_the_hot_tier_locates_the_turns_it_would_serve_and_no_others(engine: Que
 def test_a_scope_whose_hits_the_hot_tier_lacks_is_searched_with_payloads_for_a_while(engine: QueryEngine) -> None:
     from compassmem.contracts.search import SearchScope
     from compassmem.models import turn_point_key
-    from compassmem.retrieval.hot_tier import COLD_SCOPE_QUERIES
+    from compassmem.retrieval.hot_tier import COLD_SCOPE_QUERIES, LOCATED_SHARE
 
     event = engine.vectors.conversation_events("default", "priya-tom")[0]
     hot = HotTier(engine.vectors, engine.hot.graph, max_age_s=1e9)
     scope = SearchScope.conversation("default", "priya-tom")
     held = [turn_point_key("default", "priya-tom", o.turn_id) for o in event.observations]
-    unheld = [turn_point_key("default", "priya-tom", f"unheld-{n}") for n in range(len(held) + 1)]
+    unheld = [turn_point_key("default", "priya-tom", f"unheld-{n}") for n in range(math.ceil(len(held) * 0.2))]
     hot.events("default", [event.event_id])
 
     locate = hot.locator(scope)
     assert locate is not None and len(locate(held)) == len(held)
-    assert len(hot.locator(scope)(held + unheld)) == len(held)  # fewer than half located: the scope is cold now
+    assert LOCATED_SHARE == 0.9
+    # A sixth of the hits unheld: fewer than LOCATED_SHARE of them located, and the scope is cold now.
+    assert len(hot.locator(scope)(held + unheld)) == len(held)
     assert [hot.locator(scope) for _ in range(COLD_SCOPE_QUERIES)] == [None] * COLD_SCOPE_QUERIES
     assert hot.locator(SearchScope(tenant="default")) is not None  # another scope is not
     locate = hot.locator(scope)  # tried again
