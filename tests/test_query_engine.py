@@ -262,7 +262,9 @@ def test_a_scope_whose_hits_the_hot_tier_lacks_is_searched_with_payloads_for_a_w
     assert locate is not None and len(locate(held)) == len(held)
     assert LOCATED_SHARE == 0.9
     # A sixth of the hits unheld: fewer than LOCATED_SHARE of them located, and the scope is cold now.
-    assert len(hot.locator(scope)(held + unheld)) == len(held)
+    locate = hot.locator(scope)
+    assert len(locate(held + unheld)) == len(held)
+    assert len(locate(held)) == len(held)  # a later search of the same query that locates all does not undo it
     assert [hot.locator(scope) for _ in range(COLD_SCOPE_QUERIES)] == [None] * COLD_SCOPE_QUERIES
     assert hot.locator(SearchScope(tenant="default")) is not None  # another scope is not
     locate = hot.locator(scope)  # tried again

@@ -243,15 +243,19 @@ class HotTier:
                 self._cold_scopes[scope] = remaining - 1
                 return None
 
+        went_cold = False
+
         def locate(keys: Collection[int]) -> dict[int, TurnLocation]:
+            nonlocal went_cold
             found = self.locate(scope.tenant, keys)
             with self._lock:
                 if len(found) < LOCATED_SHARE * len(keys):
+                    went_cold = True
                     self._cold_scopes[scope] = COLD_SCOPE_QUERIES
                     self._cold_scopes.move_to_end(scope)
                     while len(self._cold_scopes) > COLD_SCOPES:
                         self._cold_scopes.popitem(last=False)
-                else:
+                elif not went_cold:  # one search of the query that missed is enough to stay cold
                     self._cold_scopes.pop(scope, None)
             return found
 
