@@ -55,21 +55,18 @@ def window_bm25(query: str, turn_counts: Sequence[Mapping[str, int]], lengths: n
     query_tokens = [token for token in query_tokens if token not in unsearched] or query_tokens
     if not query_tokens or windows == 0:
         return scores
-    terms = sorted(set(query_tokens))
-    per_turn = np.zeros((len(turn_counts), len(terms)), dtype=np.float64)
-    for column, term in enumerate(terms):
-        per_turn[:, column] = np.fromiter((counts.get(term, 0) for counts in turn_counts), dtype=np.float64,
-                                          count=len(turn_counts))
-    tf = np.zeros((windows, len(terms)), dtype=np.float64)
-    np.add.at(tf, window_of_row, per_turn[window_rows])
-    length = np.zeros(windows, dtype=np.float64)
-    np.add.at(length, window_of_row, lengths[window_rows])
+    # Sums per window by bincount, term by term: np.add.at over a (window, term) matrix took a quarter longer.
+    length = np.bincount(window_of_row, weights=lengths[window_rows], minlength=windows)
     average = float(length.mean()) or 1.0
-    df = (tf > 0).sum(axis=0)
-    idf = np.log(1 + (windows - df + 0.5) / (df + 0.5))
-    saturation = tf / (k1 * ((1 - b) + b * length[:, None] / average) + tf)
-    repeats = np.asarray([query_tokens.count(term) for term in terms], dtype=np.float64)
-    return (saturation * idf * repeats).sum(axis=1)
+    norm = k1 * ((1 - b) + b * length / average)
+    for term in sorted(set(query_tokens)):
+        per_turn = np.fromiter((counts.get(term, 0) for counts in turn_counts), dtype=np.float64,
+                               count=len(turn_counts))
+        tf = np.bincount(window_of_row, weights=per_turn[window_rows], minlength=windows)
+        df = np.count_nonzero(tf)
+        idf = np.log(1 + (windows - df + 0.5) / (df + 0.5))
+        scores += tf / (norm + tf) * idf * query_tokens.count(term)
+    return scores
 
 
 class Bm25Index:
