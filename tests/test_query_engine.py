@@ -485,6 +485,40 @@ def test_a_view_orders_turns_by_time_across_events_and_keeps_a_moved_turn_once()
     assert mixed.turn_count == 5 and mixed.turn_event_ids[:4] == ["e1", "e2", "e2", "e1"]
 
 
+def test_a_turns_window_score_is_the_best_window_of_its_session_that_holds_it() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    import numpy as np
+
+    from compassmem.retrieval.bm25_index import window_bm25
+    from compassmem.retrieval.hot_tier import HotEvent
+    from compassmem.retrieval.memory_view import WINDOW_TURNS, MemoryView
+
+    start = datetime(2024, 6, 3, 10, 0, tzinfo=UTC)
+    words = ["kayak", "lake", "kayak lake", "bread", "oven", "kayak", "bread lake", "note", "kayak kayak"]
+    sessions = ["1", "1", "1", "1", "2", "2", "2", "3", "3"]
+    ids = [f"t{n}" for n in range(len(words))]
+    event = HotEvent(event_id="e1", conversation_id="c", cluster_id=None, start=start, time_anchors=(),
+                     vector=np.ones(4, dtype=np.float32) / 2, turn_ids=tuple(ids), speakers=("Ann",) * len(ids),
+                     texts=tuple(words), timestamps=tuple(start + timedelta(minutes=n) for n in range(len(ids))),
+                     session_ids=tuple(sessions), has_time=(False,) * len(ids),
+                     turn_vectors=np.ones((len(ids), 4), dtype=np.float32) / 2,
+                     turn_counts=tuple({w: text.split().count(w) for w in text.split()} for text in words), links=())
+    view = MemoryView("default", [event], 4)
+    # Windows: every run of up to WINDOW_TURNS turns that starts at a turn and stays in its session.
+    windows = [[r for r in range(start_row, start_row + WINDOW_TURNS)
+                if r < len(ids) and sessions[r] == sessions[start_row]] for start_row in range(len(ids))]
+    rows = np.asarray([r for members in windows for r in members])
+    of_row = np.repeat(np.arange(len(windows)), [len(members) for members in windows])
+    per_window = window_bm25("kayak lake", view._turn_counts, view._turn_lengths, rows, of_row, len(windows))
+    expected = [max(per_window[w] for w, members in enumerate(windows) if r in members) for r in range(len(ids))]
+    scores = view.window_scores("kayak lake")
+    assert scores.tolist() == expected
+    # t3 ("bread") is only in windows of session 1 that hold kayak and lake; t7 only in session 3's.
+    assert scores[3] > 0 and scores[7] > 0 and scores[3] == max(per_window[1], per_window[2], per_window[3])
+    assert view.window_scores("kayak lake") is scores  # once per text
+
+
 def test_a_participants_name_alone_does_not_rank_their_small_talk(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     import itertools
     from datetime import UTC, datetime, timedelta

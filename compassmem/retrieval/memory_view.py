@@ -122,6 +122,8 @@ class MemoryView:
             self.session_code[members] == self.session_code[:, None])
         self.window_rows = members[inside]
         self.window_of_row = np.repeat(np.arange(count), inside.sum(axis=1))
+        # Per offset k: the windows (by their first row w) that hold row w + k, for window_scores' scatter.
+        self._window_starts = [np.nonzero(inside[:, offset])[0] for offset in range(WINDOW_TURNS)]
 
     def window_scores(self, text: str) -> np.ndarray:
         """Per turn: the best BM25 score of a window that contains it (once per text: a subgoal is scored again
@@ -132,7 +134,12 @@ class MemoryView:
         if not self.empty:
             per_window = window_bm25(text, self._turn_counts, self._turn_lengths, self.window_rows,
                                      self.window_of_row, self.window_count, unsearched=self._speaker_tokens)
-            np.maximum.at(scores, self.window_rows, per_window[self.window_of_row])
+            # Row r is held by the windows starting at r, r - 1, ...: one column each, then the best (np.maximum.at
+            # did the same scatter a few times slower).
+            held = np.zeros((self.turn_count, WINDOW_TURNS), dtype=np.float64)
+            for offset, starts in enumerate(self._window_starts):
+                held[starts + offset, offset] = per_window[starts]
+            scores = held.max(axis=1)
         self._window_scores[text] = scores
         return scores
 
