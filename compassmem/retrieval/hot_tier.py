@@ -192,7 +192,7 @@ class HotTier:
         with self._lock:
             for event_id in dict.fromkeys(event_ids):
                 entry = self._entries.get((tenant, event_id))
-                if (entry is not None and now - entry.loaded_at <= self._age_limit(entry)
+                if (entry is not None and self._fresh(entry, now)
                         and (entry.turns_loaded or not with_turns)
                         and must_hold.get(event_id, set()) <= entry.held):
                     self._entries.move_to_end((tenant, event_id))
@@ -224,7 +224,7 @@ class HotTier:
                 usable = fresh.get(event_id)
                 if usable is None:
                     entry = self._entries[(tenant, event_id)]
-                    usable = fresh[event_id] = now - entry.loaded_at <= self._age_limit(entry)
+                    usable = fresh[event_id] = self._fresh(entry, now)
                 if usable:
                     found[key] = TurnLocation(conversation_id, turn_id, event_id, speaker)
         return found
@@ -274,10 +274,11 @@ class HotTier:
             elif self._followed_since is None:
                 self._followed_since = time.monotonic()
 
-    def _age_limit(self, entry: HotEvent) -> float:
-        if self._followed_since is not None and entry.loaded_at >= self._followed_since:
-            return self._followed_max_age_s
-        return self._max_age_s
+    def _fresh(self, entry: HotEvent, now: float) -> bool:
+        """Whether an entry is young enough to serve as it is (else ``events`` loads it again): within
+        ``followed_max_age_s`` if loaded while the feed has been followed, else ``max_age_s``."""
+        followed = self._followed_since is not None and entry.loaded_at >= self._followed_since
+        return now - entry.loaded_at <= (self._followed_max_age_s if followed else self._max_age_s)
 
     def invalidate_event(self, tenant: str, event_id: str) -> None:
         with self._lock:
