@@ -3,6 +3,7 @@ for a Qdrant server (same client code path)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from compassmem.models import Event, IndexedTurn, turn_point_id, turn_point_key
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.event_payload import (
+    DERIVED_FIELDS,
+    EVENT_BODY_FIELD,
+    PointData,
+    PointStore,
     event_from_payload,
     event_to_payload,
     point_id,
@@ -262,6 +267,34 @@ def test_point_ids_and_payload_mapping(event_builder: EventBuilder) -> None:
     assert payload["tenant"] == "default" and payload["conversation_id"] == "c1"
     assert payload["turn_ids"] == ["D1:1", "D1:2"]
     assert event_from_payload(payload, event.embedding) == event
+
+
+def test_an_events_text_fields_travel_as_one_body_and_events_stored_before_it_read_back_the_same(
+    open_store: Opener, event_builder: EventBuilder, sparse_keywords: Sparse
+) -> None:
+    store = open_store()
+    assert isinstance(store, PointStore)
+    event = event_builder("c1", 3, keywords=["pottery", "class"], cluster_id="cl-1")
+    payload = event_to_payload(event)
+    body = json.loads(payload[EVENT_BODY_FIELD])
+    assert body["observations"][0]["text"] == event.observations[0].text and "observations" not in payload
+    assert set(body).isdisjoint(payload) and "embedding" not in body
+    # What filters and the hot tier read stays a field of its own.
+    assert payload["conversation_id"] == "c1" and payload["time_anchors"] and payload["turn_ids"] == event.turn_ids
+
+    # The layout before the body: every field on its own. Such a store still reads back whole events.
+    older = event_builder("c1", 2, keywords=["garden"])
+    legacy = {**older.model_dump(mode="json", exclude={"embedding"}),
+              **{key: value for key, value in event_to_payload(older).items() if key in DERIVED_FIELDS}}
+    store._upsert([PointData(point_id(older.event_id), list(older.embedding or []), "keywords",
+                             sparse_keywords(["garden"]), legacy)])
+    store.upsert_events([event], [sparse_keywords(["pottery"])])
+
+    stored = {e.event_id: e for e in store.get_events("default", [event.event_id, older.event_id])}
+    for original in (event, older):
+        assert stored[original.event_id].model_dump(exclude={"embedding"}) == original.model_dump(exclude={"embedding"})
+    hot = store.hot_records("default", [event.event_id, older.event_id], with_turns=False)
+    assert {row.event_id for row in hot.events} == {event.event_id, older.event_id}
 
 
 def test_open_stores_embedded_defaults(store_dim: int, put: Put, tmp_path: Path, event_builder: EventBuilder) -> None:

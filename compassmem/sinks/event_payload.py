@@ -18,6 +18,7 @@ only translates those into its engine's types.
 
 from __future__ import annotations
 
+import json
 import uuid
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
@@ -94,8 +95,20 @@ def point_id(event_id: str) -> str:
         return str(uuid.uuid5(_POINT_NAMESPACE, event_id))
 
 
+# What of an event stays a payload field of its own: what filters, the hot tier (HOT_FIELDS) and the order of hits
+# read. The rest (observations, summary, frame lists) travels as one JSON text, EVENT_BODY_FIELD: qdrant-edge
+# converts every string of a payload separately, at about 4 us each, so an event's few hundred strings cost
+# 0.5 ms per upsert against 0.06 ms for the packed form (measured on LoCoMo events), a third of a worker batch's
+# vector writes. Stores written before the body existed hold every field on its own; both read back the same.
+EVENT_OWN_FIELDS = frozenset({TENANT_FIELD, EVENT_ID_FIELD, CONVERSATION_FIELD, SUBJECT_FIELD, "cluster_id",
+                              "temporal_info", "time_anchors", "version", "provisional"})
+EVENT_BODY_FIELD = "body"
+_EVENT_BODY = frozenset(Event.model_fields) - EVENT_OWN_FIELDS - {"embedding"}
+
+
 def event_to_payload(event: Event) -> dict[str, Any]:
-    payload = event.model_dump(mode="json", exclude={"embedding"})
+    payload = event.model_dump(mode="json", include=set(EVENT_OWN_FIELDS))
+    payload[EVENT_BODY_FIELD] = event.model_dump_json(include=set(_EVENT_BODY))
     payload["turn_ids"] = event.turn_ids
     payload["session_ids"] = event.session_ids
     payload["start_ts"] = event.temporal_info.start.timestamp()
@@ -107,6 +120,9 @@ def event_to_payload(event: Event) -> dict[str, Any]:
 
 def event_from_payload(payload: dict[str, Any], embedding: list[float] | None = None) -> Event:
     fields = {key: value for key, value in payload.items() if key not in DERIVED_FIELDS}
+    body = fields.pop(EVENT_BODY_FIELD, None)
+    if body is not None:
+        fields.update(json.loads(body))
     fields["embedding"] = embedding
     return Event.model_validate(fields)
 
