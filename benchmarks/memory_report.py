@@ -32,7 +32,7 @@ from compassmem.models import SummarySource
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.processors.event_frames import frame_lines
 from compassmem.processors.segmentation import JudgeCounts
-from compassmem.sinks.batching import Record
+from compassmem.sinks.batching import Record, Sink
 
 
 def event_text(event: Event, limit: int = 400) -> str:
@@ -51,7 +51,7 @@ def print_frame(event: Event, indent: str = "    ") -> None:
         print(f"{indent}{label + ':':<9} {text}")
 
 
-class LatestRecords:
+class LatestRecords(Sink):
     """The latest version of every event and relation written: a memory holds only its most recent events."""
 
     def __init__(self) -> None:

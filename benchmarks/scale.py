@@ -91,7 +91,7 @@ from compassmem.query_api.server import (
     warm_store_in_background,
 )
 from compassmem.retrieval.hot_tier import HotTier
-from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.batching import GraphSink, Sink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.producer import TurnProducer
@@ -186,7 +186,7 @@ def base_vectors_for(model: Embedder, model_name: str, texts: list[str],
     return cached_vectors(model.embed, model.dim, texts, model_name, cache_dir, "scale-vectors")
 
 
-class DropSink:
+class DropSink(Sink):
     def add(self, record: object) -> None:
         pass
 

@@ -28,6 +28,7 @@ from compassmem.embedding import make_embedder
 from compassmem.importers import read_turns
 from compassmem.models import Turn
 from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.sinks.batching import Sink
 from compassmem.streams.state import ConversationRecord, RecordHeader, encode_record
 
 CONVERSATION = "write-path-scaling"
@@ -65,7 +66,7 @@ class CachedEmbedder:
         return np.stack([self._vectors[t] for t in texts]).astype(np.float32)
 
 
-class DropSink:
+class DropSink(Sink):
     def add(self, record: object) -> None:
         pass
 

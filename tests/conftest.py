@@ -28,6 +28,7 @@ from compassmem.models import (
     event_id_for,
 )
 from compassmem.processors.relations import make_relation
+from compassmem.sinks.batching import Sink
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 
 # --- storage layer: tests/test_vector_stores.py, tests/test_graph_store.py ----------------------------------
@@ -309,7 +310,7 @@ def interleave(conversations, seed: int = 7):  # noqa: ANN001, ANN201 - lists of
     return mixed
 
 
-class _RecordingSink:
+class _RecordingSink(Sink):
     """Keeps the latest version of every record the in-process pipeline writes (the reference memory)."""
 
     def __init__(self) -> None:

@@ -385,15 +385,73 @@ def test_a_forget_in_a_batch_drops_what_came_before_it_and_deletes_before_what_c
                    ProvisionalRetired(tenant="acme", conversation_id="c2", event_id="stale")):
         sinks.add(record)
     sinks.flush()
-    assert vectors.calls == [
+    assert [call for call in vectors.calls if call[0] != "flush"] == [
         ("delete_conversation", ("acme", "c1")),
         ("upsert_events", [("kept", False), ("after", False)]),
-        ("flush", None),
         # the provisional sink, after the vector sink: no flush of its own
         ("upsert_events", [("open", True)]), ("upsert_turns", [("t2", "open")]),
         ("delete_events", ["stale"]),
     ]
+    # One store flush, started once the vector sink's own writes were made (it may end after the provisional ones).
+    assert vectors.calls.count(("flush", None)) == 1 and vectors.calls.index(("flush", None)) >= 2
     assert graph.calls == [("delete_conversation", ("acme", "c1")), ("upsert_events", ["kept", "after"])]
+
+
+class SlowFlushVectors(RecordingVectors):
+    """A vector store whose flush (the disk's part) takes until the graph has been written, or fails once."""
+
+    def __init__(self, graph_written: threading.Event, fail_once: bool = False) -> None:
+        super().__init__()
+        self.graph_written = graph_written
+        self.fail_once = fail_once
+        self.overlapped: list[bool] = []
+        self.finished = threading.Event()
+
+    def flush(self) -> None:
+        self.calls.append(("flush", None))
+        self.overlapped.append(self.graph_written.wait(timeout=10))
+        if self.fail_once:
+            self.fail_once = False
+            raise Boom("disk full")
+        self.finished.set()
+
+
+class SignallingGraph(RecordingGraph):
+    def __init__(self, written: threading.Event) -> None:
+        super().__init__()
+        self.written = written
+
+    def upsert_events(self, events: list[Event]) -> None:
+        super().upsert_events(events)
+        self.written.set()
+
+
+def test_the_vector_stores_flush_runs_while_the_graph_is_written_and_the_checkpoint_waits_for_it() -> None:
+    written = threading.Event()
+    vectors, graph = SlowFlushVectors(written), SignallingGraph(written)
+    sinks = SinkCheckpoint([VectorSink(vectors), GraphSink(graph)])  # type: ignore[arg-type]
+    sinks.write(lambda: [sinks.add(record) for record in (event("e1"), turn("t1", "e1"))])
+    # The store's flush saw the graph written while it ran (a flush in line would have waited out its 10 s), and
+    # the batch counted as stored only once that flush had ended.
+    assert vectors.overlapped == [True] and vectors.finished.is_set()
+    assert graph.calls == [("upsert_events", ["e1"])]
+
+
+def test_a_vector_store_flush_that_fails_fails_the_batch_and_the_redo_writes_it_again() -> None:
+    written = threading.Event()
+    vectors, graph = SlowFlushVectors(written, fail_once=True), SignallingGraph(written)
+    sinks = SinkCheckpoint([VectorSink(vectors), GraphSink(graph)])  # type: ignore[arg-type]
+    batch = (event("e1"), turn("t1", "e1"))
+    with pytest.raises(Boom, match="disk full"):
+        sinks.write(lambda: [sinks.add(record) for record in batch])
+    assert not vectors.finished.is_set()
+    sinks.write(lambda: [sinks.add(record) for record in batch])
+    assert vectors.finished.is_set()
+    writes = [call for call in vectors.calls if call[0] != "flush"]
+    assert writes == [("upsert_events", [("e1", False)]), ("upsert_turns", [("t1", "e1")])] * 2
+    # Nothing of the failed batch was left behind to be written a third time.
+    sinks.flush()
+    assert vectors.calls.count(("flush", None)) == 2
 
 
 def test_a_checkpoint_commit_can_run_again_after_a_failed_flush(store_thread: ThreadPoolExecutor) -> None:

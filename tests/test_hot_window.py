@@ -26,7 +26,7 @@ from compassmem.processors.event_index import EventIndex
 from compassmem.processors.merging import EventMerger
 from compassmem.processors.relations import ADJACENCY_EVIDENCE, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector
-from compassmem.sinks.batching import GraphSink
+from compassmem.sinks.batching import GraphSink, Sink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord
@@ -93,7 +93,7 @@ def record_line(record: Event | IndexedTurn | Relation | Cluster) -> str:
     return f"{type(record).__name__} {record.model_dump_json(exclude=exclude)}"
 
 
-class RecordingSink:
+class RecordingSink(Sink):
     """Every record written, in order."""
 
     def __init__(self) -> None:

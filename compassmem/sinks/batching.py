@@ -13,6 +13,7 @@ it has nothing to do with.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from compassmem.contracts.search import SparseVector
@@ -58,7 +59,11 @@ class Sink(ABC):
 
     @abstractmethod
     def flush(self) -> None:
-        """Write everything added so far; after it returns, the writes are durable."""
+        """Write everything added so far. The writes are durable once ``settle`` has returned as well."""
+
+    def settle(self) -> None:
+        """Wait until what ``flush`` wrote is durable; raises what making it durable raised. Most sinks' writes
+        are durable when ``flush`` returns: nothing to wait for."""
 
     def discard(self) -> None:
         """Drop what was added and not flushed (after a failed flush, before the batch is redone)."""
@@ -88,6 +93,8 @@ class VectorSink(Sink):
         self._events: dict[str, Event] = {}
         self._turns: dict[str, IndexedTurn] = {}
         self._forgotten: dict[tuple[str, str], None] = {}
+        self._syncing: Future[None] | None = None
+        self._syncer: ThreadPoolExecutor | None = None
 
     def add(self, record: Record) -> None:
         if isinstance(record, Event):
@@ -111,10 +118,29 @@ class VectorSink(Sink):
         if self._turns:
             turns = list(self._turns.values())
             self._store.upsert_turns(turns, [turn_keyword_vector(t) for t in turns])
-        self._store.flush()
-        self.discard()
+        self.settle()  # the previous batch's flush, if nobody waited for it
+        # The store's flush waits on the disk (25-100 ms a batch on qdrant-edge, which lets go of the GIL meanwhile):
+        # it runs while the sinks after this one write, and the checkpoint settles it before the batch counts as
+        # stored. Writes made meanwhile (the provisional sink's) are made durable by this flush or by the next.
+        if self._syncer is None:
+            self._syncer = ThreadPoolExecutor(1, thread_name_prefix="compassmem-vector-flush")
+        self._syncing = self._syncer.submit(self._store.flush)
+        self._clear()
+
+    def settle(self) -> None:
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            syncing.result()
 
     def discard(self) -> None:
+        syncing, self._syncing = self._syncing, None
+        if syncing is not None:
+            # The batch is dropped and will be written again; its store flush ends first, whatever it raised (the
+            # redo's flush meets a store that still fails).
+            wait([syncing])
+        self._clear()
+
+    def _clear(self) -> None:
         self._events.clear()
         self._turns.clear()
         self._forgotten.clear()

@@ -65,7 +65,8 @@ class SinkCheckpoint:
         self._updates.append(update)
 
     def flush(self) -> None:
-        """Flush every sink in order; after it returns, everything added is in the stores.
+        """Flush every sink in order, then settle each (wait until its writes are durable: a sink may leave its
+        store's flush running while the sinks after it write); after it returns, everything added is in the stores.
 
         A sink that raises stops the flush there and the records stay buffered: a caller that will redo the batch
         discards them (``write`` does)."""
@@ -74,6 +75,8 @@ class SinkCheckpoint:
         mark = time.perf_counter()
         for sink in self._sinks:
             sink.flush()
+        for sink in self._sinks:
+            sink.settle()
         seconds = time.perf_counter() - mark
         updates, self._updates, self._added = self._updates, [], False
         if self._observer is not None:

@@ -113,6 +113,12 @@ class _GuardedSink(Sink):
         except Exception as error:
             raise store_write_error(self._name, error) from error
 
+    def settle(self) -> None:
+        try:
+            self._inner.settle()
+        except Exception as error:
+            raise store_write_error(self._name, error) from error
+
     def discard(self) -> None:
         self._inner.discard()
 
