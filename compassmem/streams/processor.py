@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -108,14 +109,17 @@ class _GuardedSink(Sink):
         self._inner.add(record)
 
     def flush(self) -> None:
-        try:
+        with self._marking_failures():
             self._inner.flush()
-        except Exception as error:
-            raise store_write_error(self._name, error) from error
 
     def settle(self) -> None:
-        try:
+        with self._marking_failures():
             self._inner.settle()
+
+    @contextmanager
+    def _marking_failures(self) -> Iterator[None]:
+        try:
+            yield
         except Exception as error:
             raise store_write_error(self._name, error) from error
 
