@@ -2,8 +2,10 @@
 
 Measured in one run, on the same turns and the same embedder:
 1. the in-process pipeline (``Memory.add``, as ``compassmem ingest`` runs it): turns/s into fresh embedded stores;
-2. end to end through Kafka: all turns produced as fast as possible to the turns topic of the dev broker (Tansu),
-   consumed by the worker, written to both stores; turns/s from the first produce to the last turn written;
+2. end to end through Kafka: all turns produced as fast as possible to the turns topic of the dev broker (Tansu)
+   by a process of their own (``benchmarks.child_producer``: a deployment's producers are other processes, and one
+   inside the worker's would share its GIL), consumed by the worker, written to both stores; turns/s from the
+   first produce to the last turn written;
 3. freshness while producing at ``--rate`` turns/s (live traffic): for sampled turns, the time from handing the
    turn to the producer until a vector-store search with that turn's embedding returns its turn id (in an
    event's turns, the open segment's provisional event included, or as a turn point).
@@ -22,14 +24,19 @@ as the worker (the same code gave 0.72 and 1.07).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.child_producer import READY
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, wait_for, write_results
+from compassmem.child_process import popen_tied_to_us, terminate
 from compassmem.config import Settings
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.importers import read_turns
@@ -47,6 +54,7 @@ from compassmem.streams.topics import ensure_topics, topic_specs
 FRESH_TENANT = "freshness"
 # End to end through the broker and worker, as a share of the in-process pipeline's rate on the same turns.
 RATIO_GOAL = 0.85
+_REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def in_process_rate(turns: list[Turn], embedder: Embedder, root: Path) -> dict[str, Any]:
@@ -69,19 +77,32 @@ def stage_seconds(metrics: MemoryMetrics) -> dict[str, float]:
             or 0.0 for stage in STAGES}
 
 
-def streamed_rate(turns: list[Turn], worker: InProcessWorker, settings: Settings, bootstrap: str,
-                  metrics: MemoryMetrics) -> dict[str, Any]:
+def streamed_rate(data: Path, tenant: str, expected: int, worker: InProcessWorker, settings: Settings,
+                  bootstrap: str, metrics: MemoryMetrics, log_path: Path) -> dict[str, Any]:
+    """The data's turns, under ``tenant``, produced as fast as possible by a child process
+    (``benchmarks.child_producer``) once it is ready, until the worker has applied ``expected`` more turns."""
     totals = worker.streaming.totals  # type: ignore[attr-defined]
-    before, batches_before, stages_before = totals["applied_turns"], totals["batches"], stage_seconds(metrics)
-    started = time.perf_counter()
-    with TurnProducer(bootstrap, settings.turns_topic) as producer:
-        produced = producer.produce(turns)
-    wait_for(lambda: totals["applied_turns"] - before >= len(turns), 900, "the worker to write every turn")
-    seconds = time.perf_counter() - started
+    command = [sys.executable, "-m", "benchmarks.child_producer", bootstrap, settings.turns_topic, str(data), tenant]
+    with log_path.open("wb") as log_file, popen_tied_to_us(command, cwd=_REPOSITORY, stdin=subprocess.PIPE,
+                                                            stdout=subprocess.PIPE, stderr=log_file) as child:
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            if child.stdout.readline().decode().strip() != READY:
+                raise RuntimeError(f"the producer process did not start: see {log_path}")
+            before, batches_before, stages_before = totals["applied_turns"], totals["batches"], stage_seconds(metrics)
+            started = time.perf_counter()
+            child.stdin.write(b"go\n")
+            child.stdin.flush()
+            wait_for(lambda: totals["applied_turns"] - before >= expected, 900, "the worker to write every turn")
+            seconds = time.perf_counter() - started
+            produced = json.loads(child.stdout.readline())
+            child.wait(timeout=60)
+        finally:
+            terminate(child, timeout=10)
     stages = {stage: round(spent - stages_before[stage], 3) for stage, spent in stage_seconds(metrics).items()}
-    return {"turns": len(turns), "seconds": round(seconds, 2), "turns_per_second": round(len(turns) / seconds, 1),
-            "produce_seconds": produced.seconds, "batches": totals["batches"] - batches_before,
-            "stage_seconds": stages}
+    return {"turns": expected, "seconds": round(seconds, 2), "turns_per_second": round(expected / seconds, 1),
+            "produce_seconds": produced["seconds"], "producer": "a child process",
+            "batches": totals["batches"] - batches_before, "stage_seconds": stages}
 
 
 class FreshnessProbe:
@@ -203,9 +224,11 @@ def main() -> None:
                     wait_for(lambda: worker.streaming and worker.streaming.assigned_partitions, 120,  # type: ignore[attr-defined]
                              "the worker to join its group")
                     for index in range(args.rounds):
-                        own = [turn.model_copy(update={"tenant": f"round-{index}"}) for turn in turns]
+                        tenant = f"round-{index}"
+                        own = [turn.model_copy(update={"tenant": tenant}) for turn in turns]
                         in_process.append(in_process_rate(own, embedder, root / f"in-process-{index}"))
-                        rounds.append(streamed_rate(own, worker, settings, broker.bootstrap, metrics))
+                        rounds.append(streamed_rate(args.data, tenant, len(own), worker, settings,
+                                                    broker.bootstrap, metrics, root / f"producer-{index}.log"))
                     fresh = freshness(turns[: args.freshness_turns], embedder, worker, stores, settings,
                                       broker.bootstrap, args.rate, args.sample_every)
                 finally:
