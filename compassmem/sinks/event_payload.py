@@ -108,8 +108,8 @@ _EVENT_BODY = frozenset(Event.model_fields) - EVENT_OWN_FIELDS - {"embedding"}
 
 
 def event_to_payload(event: Event) -> dict[str, Any]:
-    payload = event.model_dump(mode="json", include=set(EVENT_OWN_FIELDS))
-    payload[EVENT_BODY_FIELD] = event.model_dump_json(include=set(_EVENT_BODY))
+    payload = event.model_dump(mode="json", include=EVENT_OWN_FIELDS)
+    payload[EVENT_BODY_FIELD] = event.model_dump_json(include=_EVENT_BODY)
     payload["turn_ids"] = event.turn_ids
     payload["session_ids"] = event.session_ids
     payload["start_ts"] = event.temporal_info.start.timestamp()

@@ -5,7 +5,8 @@
 1. **Stores.** The batch is applied and every sink flushed (vector store, graph store, provisional events:
    ``sinks.checkpoint.SinkCheckpoint``), on the worker's single store thread: the stores are not thread-safe, and
    batches and forgets must reach them one at a time in arrival order, so applying and flushing are one job there
-   and nothing else gets between them.
+   and nothing else gets between them. The one exception is qdrant-edge's own disk flush, which the engine runs
+   beside writes: it goes on while the later sinks write, and the step ends only once it has (``Sink.settle``).
 2. **Change feeds and dead letters**, produced and acknowledged by the broker.
 3. **Table state**: the batch's conversation records, then its forget tombstones, written to the changelog.
 4. **Offsets**: the batch's records acknowledged, so Faust may commit their offsets.
