@@ -2,12 +2,13 @@
 
     python -m benchmarks.locomo_recall [--data PATH] [--out results/locomo_recall.json]
                                        [--data-dir DIR --reuse] [--no-baselines] [--embedder onnx-int8|torch]
-                                       [--ablation] [--leave-one-out]
+                                       [--ablation] [--leave-one-out] [--compare-embedder torch]
 
 Memory is built from the turns and session dates only (``Memory.add``: the in-process pipeline into the embedded
 stores); questions are read by the evaluation code alone and asked through ``Memory.query`` (QueryEngine.query), the
 code path behind POST /v1/query. The embedder is COMPASSMEM_EMBEDDER's unless --embedder names one (run both to
-compare the torch reference with onnx-int8); the baselines use the same embedder. Also reports mean context tokens
+compare the torch reference with onnx-int8, or pass --compare-embedder to build a second memory with the other one
+in the same run); the baselines use the same embedder. Also reports mean context tokens
 returned and query latency p50/p99 (in-process, no HTTP).
 """
 
@@ -21,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
-from benchmarks.locomo_baselines import results_json, table_rows
+from benchmarks.locomo_baselines import COLUMNS, results_json, table_rows
 from compassmem.config import Settings
 from compassmem.contracts.query import QueryRequest
 from compassmem.embedding import Embedder, make_embedder
-from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
-from compassmem.evaluation.harness import evaluate_retriever
+from compassmem.evaluation.baselines import TurnCorpus, build_baselines, load_turn_corpus
+from compassmem.evaluation.harness import MethodResult, evaluate_retriever
 from compassmem.evaluation.leave_one_out import LeaveOneOut, candidate_changes, leave_one_out
 from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
 from compassmem.evaluation.question_shapes import SHAPES, question_shape
@@ -40,6 +41,11 @@ from compassmem.retrieval.navigation import ADJACENT_HOP, CLUSTER_HOP, Navigatio
 
 
 LEAVE_ONE_OUT_BUDGET = 10
+# Issue #14's bar for a faster embedder, against the reference, at recall@10: categories 1-4 together within 0.5
+# points, and no category more than 1 point lower.
+EMBEDDER_BUDGET = 10
+EMBEDDER_TOGETHER_POINTS = 0.5
+EMBEDDER_CATEGORY_POINTS = 1.0
 
 
 class MemoryRetriever:
@@ -98,6 +104,43 @@ def recall_by_shape(ranked: dict[tuple[str, str], list[str]], questions: Sequenc
     return table
 
 
+def memory_settings(data_dir: Path, embedder: str) -> Settings:
+    # No LLM: memory comes from the turns alone and the queries measure the engine alone. No reload by age
+    # either: the hot tier keeps what it loaded for the whole run.
+    return Settings(data_dir=data_dir, embedder=embedder, llm_url=None, api_view_max_age_s=1e9)
+
+
+def compassmem_with(embedder_name: str, data: Path, questions: Sequence[Question],
+                    corpus: TurnCorpus) -> MethodResult:
+    """compassmem's recall with a memory built by another embedder, in a folder of its own."""
+    embedder = make_embedder(Settings().model_copy(update={"embedder": embedder_name}))
+    with tempfile.TemporaryDirectory() as scratch, \
+            Memory(memory_settings(Path(scratch), embedder_name), embedder=embedder) as memory:
+        build_memory(data, memory)
+        return evaluate_retriever(f"compassmem ({embedder_name})", MemoryRetriever(memory, budget=max(BUDGETS)),
+                                  questions, text_of=corpus.text_of)
+
+
+def print_embedder_comparison(measured: MethodResult, reference: MethodResult) -> None:
+    """Both rows, the difference in points per category, and #14's bar at recall@10."""
+    print(f"\ncompassmem with each embedder (same questions; {reference.method} is the reference):")
+    headers, rows = table_rows([measured, reference])
+    difference = ["difference (points)"]
+    for column in COLUMNS:
+        ours, theirs = measured.summary.categories.get(column), reference.summary.categories.get(column)
+        difference.append("-" if ours is None or theirs is None else "/".join(
+            f"{100 * (ours.recall[b] - theirs.recall[b]):+.1f}" for b in BUDGETS))
+    print_table(headers, [*rows[:2], difference, rows[2]])
+    deltas = {column: 100 * (measured.summary.value(column, EMBEDDER_BUDGET) or 0.0)
+              - 100 * (reference.summary.value(column, EMBEDDER_BUDGET) or 0.0) for column in COLUMNS}
+    together = deltas.pop(COLUMNS[-1])
+    worst = min(deltas, key=lambda column: deltas[column])
+    held = abs(together) <= EMBEDDER_TOGETHER_POINTS and deltas[worst] >= -EMBEDDER_CATEGORY_POINTS
+    print(f"recall@{EMBEDDER_BUDGET}: 1-4 together {together:+.1f} points (bar: within {EMBEDDER_TOGETHER_POINTS}), "
+          f"worst category {worst} {deltas[worst]:+.1f} (bar: no lower than -{EMBEDDER_CATEGORY_POINTS}): "
+          + ("held" if held else "not held"))
+
+
 def build_memory(data: Path, memory: Memory) -> float:
     summary = memory.add(read_turns(data))
     print(f"memory: {summary.events} events from {summary.turns} turns, {sum(summary.relations_by_type.values())} "
@@ -126,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also answer categories 1-4 with each candidate setting of the hand-chosen weights and "
                              "report recall@10 with each conversation held out of the choice (compassmem/evaluation/"
                              "leave_one_out.py)")
+    parser.add_argument("--compare-embedder", choices=["onnx-int8", "torch"],
+                        help="also build a memory with this embedder (e.g. the torch reference) and print "
+                             "compassmem's recall with both, their difference per category and whether the faster "
+                             "one holds recall (1-4 @10 within 0.5 points, no category more than 1 point lower)")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     data = require_data(args.data)
@@ -137,10 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = args.embedder or defaults.embedder
     embedder = make_embedder(defaults.model_copy(update={"embedder": chosen}))
     with tempfile.TemporaryDirectory() as scratch:
-        # No LLM: memory comes from the turns alone and the queries measure the engine alone. No reload by age
-        # either: the hot tier keeps what it loaded for the whole run.
-        settings = Settings(data_dir=args.data_dir or Path(scratch), embedder=chosen, llm_url=None,
-                            api_view_max_age_s=1e9)
+        settings = memory_settings(args.data_dir or Path(scratch), chosen)
         with Memory(settings, embedder=embedder) as memory:
             ingest_seconds = 0.0 if args.reuse else build_memory(data, memory)
             retriever = MemoryRetriever(memory, budget=max(BUDGETS))
@@ -151,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 budget=max(BUDGETS)), questions)
                 for name, config in ABLATIONS.items()] if args.ablation else [])
             held_out = (held_out_recall(memory, settings, embedder, questions) if args.leave_one_out else None)
+    compared = (compassmem_with(args.compare_embedder, data, questions, corpus)
+                if args.compare_embedder and args.compare_embedder != chosen else None)
     if not args.no_baselines:
         baselines = build_baselines(corpus, embedder)
         results += [evaluate_retriever(name, r, questions, text_of=corpus.text_of) for name, r in baselines.items()]
@@ -176,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  for shape, row in shapes.items()])
     if held_out is not None:
         print_leave_one_out(held_out)
+    if compared is not None:
+        print_embedder_comparison(results[0].model_copy(update={"method": f"compassmem ({chosen})"}), compared)
     print(f"{seconds:.1f} s in all")
     output = results_json(data, report, results, seconds)
     output["compassmem_by_shape"] = shapes
@@ -185,6 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                             "ingest_seconds": ingest_seconds, "embedder": chosen}
     if held_out is not None:
         output["leave_one_out"] = held_out.model_dump()
+    if compared is not None:
+        output["compared_embedder"] = {"embedder": args.compare_embedder,
+                                       **results_json(data, report, [compared], seconds)["methods"]}
     write_results(args.out, output)
     return 0
 
