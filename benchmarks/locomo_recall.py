@@ -175,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "one holds recall (1-4 @10 within 0.5 points, no category more than 1 point lower)")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
+    if args.compare_embedder and args.compare_embedder == (args.embedder or Settings().embedder):
+        parser.error(f"--compare-embedder {args.compare_embedder} is the embedder measured already; name the other one")
     data = require_data(args.data)
     configure_logging(args.log_level.upper())
     started = time.perf_counter()
@@ -195,8 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 budget=max(BUDGETS)), questions)
                 for name, config in ABLATIONS.items()] if args.ablation else [])
             held_out = (held_out_recall(memory, settings, embedder, questions) if args.leave_one_out else None)
-    compared = (compassmem_with(args.compare_embedder, data, questions, corpus)
-                if args.compare_embedder and args.compare_embedder != chosen else None)
+    compared = compassmem_with(args.compare_embedder, data, questions, corpus) if args.compare_embedder else None
     if not args.no_baselines:
         baselines = build_baselines(corpus, embedder)
         results += [evaluate_retriever(name, r, questions, text_of=corpus.text_of) for name, r in baselines.items()]
