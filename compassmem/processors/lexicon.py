@@ -92,7 +92,9 @@ class NounLexicon:
         self._depth: dict[int, int] = {}
         # Per lemma; bounded by WordNet's vocabulary (about 120,000 lemmas), whatever the text.
         self._categories: dict[tuple[str, int], frozenset[int]] = {}
-        log.info("lexicon_loaded", lemmas=len(self._senses), synsets=len(self._hypernyms))
+        # Debug, not info: a query engine loads it on a background thread, and a one-shot command (import, ask) that
+        # ends with an error printed its error line and then, racing it, this one.
+        log.debug("lexicon_loaded", lemmas=len(self._senses), synsets=len(self._hypernyms))
 
     def lemma(self, word: str) -> str | None:
         """The noun lemma of a word or phrase ("board games" -> "board_game"), or None when WordNet has no noun."""
