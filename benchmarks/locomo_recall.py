@@ -3,13 +3,15 @@
     python -m benchmarks.locomo_recall [--data PATH] [--out results/locomo_recall.json]
                                        [--data-dir DIR --reuse] [--no-baselines] [--embedder onnx-int8|torch]
                                        [--ablation] [--leave-one-out] [--compare-embedder torch]
+                                       [--llm-categories URL]
 
 Memory is built from the turns and session dates only (``Memory.add``: the in-process pipeline into the embedded
 stores); questions are read by the evaluation code alone and asked through ``Memory.query`` (QueryEngine.query), the
 code path behind POST /v1/query. The embedder is COMPASSMEM_EMBEDDER's unless --embedder names one (run both to
 compare the torch reference with onnx-int8, or pass --compare-embedder to build a second memory with the other one
-in the same run); the baselines use the same embedder. Also reports mean context tokens
-returned and query latency p50/p99 (in-process, no HTTP).
+in the same run); the baselines use the same embedder. With --llm-categories the memory is built with the LLM's
+category labels (``COMPASSMEM_LLM_CATEGORIES``) and questions are still answered offline. Also reports mean context
+tokens returned and query latency p50/p99 (in-process, no HTTP).
 """
 
 from __future__ import annotations
@@ -173,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="also build a memory with this embedder (e.g. the torch reference) and print "
                              "compassmem's recall with both, their difference per category and whether the faster "
                              "one holds recall (1-4 @10 within 0.5 points, no category more than 1 point lower)")
+    parser.add_argument("--llm-categories", metavar="URL",
+                        help="build the memory with the LLM's category labels from this OpenAI-compatible endpoint "
+                             "(COMPASSMEM_LLM_MODEL and COMPASSMEM_LLM_API_KEY apply); questions are still answered "
+                             "offline, so the difference is the labels'")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     if args.compare_embedder and args.compare_embedder == (args.embedder or Settings().embedder):
@@ -187,8 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = make_embedder(defaults.model_copy(update={"embedder": chosen}))
     with tempfile.TemporaryDirectory() as scratch:
         settings = memory_settings(args.data_dir or Path(scratch), chosen)
-        with Memory(settings, embedder=embedder) as memory:
-            ingest_seconds = 0.0 if args.reuse else build_memory(data, memory)
+        building = settings.model_copy(update={"llm_url": args.llm_categories, "llm_categories": True}) \
+            if args.llm_categories else settings
+        with Memory(building, embedder=embedder) as built:
+            ingest_seconds = 0.0 if args.reuse else build_memory(data, built)
+            # Queries stay offline: an endpoint given for the labels must not also decompose questions.
+            memory = built if building is settings else Memory(settings, stores=built.stores, embedder=embedder)
             retriever = MemoryRetriever(memory, budget=max(BUDGETS))
             results = [evaluate_retriever("compassmem", retriever, questions, text_of=corpus.text_of)]
             # Each variant reads the same stores with its own engine (and hot tier); only its recall is reported.

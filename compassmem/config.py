@@ -211,6 +211,11 @@ class Settings(BaseSettings):
         default=False, description="An event's summary is written by the LLM when the event closes (one or two "
         "sentences: who did what, when); the extractive summary is kept beside it and stands on a failure.",
     )
+    llm_categories: bool = Field(
+        default=False, description="When an event closes, the LLM names the kinds of thing each of its turns "
+        "mentions ('video game' for a turn about Valorant); they are searched as categories beside WordNet's, so "
+        "a question about a kind finds instances WordNet does not know. On a failure the turns keep WordNet's only.",
+    )
     # Prometheus. `compassmem worker` serves /metrics here; the API (and `compassmem dev`) serves it on api_port.
     metrics_host: str = Field(default="127.0.0.1", description="Interface of the worker's /metrics endpoint.")
     metrics_port: int = Field(default=9464, ge=0, le=65535,

@@ -1,12 +1,14 @@
-"""The write path's optional LLM steps: a yes/no boundary check for uncertain topic shifts, and event summaries.
+"""The write path's optional LLM steps: a yes/no boundary check for uncertain topic shifts, event summaries, and
+category labels for the turns of closed events.
 
-Both are off unless an endpoint is configured (COMPASSMEM_LLM_URL) and their own switch is on
-(COMPASSMEM_LLM_BOUNDARY_CHECK, COMPASSMEM_LLM_SUMMARY). They implement the processors' protocols
-(``BoundaryJudge``, ``EventSummariser``), so the processors never import this adapter, and they answer None
-whenever the LLM gives nothing usable: the detector's score or the extractive summary then stands.
+Each is off unless an endpoint is configured (COMPASSMEM_LLM_URL) and its own switch is on
+(COMPASSMEM_LLM_BOUNDARY_CHECK, COMPASSMEM_LLM_SUMMARY, COMPASSMEM_LLM_CATEGORIES). They implement the
+processors' protocols (``BoundaryJudge``, ``EventSummariser``, ``TurnLabeller``), so the processors never import
+this adapter, and they answer nothing whenever the LLM gives nothing usable: the detector's score, the extractive
+summary or the lexicon's categories then stand.
 
 Every text sent is bounded (each turn cut to a few hundred characters, a fixed number of turns), and after a
-failure both steps pause for ``PAUSE_S``: an endpoint that is down or slow costs one timeout per pause, not one
+failure every step pauses for ``PAUSE_S``: an endpoint that is down or slow costs one timeout per pause, not one
 per turn, and the stream goes on offline meanwhile.
 """
 
@@ -17,7 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import structlog
 
@@ -25,6 +27,7 @@ from compassmem.config import Settings
 from compassmem.llm import ChatClient, ChatMessage, LlmError
 from compassmem.models import Event, Turn
 from compassmem.pipeline import LlmSteps
+from compassmem.processors.lexicon import noun_lexicon
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +41,15 @@ SUMMARY_MAX_TOKENS = 120
 # Events whose summary the summariser remembers, so an unchanged event (a replay) is not asked for twice.
 SUMMARY_CACHE = 1024
 _REPLY_CHARS = 200
+# The category labels: one request per this many turns of a closed event, each cut to this many characters; per
+# turn at most LABELS_PER_TURN labels of at most LABEL_WORDS words are kept. Labels of the last LABEL_CACHE turns
+# are remembered by turn and text, so a replay or a re-closed event does not ask again.
+LABEL_TURNS = 16
+LABEL_TURN_CHARS = 300
+LABELS_PER_TURN = 5
+LABEL_WORDS = 3
+LABEL_TOKENS_PER_TURN = 24
+LABEL_CACHE = 4096
 
 BOUNDARY_SYSTEM_PROMPT = (
     "You decide where a conversation changes topic. You are shown the last turns of the current topic and the "
@@ -49,6 +61,14 @@ SUMMARY_SYSTEM_PROMPT = (
     "the date it was said; resolve relative dates ('yesterday', 'last week') against it and write absolute dates. "
     "Name people by their names. Reply with the summary only."
 )
+LABELS_SYSTEM_PROMPT = (
+    "You label the turns of a conversation with the general kinds of thing each one names, so that a later "
+    "question about a kind finds them: a turn about playing Valorant gets 'video game', a trip to Rome gets "
+    "'city, trip', a chicken pot pie gets 'food, dish'. Use common nouns of one or two words, never names. Reply "
+    "with one line per turn, 'N: kind, kind', at most five kinds, or 'N: -' when the turn names nothing."
+)
+_LABEL_LINE = re.compile(r"^\W*(\d{1,3})\s*[:.)\-]\s*(.*)$")
+_LABEL = re.compile(r"[a-z][a-z'\- ]*[a-z]")
 _YES_NO = re.compile(r"\W*+(yes|no)\b", re.IGNORECASE)
 
 
@@ -72,6 +92,92 @@ def parse_yes_no(reply: str) -> bool | None:
     """True for a reply that opens with yes, False for no, None for anything else."""
     match = _YES_NO.match(reply)
     return None if match is None else match.group(1).lower() == "yes"
+
+
+def labels_prompt(turns: Sequence[Turn]) -> list[ChatMessage]:
+    lines = [f"{n}. {t.speaker}: {clip(t.indexed_text(), LABEL_TURN_CHARS)}" for n, t in enumerate(turns, 1)]
+    return [ChatMessage(role="system", content=LABELS_SYSTEM_PROMPT),
+            ChatMessage(role="user", content="\n".join(lines))]
+
+
+def parse_labels(reply: str, count: int) -> dict[int, list[str]]:
+    """Line number (1 .. ``count``) -> the labels on it: lower case, at most ``LABEL_WORDS`` words of letters each,
+    at most ``LABELS_PER_TURN`` per line. Lines that are not 'N: ...' and numbers out of range are ignored."""
+    found: dict[int, list[str]] = {}
+    for line in reply.splitlines():
+        match = _LABEL_LINE.match(line.strip())
+        if match is None or not 1 <= int(match.group(1)) <= count:
+            continue
+        labels: list[str] = []
+        for part in re.split(r"[,;/]", match.group(2)):
+            label = " ".join(part.strip().strip("\"'*`.").lower().split())
+            if _LABEL.fullmatch(label) and len(label.split()) <= LABEL_WORDS and label not in labels:
+                labels.append(label)
+        if labels:
+            found[int(match.group(1))] = labels[:LABELS_PER_TURN]
+    return found
+
+
+def _turn_key(turn: Turn) -> tuple[str, str, str, str]:
+    return (turn.tenant, turn.conversation_id, turn.turn_id,
+            hashlib.sha256(turn.indexed_text().encode()).hexdigest())
+
+
+class LlmTurnLabeller:
+    """``TurnLabeller``: the kinds of thing each turn names, asked of the LLM ``LABEL_TURNS`` turns at a time.
+
+    Thread-safe. Only labels WordNet knows are kept (``known``), since only those can meet a question's category.
+    A failure pauses the step and leaves the turns it was asked for without labels."""
+
+    def __init__(self, client: ChatClient, pause: Pause | None = None,
+                 known: Callable[[str], bool] | None = None) -> None:
+        self.client = client
+        self.pause = pause or Pause()
+        self._known = known or (lambda label: noun_lexicon().lemma(label) is not None)
+        self._cache: OrderedDict[tuple[str, str, str, str], list[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, turns: Sequence[Turn]) -> dict[str, list[str]]:
+        labels: dict[str, list[str]] = {}
+        asking: list[tuple[Turn, tuple[str, str, str, str]]] = []
+        with self._lock:
+            for turn in turns:
+                key = _turn_key(turn)
+                if key in self._cache:
+                    self._cache.move_to_end(key)
+                    labels[turn.turn_id] = self._cache[key]
+                else:
+                    asking.append((turn, key))
+        for start in range(0, len(asking), LABEL_TURNS):
+            if self.pause.active():
+                break
+            chunk = asking[start:start + LABEL_TURNS]
+            answered = self._ask([turn for turn, _ in chunk])
+            if answered is None:
+                continue
+            with self._lock:
+                for index, (turn, key) in enumerate(chunk, 1):
+                    kept = [label for label in answered.get(index, []) if self._known(label)]
+                    self._cache[key] = kept
+                    labels[turn.turn_id] = kept
+                while len(self._cache) > LABEL_CACHE:
+                    self._cache.popitem(last=False)
+        return {turn_id: kept for turn_id, kept in labels.items() if kept}
+
+    def _ask(self, turns: Sequence[Turn]) -> dict[int, list[str]] | None:
+        """Labels by line number, or None when the LLM failed or its reply has no line to read (asked again when
+        the turns come again)."""
+        try:
+            reply = self.client.chat(labels_prompt(turns), max_tokens=LABEL_TOKENS_PER_TURN * len(turns))
+        except LlmError as error:
+            self.pause.start("categories", self.client, error)
+            return None
+        answered = parse_labels(reply, len(turns))
+        if not answered and not re.search(r"^\W*\d{1,3}\s*[:.)\-]", reply, re.MULTILINE):
+            log.warning("llm.categories_unclear", turns=len(turns), reply=clip(reply, _REPLY_CHARS),
+                        reason="no 'N: kind, kind' line; the turns keep the lexicon's categories only")
+            return None
+        return answered
 
 
 def summary_prompt(event: Event) -> list[ChatMessage]:
@@ -168,7 +274,7 @@ class LlmEventSummariser:
 def llm_steps(settings: Settings, client: ChatClient | None = None) -> LlmSteps:
     """The LLM steps the settings switch on (``client``: one already built from these settings, to share)."""
     wanted = [name for name, on in (("boundary_check", settings.llm_boundary_check),
-                                    ("summary", settings.llm_summary)) if on]
+                                    ("summary", settings.llm_summary), ("categories", settings.llm_categories)) if on]
     if not wanted:
         return LlmSteps()
     client = client or ChatClient.from_settings(settings)
@@ -181,4 +287,5 @@ def llm_steps(settings: Settings, client: ChatClient | None = None) -> LlmSteps:
     return LlmSteps(
         boundary_judge=LlmBoundaryJudge(client, pause) if settings.llm_boundary_check else None,
         summariser=LlmEventSummariser(client, pause) if settings.llm_summary else None,
+        labeller=LlmTurnLabeller(client, pause) if settings.llm_categories else None,
     )

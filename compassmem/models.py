@@ -403,6 +403,9 @@ class IndexedTurn(BaseModel):
     session_id: str | None = None
     has_time_expression: bool = False
     embedding: list[float] | None = None
+    # The kinds of thing the turn names, from the optional LLM labeller (``TurnLabeller``): searched as categories
+    # beside the lexicon's, for instances the lexicon does not know ("Valorant" -> "video game").
+    category_labels: list[str] = Field(default_factory=list)
 
 
 def turn_point_id(tenant: str, conversation_id: str, turn_id: str) -> str:

@@ -26,7 +26,7 @@ from compassmem.processors.conversation_memory import (
     ConversationMemory,
     MemoryUpdate,
 )
-from compassmem.processors.event_frames import EventSummariser
+from compassmem.processors.event_frames import EventSummariser, TurnLabeller
 from compassmem.processors.merging import EventMerger, MergeConfig
 from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryJudge, SegmentationConfig
@@ -54,10 +54,12 @@ class PipelineConfig(BaseModel):
 @dataclass(frozen=True)
 class LlmSteps:
     """The write path's optional LLM upgrades (``compassmem.llm_events.llm_steps`` builds them from settings):
-    a judge for uncertain topic boundaries and a summariser of closed events. None: the offline path."""
+    a judge for uncertain topic boundaries, a summariser of closed events and a labeller of their turns' categories.
+    None: the offline path."""
 
     boundary_judge: BoundaryJudge | None = None
     summariser: EventSummariser | None = None
+    labeller: TurnLabeller | None = None
 
 
 class IngestSummary(BaseModel):
@@ -112,6 +114,7 @@ class MemoryPipeline:
                 Reclusterer(config.recluster_window),
                 config.hot_events,
                 self.llm.summariser,
+                self.llm.labeller,
             )
         return self.memories[key]
 

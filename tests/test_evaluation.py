@@ -321,3 +321,21 @@ def test_benchmark_writes_table_and_json(locomo_file: Path, tmp_path: Path, caps
     assert results["methods"]["bm25"]["recall"]["4"]["5"] == 1.0
     assert results["evidence_normalisation"]["skipped_without_evidence"] == {"3": 1, "5": 1}
     assert "puppy" not in out.read_text()  # aggregates only, no question text
+
+
+def test_recall_benchmark_builds_with_llm_labels_and_asks_offline(locomo_file: Path, tmp_path: Path,
+                                                                  fake_llm: tuple[Any, str]) -> None:
+    """``locomo_recall --llm-categories URL``: the LLM is asked for the turns' category labels while the memory is
+    built, and never while the questions are answered (the difference it reports is the labels')."""
+    from benchmarks.locomo_recall import main
+
+    from compassmem.llm_events import LABELS_SYSTEM_PROMPT
+
+    fake, url = fake_llm
+    fake.reset()
+    fake.respond = lambda messages: "\n".join(f"{n}: pet" for n in range(1, messages[-1]["content"].count("\n") + 2))
+    out = tmp_path / "recall.json"
+    assert main(["--data", str(locomo_file), "--no-baselines", "--llm-categories", url, "--out", str(out)]) == 0
+    assert fake.requests
+    assert {r["messages"][0]["content"] for r in fake.requests} == {LABELS_SYSTEM_PROMPT}
+    assert json.loads(out.read_text())["methods"]["compassmem"]["recall"]["4"]["10"] == 1.0

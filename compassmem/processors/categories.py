@@ -9,6 +9,7 @@ into the turn's sparse keyword vector beside its stems, under their own prefix, 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from compassmem.processors.lexicon import noun_lexicon
 from compassmem.processors.text_features import STOP_WORDS
@@ -54,10 +55,18 @@ def category_term(synset: int) -> str:
     return f"{CATEGORY_PREFIX}{synset}"
 
 
-def category_terms(text: str) -> list[str]:
-    """A text's categories as keyword terms, sorted (the same text always gives the same sparse vector)."""
+def category_terms(text: str, labels: Iterable[str] = ()) -> list[str]:
+    """A text's categories as keyword terms, sorted (the same text always gives the same sparse vector).
+
+    ``labels``: kinds of thing the text names, told by another means (an LLM's "video game" for a turn about
+    Valorant, which WordNet does not know); each adds its own senses and their ancestors, as a noun of the text
+    does."""
     lexicon = noun_lexicon()
-    labels: set[int] = set()
+    found: set[int] = set()
     for lemma in noun_lemmas(text):
-        labels.update(lexicon.categories(lemma))
-    return [category_term(s) for s in sorted(labels)]
+        found.update(lexicon.categories(lemma))
+    for label in labels:
+        lemma = lexicon.lemma(label)
+        if lemma is not None:
+            found.update(lexicon.categories(lemma))
+    return [category_term(s) for s in sorted(found)]

@@ -26,6 +26,7 @@ from compassmem.processors.clustering import ClusterState, Reclusterer
 from compassmem.processors.event_index import EventIndex
 from compassmem.processors.event_frames import (
     EventSummariser,
+    TurnLabeller,
     build_event,
     indexed_turns,
     merge_into,
@@ -147,6 +148,7 @@ class ConversationMemory:
         reclusterer: Reclusterer,
         hot_events: int = DEFAULT_HOT_EVENTS,
         summariser: EventSummariser | None = None,
+        labeller: TurnLabeller | None = None,
     ) -> None:
         if hot_events < MIN_HOT_EVENTS:
             raise ValueError(f"hot_events must be at least {MIN_HOT_EVENTS}, got {hot_events}")
@@ -156,6 +158,7 @@ class ConversationMemory:
         self._reclusterer = reclusterer
         self._hot_events = hot_events
         self._summariser = summariser
+        self._labeller = labeller
         self.segmenter = SegmenterState()
         # The hot window: the ``hot_events`` most recent events. Insertion order is creation order: the
         # chronology relation extraction relies on.
@@ -195,8 +198,9 @@ class ConversationMemory:
         reclusterer: Reclusterer,
         hot_events: int = DEFAULT_HOT_EVENTS,
         summariser: EventSummariser | None = None,
+        labeller: TurnLabeller | None = None,
     ) -> ConversationMemory:
-        memory = cls(detector, merger, extractor, reclusterer, hot_events, summariser)
+        memory = cls(detector, merger, extractor, reclusterer, hot_events, summariser, labeller)
         memory.restore(state)
         return memory
 
@@ -332,6 +336,10 @@ class ConversationMemory:
         if self._summariser is not None:
             event = summarised(event, self._summariser)
             mark = _lap(update, "summarise", mark)
+        labels = None
+        if self._labeller is not None:
+            labels = self._labeller([t.turn for t in segment.turns])
+            mark = _lap(update, "label", mark)
         relations = self._extractor.extract(event, history, segment_texts(segment), self.keyword_stats,
                                             adjacent=decision is None)
         # Counted after extraction, so a clause's terms are judged rare against the earlier events only.
@@ -352,7 +360,7 @@ class ConversationMemory:
         update.rejected_relations = len(ledger_result.rejected)
         self.stats.rejected_relations += len(ledger_result.rejected)
         update.events.append(event)
-        update.turns.extend(indexed_turns(segment, event.event_id))
+        update.turns.extend(indexed_turns(segment, event.event_id, labels))
         mark = _lap(update, "relate", mark)
         if self._reclusterer.observe(self.clusters, event.event_id):
             update.extend(self._recluster())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -21,6 +21,7 @@ from compassmem.models import (
     SummarySource,
     TemporalInfo,
     TimeAnchor,
+    Turn,
     event_id_for,
 )
 from compassmem.processors.segmentation import Segment, SegmentTurn
@@ -363,7 +364,16 @@ def summarised(event: Event, summariser: EventSummariser) -> Event:
                                     "extractive_summary": event.summary})
 
 
-def indexed_turns(segment: Segment, event_id: str) -> list[IndexedTurn]:
+class TurnLabeller(Protocol):
+    """The kinds of thing each turn names, as common nouns ("video game" for a turn about Valorant), found by
+    another means than the lexicon (an LLM). Turn id -> labels; a turn it has nothing for is left out."""
+
+    def __call__(self, turns: Sequence[Turn]) -> dict[str, list[str]]: ...
+
+
+def indexed_turns(segment: Segment, event_id: str,
+                  labels: Mapping[str, Sequence[str]] | None = None) -> list[IndexedTurn]:
+    labels = labels or {}
     return [
         IndexedTurn(
             tenant=t.turn.tenant,
@@ -377,6 +387,7 @@ def indexed_turns(segment: Segment, event_id: str) -> list[IndexedTurn]:
             session_id=t.turn.session_id,
             has_time_expression=has_time_expression(t.turn.text),
             embedding=t.embedding,
+            category_labels=list(labels.get(t.turn.turn_id, ())),
         )
         for t in segment.turns
     ]

@@ -75,9 +75,10 @@ def event_keyword_vector(event: Event) -> SparseVector:
 
 
 def turn_keyword_vector(turn: IndexedTurn) -> SparseVector:
-    """The turn's keyword stems (with who said it and when) and the categories its nouns belong to."""
+    """The turn's keyword stems (with who said it and when) and the categories its nouns and its labels (the
+    optional LLM labeller's) belong to."""
     return sparse_keyword_vector([*keyword_stems(search_text(turn.speaker, turn.text, turn.timestamp)),
-                                  *category_terms(turn.text)],
+                                  *category_terms(turn.text, turn.category_labels)],
                                  scale=tie_break(f"{turn.conversation_id}/{turn.turn_id}"))
 
 

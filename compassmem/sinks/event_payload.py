@@ -160,7 +160,9 @@ def hot_records_of(points: Sequence[tuple[Payload, Any]], dim: int) -> HotRecord
 
 
 def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
-    payload = turn.model_dump(mode="json", exclude={"embedding"})
+    # No empty label list on every point: qdrant-edge converts each payload value, and most turns have none.
+    payload = turn.model_dump(mode="json", exclude={"embedding"} if turn.category_labels
+                              else {"embedding", "category_labels"})
     payload[KIND_FIELD] = TURN_KIND
     return payload
 
