@@ -158,3 +158,23 @@ def test_a_partition_paused_by_flow_control_is_not_stalled() -> None:
     clock.now += 4  # still not moving, no longer paused: stalled
     assert positions.stalled({0: 80, 1: 90}, stall_s=3.0) == [0, 1]
     assert positions.stalled({7: 10}, stall_s=3.0) == []
+
+
+def test_a_seek_back_is_not_repeated_while_a_batch_taken_before_it_runs() -> None:
+    """A batch of a few hundred turns takes seconds on a loaded machine: the records a seek brings cannot reach the
+    worker before it ends, so the seek is not judged (and repeated) until a batch taken after it was admitted."""
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, reseek_interval_s=1.0, clock=clock)
+    positions.sought({0: 7})
+    positions.admit([rec(0, 30)])  # a gap
+    assert positions.should_seek(0) == 7
+    clock.now += 5.0  # the batch that was running when it sought goes on
+    assert not positions.seek_due(0, batch_running=True)
+    assert positions.seek_due(0, batch_running=False)  # idle and nothing came: the seek did not take
+    positions.admit([rec(0, 31)])  # a batch taken after the seek, still without offset 7 (fetched before it)
+    assert positions.seek_due(0, batch_running=True)
+    assert positions.should_seek(0) == 7
+    clock.now += 5.0
+    assert not positions.seek_due(0, batch_running=True)  # the count starts again at every seek
+    positions.admit([rec(0, 7)])
+    assert positions.pending_repairs() == [] and positions.seek_due(0, batch_running=True)

@@ -315,10 +315,14 @@ class StreamingWorker:
         targets: dict[int, int] = {}
         for partition in partitions:
             expected = self.positions.next_offset(partition)
-            if expected is None or not self.positions.seek_due(partition):
+            if expected is None or not self.positions.seek_due(partition, batch_running=self._batches_running > 0):
                 continue  # a seek there is recent: no broker probe for every held record until it takes effect
             first = await loop.run_in_executor(None, first_offset_at_or_after, self.bootstrap, topic, partition,
                                                expected)
+            if self.positions.next_offset(partition) != expected:
+                # Records came while the broker was asked (a slow first fetch looked like a stall): nothing to
+                # repair, and a seek now would throw away what was fetched.
+                continue
             if first is None and stalled:
                 self.positions.sought({partition: expected})  # nothing to fetch: not a stall; look again later
                 continue

@@ -50,6 +50,7 @@ class _Repair:
     offset: int
     last_seek: float
     attempts: int = 0
+    batches_at_seek: int = 0  # ``PartitionPositions.batches`` when it sought
 
 
 class GapNotRepairedError(RuntimeError):
@@ -73,6 +74,8 @@ class PartitionPositions:
         self._repairs: dict[int, _Repair] = {}
         self.gaps_detected = 0
         self.offsets_stepped_over = 0
+        # Batches handed to ``admit`` so far: a seek back can only be judged once a batch fetched after it came.
+        self.batches = 0
 
     def sought(self, positions: dict[int, int]) -> None:
         """The consumer was positioned at these offsets (partition -> next offset it will fetch)."""
@@ -95,6 +98,7 @@ class PartitionPositions:
     def admit(self, records: Sequence[RawRecord]) -> Admission:
         """Split a batch into what may be applied now and what lies past a gap (see the module docstring)."""
         out = Admission()
+        self.batches += 1
         blocked: set[int] = set()
         for record in records:
             if record.topic != self.topic:
@@ -128,11 +132,18 @@ class PartitionPositions:
             log.warning("stream.offsets_do_not_exist", partition=partition, first=expected, last=first_existing - 1,
                         effect="stepped over (retention, compaction or transaction markers)")
 
-    def seek_due(self, partition: int) -> bool:
-        """False while the last seek back to this partition's next offset is recent (nothing to do yet)."""
+    def seek_due(self, partition: int, batch_running: bool = False) -> bool:
+        """False while the last seek back to this partition's next offset is recent (nothing to do yet), or while
+        the worker is still busy with a batch it took before that seek (``batch_running`` and no batch admitted
+        since): the records the seek brings cannot have reached it yet. A batch of a few hundred turns takes
+        seconds on a loaded machine, and seeking again meanwhile threw away what the first seek had fetched and
+        delivered every other partition's records twice."""
         repair = self._repairs.get(partition)
-        return (repair is None or repair.offset != self._next.get(partition)
-                or self._clock() - repair.last_seek >= self._wait_after(repair))
+        if repair is None or repair.offset != self._next.get(partition):
+            return True
+        if batch_running and self.batches == repair.batches_at_seek:
+            return False
+        return self._clock() - repair.last_seek >= self._wait_after(repair)
 
     def _wait_after(self, repair: _Repair) -> float:
         """How long a seek back is given before the next one to the same offset: doubling per attempt up to
@@ -152,7 +163,8 @@ class PartitionPositions:
         now = self._clock()
         repair = self._repairs.get(partition)
         if repair is None or repair.offset != expected:
-            self._repairs[partition] = _Repair(offset=expected, last_seek=now, attempts=1)
+            self._repairs[partition] = _Repair(offset=expected, last_seek=now, attempts=1,
+                                               batches_at_seek=self.batches)
             return expected
         if now - repair.last_seek < self._wait_after(repair):
             return None
@@ -163,6 +175,7 @@ class PartitionPositions:
             )
         repair.attempts += 1
         repair.last_seek = now
+        repair.batches_at_seek = self.batches
         return expected
 
     def quiet(self, stall_s: float) -> bool:
