@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import structlog
 
@@ -126,14 +126,12 @@ def _turn_key(turn: Turn) -> tuple[str, str, str, str]:
 class LlmTurnLabeller:
     """``TurnLabeller``: the kinds of thing each turn names, asked of the LLM ``LABEL_TURNS`` turns at a time.
 
-    Thread-safe. Only labels WordNet knows are kept (``known``), since only those can meet a question's category.
-    A failure pauses the step and leaves the turns it was asked for without labels."""
+    Thread-safe. Only labels WordNet knows are kept, since only those can meet a question's category. A failure
+    pauses the step and leaves the turns it was asked for without labels."""
 
-    def __init__(self, client: ChatClient, pause: Pause | None = None,
-                 known: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, client: ChatClient, pause: Pause | None = None) -> None:
         self.client = client
         self.pause = pause or Pause()
-        self._known = known or (lambda label: noun_lexicon().lemma(label) is not None)
         self._cache: OrderedDict[tuple[str, str, str, str], list[str]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -157,7 +155,7 @@ class LlmTurnLabeller:
                 continue
             with self._lock:
                 for index, (turn, key) in enumerate(chunk, 1):
-                    kept = [label for label in answered.get(index, []) if self._known(label)]
+                    kept = [label for label in answered.get(index, []) if noun_lexicon().lemma(label) is not None]
                     self._cache[key] = kept
                     labels[turn.turn_id] = kept
                 while len(self._cache) > LABEL_CACHE:
