@@ -256,6 +256,9 @@ class StreamingWorker:
         listeners = getattr(self.app.consumer, "seek_listeners", None)
         if listeners is not None and self._on_seek not in listeners:
             listeners.append(self._on_seek)
+        guarded = getattr(self.app.consumer, "guarded_topics", None)
+        if guarded is not None:
+            guarded.add(self.settings.turns_topic)
         for partition in revoked:
             self._next_offsets.pop(partition, None)
         # Operators (and the tests) see which turns partitions this process owns after each rebalance.
@@ -328,6 +331,9 @@ class StreamingWorker:
                 continue
             if first is not None and first > expected:
                 self.positions.step_over(partition, expected, first)
+                mark_missing = getattr(self.app.consumer, "mark_missing", None)
+                if mark_missing is not None and self.positions.next_offset(partition) == first:
+                    await mark_missing(TP(topic, partition), expected, first - 1)
             try:
                 target = self.positions.should_seek(partition)
             except GapNotRepairedError as error:

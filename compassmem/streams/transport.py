@@ -7,6 +7,8 @@ several partitions it holds the request the whole wait (measured: ~480 ms per re
 A short wait costs a few idle fetch requests per second against a real Kafka cluster, where it changes nothing else.
 
 The second fix (``_seek_to_committed_or_start``) keeps a rebalance from losing records; see its docstring.
+
+The third (``_Consumer._add_gap``) keeps Faust from committing offsets the worker never applied; see its docstring.
 """
 
 from __future__ import annotations
@@ -67,6 +69,26 @@ class _Consumer(faust_aiokafka.Consumer):
         super().__init__(*args, **kwargs)
         # Told (on the consumer's thread) where the stream partitions were sought to on each rebalance.
         self.seek_listeners: list[SeekListener] = []
+        # Topics whose holes the worker's gap guard handles (streams/positions.py): see _add_gap.
+        self.guarded_topics: set[str] = set()
+
+    async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
+        """Faust calls this when it delivers a record whose offset jumps past the last one it delivered, and from
+        then on counts every offset in between as acknowledged, so its commit passes them. Meant for offsets that
+        do not exist (compaction, transaction markers), it also fires for records that exist and were only not
+        delivered yet: after a restart with a backlog the first records delivered were at the end of the log
+        (offsets 630-794 with 79 committed), and the offsets in between became committable before the worker had
+        applied them; a crash then would have skipped them for good. On a guarded topic the worker's gap guard
+        seeks back to such holes and tells the consumer which offsets the broker says do not exist
+        (``mark_missing``); nothing else is counted as acknowledged."""
+        if tp.topic in self.guarded_topics:
+            return
+        await super()._add_gap(tp, offset_from, offset_to)
+
+    async def mark_missing(self, tp: TP, first: int, last: int) -> None:
+        """Offsets ``first`` .. ``last`` of a guarded topic do not exist on the broker: they count as acknowledged,
+        so the commit can pass them."""
+        await super()._add_gap(tp, first, last)
 
     def _new_consumer_thread(self) -> _ConsumerThread:
         return _ConsumerThread(self, loop=self.loop, beacon=self.beacon)
