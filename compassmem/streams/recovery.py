@@ -13,7 +13,7 @@ the fetch position has already moved past them, and Faust's read-offset filter t
 they are fetched again after the seek. The agent therefore receives offsets 52-55, then 240: the skipped records
 are never applied, each conversation's ``last_offset`` moves past them, and the replay after the next restart
 treats them as already applied (the committed offset cannot pass the hole, since Faust commits contiguous acks
-only, but that does not bring them back).
+only and transport.py keeps its gap marking off the turns topic, but that does not bring them back).
 
 Here the order is: clear the queues first (``flow_control.resume()``), seek while the stream partitions are still
 paused (nothing of theirs can be fetched yet), and only then resume them. ``streams/positions.py`` is the second
