@@ -79,7 +79,7 @@ from compassmem.streams.processor import (
 )
 from compassmem.streams.state import RecordHeader, decode_header
 from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, first_offset_at_or_after
-from compassmem.streams.transport import broker_urls
+from compassmem.streams.transport import FLOW_SETTLE_S, broker_urls
 
 log = structlog.get_logger(__name__)
 
@@ -99,8 +99,6 @@ _STALL_S = 3.0
 # every partition) repeated four times before the records came. Records really lost on the way are still found,
 # later: a stall only delays them, since nothing past the partition's next offset is applied meanwhile.
 _BUSY_STALL_S = 30.0
-# After stopping the fetcher's delivery, before seeking: the record it was handing over settles first.
-_FLOW_SETTLE_S = 0.05
 
 
 class _Stopping(Exception):  # noqa: N818 - a signal, not an error
@@ -358,7 +356,7 @@ class StreamingWorker:
         consumer = self.app.consumer
         consumer.stop_flow()
         try:
-            await asyncio.sleep(_FLOW_SETTLE_S)
+            await asyncio.sleep(FLOW_SETTLE_S)
             await consumer.seek_wait(sought)
         finally:
             consumer.resume_flow()

@@ -15,17 +15,21 @@ are never applied, each conversation's ``last_offset`` moves past them, and the 
 treats them as already applied (the committed offset cannot pass the hole, since Faust commits contiguous acks
 only and transport.py keeps its gap marking off the turns topic, but that does not bring them back).
 
-Here the order is: clear the queues first (``flow_control.resume()``), seek while the stream partitions are still
-paused (nothing of theirs can be fetched yet), and only then resume them. ``streams/positions.py`` is the second
+Here the order is: stop the consumer's delivery (records the fetcher's loop is still handing over would otherwise
+arrive after the seek), clear the queues (``flow_control.resume()``), seek while the stream partitions are still
+paused (nothing of theirs can be fetched yet), and only then resume them and the delivery. ``streams/positions.py`` is the second
 line of defence: whatever the cause, the worker never applies a record past an offset gap.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
+
+from compassmem.streams.transport import FLOW_SETTLE_S
 
 
 class SeekFirstRecovery(Recovery):
@@ -43,6 +47,14 @@ class SeekFirstRecovery(Recovery):
             self.log.warning("Recovery rebalancing again app id %r param %r", self.app.consumer_generation_id,
                              generation_id)
             return
+        # Stop delivery first. The fetcher's loop can be part-way through records it fetched for the stream
+        # partitions while the changelogs were read; delivered after the seek, they moved its read offset past the
+        # committed one and it dropped the records fetched again from there (seen under load: the first records
+        # after a restart were from the end of the log, with offset 79 committed).
+        consumer.stop_flow()
+        await asyncio.sleep(FLOW_SETTLE_S)
+        if self.app.consumer_generation_id != generation_id:
+            return  # rebalancing again: that recovery resumes the flow when it completes
         # Drop whatever the streams were handed before the seek; their partitions are paused from here on.
         self.app.flow_control.resume()
         if assignment:

@@ -23,6 +23,8 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 SCHEME = "compassmem-kafka"
 FETCH_MAX_WAIT_MS = 100
+# After stopping the fetcher's delivery, before seeking: the record it was handing over settles first.
+FLOW_SETTLE_S = 0.05
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
