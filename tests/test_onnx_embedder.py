@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from compassmem import onnx_embedding
@@ -146,8 +147,19 @@ def test_a_second_construction_loads_the_cache(onnx: OnnxInt8Embedder, cache_dir
     assert np.allclose(again.embed(["hello there"]), onnx.embed(["hello there"]))
 
 
+@pytest.fixture
+def onnx_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, object]]]:
+    """What onnx_embedding logs meanwhile. The module gets a fresh logger first: ``configure_logging`` caches a
+    logger's processors on its first use, and one first used before this test (by any earlier test in the run)
+    would write past ``capture_logs``."""
+    monkeypatch.setattr(onnx_embedding, "log", structlog.get_logger(onnx_embedding.__name__))
+    with capture_logs() as logs:
+        yield logs
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
-def test_a_corrupt_cache_file_is_rebuilt_with_a_warning(onnx: OnnxInt8Embedder, tmp_path: Path, damage: str) -> None:
+def test_a_corrupt_cache_file_is_rebuilt_with_a_warning(onnx: OnnxInt8Embedder, tmp_path: Path, damage: str,
+                                                        onnx_logs: list[dict[str, object]]) -> None:
     path = tmp_path / onnx.path.name
     good = onnx.path.read_bytes()
     path.write_bytes({"garbage": b"not an onnx model\x00" * 100, "truncated": good[: len(good) // 3],
@@ -158,22 +170,21 @@ def test_a_corrupt_cache_file_is_rebuilt_with_a_warning(onnx: OnnxInt8Embedder, 
     fresh.write_bytes(b"partial")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
     builds = onnx_embedding.builds
-    with capture_logs() as logs:
-        rebuilt = OnnxInt8Embedder(cache_dir=tmp_path)
+    rebuilt = OnnxInt8Embedder(cache_dir=tmp_path)
     assert not stale.exists() and fresh.exists()
     assert rebuilt.path == path
     assert onnx_embedding.builds == builds + 1
-    assert any(entry["event"] == "onnx_cache_unreadable" and entry["log_level"] == "warning" for entry in logs)
+    assert any(entry["event"] == "onnx_cache_unreadable" and entry["log_level"] == "warning" for entry in onnx_logs)
     assert path.stat().st_size > 10_000_000
     assert np.allclose(rebuilt.embed(["hello there"]), onnx.embed(["hello there"]), atol=1e-5)
 
 
-def test_an_unwritable_cache_folder_still_gives_an_embedder(onnx: OnnxInt8Embedder, tmp_path: Path) -> None:
+def test_an_unwritable_cache_folder_still_gives_an_embedder(onnx: OnnxInt8Embedder, tmp_path: Path,
+                                                            onnx_logs: list[dict[str, object]]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with capture_logs() as logs:
-        built = OnnxInt8Embedder(cache_dir=blocker / "models")
-    assert any(entry["event"] == "onnx_cache_unwritable" for entry in logs)
+    built = OnnxInt8Embedder(cache_dir=blocker / "models")
+    assert any(entry["event"] == "onnx_cache_unwritable" for entry in onnx_logs)
     assert np.allclose(built.embed(["hello there"]), onnx.embed(["hello there"]), atol=1e-5)
 
 

