@@ -79,7 +79,7 @@ from compassmem.streams.processor import (
 )
 from compassmem.streams.state import RecordHeader, decode_header
 from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, first_offset_at_or_after
-from compassmem.streams.transport import FLOW_SETTLE_S, broker_urls
+from compassmem.streams.transport import broker_urls
 
 log = structlog.get_logger(__name__)
 
@@ -192,6 +192,9 @@ class StreamingWorker:
         self._executed_forgets: set[tuple[int, int]] = set()
         self._batches_running = 0
         self._end_probe_at = 0.0
+        # How often Faust sought the turns partitions to their committed offsets (rebalances, and its delivery
+        # loop finding the flow stopped after a fetch): a seek back made while one happened is not needed.
+        self._committed_seeks = 0
         datadir = settings.data_dir.resolve() / "faust"
         self.app = faust.App(
             settings.kafka_app_id,
@@ -265,6 +268,7 @@ class StreamingWorker:
     # -- the memory agent ----------------------------------------------------------------------------------------
 
     def _on_seek(self, positions: Any) -> None:  # noqa: ANN401 - Mapping[TP, int], from the consumer's thread
+        self._committed_seeks += 1
         self.positions.sought({tp.partition: int(offset) for tp, offset in positions.items()
                                if tp.topic == self.settings.turns_topic})
 
@@ -348,15 +352,20 @@ class StreamingWorker:
         # apply, in the same seek, not only the ones being repaired. Seeking one at a time opened gaps on the
         # others, and under a backlog the seeks cascaded: 5,000 conversations through one worker made 9,633 gaps,
         # each throwing away thousands of fetched records, and the worker ran at 136 turns/s instead of about 300.
-        sought = {TP(topic, partition): offset for partition, offset in targets.items()}
-        for other in self.assigned_partitions:
-            offset = self.positions.next_offset(other)
-            if other not in targets and offset is not None:
-                sought[TP(topic, other)] = offset
         consumer = self.app.consumer
-        consumer.stop_flow()
+        committed_seeks = self._committed_seeks
         try:
-            await asyncio.sleep(FLOW_SETTLE_S)
+            await consumer.stop_delivery()
+            if self._committed_seeks != committed_seeks:
+                # Faust's delivery loop found the flow stopped after a fetch and sought every partition back to its
+                # committed offset: everything from there is read again in order, and the positions know it.
+                log.info("stream.seek_back_not_needed", offsets=targets, reason="sought to the committed offsets")
+                return
+            sought = {TP(topic, partition): offset for partition, offset in targets.items()}
+            for other in self.assigned_partitions:
+                offset = self.positions.next_offset(other)
+                if other not in targets and offset is not None:
+                    sought[TP(topic, other)] = offset
             await consumer.seek_wait(sought)
         finally:
             consumer.resume_flow()

@@ -23,13 +23,11 @@ line of defence: whatever the cause, the worker never applies a record past an o
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, cast
 
 from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 
-from compassmem.streams.transport import FLOW_SETTLE_S
 
 
 class SeekFirstRecovery(Recovery):
@@ -51,8 +49,7 @@ class SeekFirstRecovery(Recovery):
         # partitions while the changelogs were read; delivered after the seek, they moved its read offset past the
         # committed one and it dropped the records fetched again from there (seen under load: the first records
         # after a restart were from the end of the log, with offset 79 committed).
-        consumer.stop_flow()
-        await asyncio.sleep(FLOW_SETTLE_S)
+        await consumer.stop_delivery()
         if self.app.consumer_generation_id != generation_id:
             return  # rebalancing again: that recovery resumes the flow when it completes
         # Drop whatever the streams were handed before the seek; their partitions are paused from here on.

@@ -9,22 +9,31 @@ A short wait costs a few idle fetch requests per second against a real Kafka clu
 The second fix (``_seek_to_committed_or_start``) keeps a rebalance from losing records; see its docstring.
 
 The third (``_Consumer._add_gap``) keeps Faust from committing offsets the worker never applied; see its docstring.
+
+The fourth (``_Consumer.stop_delivery``) lets a seek wait until Faust's delivery loop has let go of the record it
+was handing over; see its docstring.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import structlog
 
 from faust.types import TP
 
 from faust.transport.drivers import TRANSPORTS
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+log = structlog.get_logger(__name__)
+
 SCHEME = "compassmem-kafka"
 FETCH_MAX_WAIT_MS = 100
-# After stopping the fetcher's delivery, before seeking: the record it was handing over settles first.
-FLOW_SETTLE_S = 0.05
+# The longest ``stop_delivery`` waits for the delivery loop: a fetch in progress (Faust asks for 1 s at most), then
+# Faust's own seek to the committed offsets if that fetch returned records while the flow was stopped.
+DELIVERY_STOP_TIMEOUT_S = 10.0
 
 
 class _ConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
@@ -73,6 +82,49 @@ class _Consumer(faust_aiokafka.Consumer):
         self.seek_listeners: list[SeekListener] = []
         # Topics whose holes the worker's gap guard handles (streams/positions.py): see _add_gap.
         self.guarded_topics: set[str] = set()
+        # Set while the delivery loop waits for the flow to resume, holding no record (stop_delivery).
+        self._delivery_parked = asyncio.Event()
+        self._draining = False
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # noqa: ANN401 - Faust's Fetcher service
+        self._draining = True
+        try:
+            await super()._drain_messages(fetcher)
+        finally:
+            self._draining = False
+
+    async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ANN401 - Faust's (RecordMap, partitions)
+        # The delivery loop comes here before each fetch, once it is done with the records of the last one.
+        while not self.flow_active:
+            self._delivery_parked.set()
+            try:
+                if (await self.wait(self.can_resume_flow)).stopped:
+                    break  # the consumer is stopping or crashed: Faust's own code takes it from here
+            finally:
+                self._delivery_parked.clear()
+        return await super()._wait_next_records(timeout)
+
+    async def stop_delivery(self, timeout: float = DELIVERY_STOP_TIMEOUT_S) -> bool:
+        """Stop the flow and return once Faust's delivery loop holds no record, so a seek made now is the last
+        word on where each partition is read from. False if the loop did not get there within ``timeout``.
+
+        ``stop_flow`` alone is not enough. The loop may be part-way through handing a record over (waiting for
+        room in a full stream queue): it gives that record up when the flow stops, but then still sets the
+        partition's read offset to the record's offset, and Faust drops every fetched record below its read
+        offset. Done after a seek back, that write silently dropped the records re-fetched from the seek's
+        target. Or a fetch is in progress: when it returns while the flow is stopped, Faust seeks every partition
+        to its committed offset, and done after our seek, that undid it. The loop reaches ``_wait_next_records``
+        only after both, and waits there until the flow resumes."""
+        self.stop_flow()
+        if not self._draining or self._delivery_parked.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._delivery_parked.wait(), timeout)
+        except TimeoutError:
+            log.warning("stream.delivery_not_stopped", waited_s=timeout,
+                        effect="seeking anyway; the gap guard catches records dropped by the delivery loop")
+            return False
+        return True
 
     async def _add_gap(self, tp: TP, offset_from: int, offset_to: int) -> None:
         """Faust calls this when it delivers a record whose offset jumps past the last one it delivered, and from
