@@ -31,7 +31,7 @@ from compassmem.streams.decoding import RawRecord
 from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, RedactMarker
 from compassmem.streams.processor import BatchInput, MemoryStreamProcessor
 from compassmem.streams.producer import encode_turn
-from compassmem.streams.state import decode_record
+from compassmem.streams.state import decode_header, decode_record
 from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
 from test_streaming import committed_offsets, graph_matches, true_end_offsets
 
@@ -373,3 +373,41 @@ def test_a_redaction_survives_a_replay_of_the_turns_topic(stream_run: StreamRun,
         assert replay.batch_totals().get("redactions", 0) >= 1, replay.tail()
         with open_stores(stream_run.settings(replay_dir, falkordb_url=fresh_graph.url)) as stores:
             check(stores)
+
+
+def test_an_idle_close_requested_before_stale_markers_were_applied_still_closes(tmp_path: Path, embedded_falkordb,  # noqa: ANN001
+                                                                                embedder) -> None:  # noqa: ANN001
+    """After a restart with a backlog a worker requests idle closes for conversations whose turns are still on
+    their way (their last turn looks old): those markers land behind the turns and come stale. A marker requested
+    once the last turn was applied, placed after the stale ones, must still close the segment; when markers moved
+    the position it was compared with, it came stale too and the close waited for another round."""
+    tenant, conversation_id = "umbra", "idle"
+    key = f"{tenant}/{conversation_id}".encode()
+    turns = [Turn.model_validate(turn) for turn in _traced_turns(tenant, conversation_id)]
+
+    def record(offset: int, value: bytes, control: ControlKind | None = None) -> RawRecord:
+        headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
+        return RawRecord(topic="t.turns", partition=0, offset=offset, key=key, value=value, headers=headers)
+
+    def idle_close(offset: int, after: int) -> RawRecord:
+        marker = IdleCloseMarker(tenant=tenant, conversation_id=conversation_id, after_offset=after, idle_s=1.0)
+        return record(offset, marker.model_dump_json().encode(), ControlKind.IDLE_CLOSE)
+
+    with open_stores(_settings(tmp_path, falkordb_url=embedded_falkordb.url)) as stores:
+        processor = MemoryStreamProcessor(embedder, stores)
+
+        def run(records: list[RawRecord], state: bytes | None) -> tuple[bytes, int]:
+            batch = BatchInput(records=records, states={key.decode(): state} if state else {}, tombstones={})
+            out = processor.sinks.write(partial(processor.process, batch))
+            (value, _), = out.states.values()
+            return value, out.stats.idle_closed
+
+        last = len(turns) - 1
+        state, closed = run([record(n, encode_turn(turn)[1]) for n, turn in enumerate(turns)], None)
+        assert closed == 0 and decode_header(state).open_turns > 0
+        # Two markers requested while the first turns were still to come, then the one requested after the last.
+        state, closed = run([idle_close(last + 1, 1), idle_close(last + 2, 3), idle_close(last + 3, last)], state)
+        header = decode_header(state)
+        assert closed == 1
+        assert header.open_turns == 0
+        assert header.last_offset == last + 3 and header.content_offset == last

@@ -185,7 +185,9 @@ class StreamingWorker:
         self.totals: dict[str, int] = {"applied_turns": 0, "dead_letters": 0, "replayed_skipped": 0,
                                        "idle_closed": 0, "forgets": 0, "redactions": 0,
                                        "batches": 0}
-        self._idle_requested: set[tuple[bytes, int]] = set()
+        # Conversation key -> the content offset its last idle close was requested at (one request per position);
+        # kept for the conversations this worker owns only.
+        self._idle_requested: dict[bytes, int] = {}
         # The gap check (positions.py): next offset to apply per turns partition, set by every seek.
         self.positions = PartitionPositions(settings.turns_topic)
         # Control-topic commands whose markers are already in the turns log (read when the control agent starts).
@@ -587,7 +589,8 @@ class StreamingWorker:
         # Replaced as a whole: conversations of revoked partitions leave this worker's figures (the new owner
         # reports them), recovered ones enter them before their next turn.
         self.metrics.conversations_owned({h.key: h.health for _, h in owned})
-        await self._request_idle_closes([(k, h) for k, h in owned if (k, h.last_offset) not in self._idle_requested])
+        self._idle_requested = {k: h.content_offset for k, h in owned if self._idle_requested.get(k) == h.content_offset}
+        await self._request_idle_closes([(k, h) for k, h in owned if k not in self._idle_requested])
 
     async def _request_idle_closes(self, headers: list[tuple[bytes, RecordHeader]]) -> None:
         idle = {id(h) for h in self.processor.idle_conversations([h for _, h in headers], self.settings.idle_close_s)}
@@ -595,14 +598,14 @@ class StreamingWorker:
             if id(header) not in idle:
                 continue
             marker = IdleCloseMarker(tenant=header.tenant, conversation_id=header.conversation_id,
-                                     after_offset=header.last_offset, idle_s=self.settings.idle_close_s)
+                                     after_offset=header.content_offset, idle_s=self.settings.idle_close_s)
             # Into the log, not applied here: the close then happens at a fixed position among the turns, so a
             # replay closes the segment exactly where this run did.
             await self.turns.send(key=key, value=marker.model_dump_json().encode("utf-8"),
                                   partition=header.partition,
                                   headers={CONTROL_HEADER: ControlKind.IDLE_CLOSE.value.encode()})
-            self._idle_requested.add((key, header.last_offset))
-            log.info("stream.idle_close_requested", key=key.decode(), after_offset=header.last_offset)
+            self._idle_requested[key] = header.content_offset
+            log.info("stream.idle_close_requested", key=key.decode(), after_offset=header.content_offset)
 
     # -- consumer lag ------------------------------------------------------------------------------------------------
 

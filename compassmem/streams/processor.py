@@ -452,7 +452,7 @@ class MemoryStreamProcessor:
         if turn.turn_id in entry.header.redacted_turn_ids:
             out.stats.redacted_dropped += 1  # redacted before it came (again): it must not come back
             return
-        entry.header.last_offset = record.offset
+        entry.header.last_offset = entry.header.last_content_offset = record.offset
         entry.header.last_turn_id = turn.turn_id
         entry.header.updated_at = self._clock()
         entry.touched = True
@@ -499,7 +499,7 @@ class MemoryStreamProcessor:
         entry = self._live(marker.key, marker.tenant, marker.conversation_id, record.partition, batch, live)
         if entry.header.partition != record.partition or record.offset <= entry.header.last_offset:
             return
-        if entry.header.last_offset == marker.after_offset:
+        if entry.header.content_offset == marker.after_offset:
             memory = self.pipeline.memories.get(marker.key)
             if memory is not None and memory.segmenter.open_turns:
                 self.sinks.add_update(memory.close_open_segment(BoundaryReason.IDLE))
@@ -570,7 +570,7 @@ class MemoryStreamProcessor:
                 self.feed.add(cluster)
         if command.turn_id not in entry.header.redacted_turn_ids:
             entry.header.redacted_turn_ids.append(command.turn_id)
-        entry.header.last_offset = record.offset
+        entry.header.last_offset = entry.header.last_content_offset = record.offset
         entry.touched = True
         out.stats.redactions += 1
         log.info("stream.turn_redacted", key=key, turn_id=command.turn_id, partition=record.partition,

@@ -40,6 +40,11 @@ class RecordHeader(BaseModel):
     partition: int
     # Offset of the last turns-topic record of this conversation that is reflected in the state (-1: none).
     last_offset: int = -1
+    # Offset of the last record that changed the conversation itself (a turn, a redaction): idle-close markers are
+    # requested at and compared with this one, not last_offset, which markers move too. A marker that came stale
+    # would otherwise make every marker requested before it was applied stale as well, one round after another
+    # (seen after a restart with a backlog). None in records written before it existed: last_offset stands in.
+    last_content_offset: int | None = None
     last_turn_id: str | None = None
     # The open segment's event id, upserted to the vector store as a provisional event (freshness).
     provisional_event_id: str | None = None
@@ -56,6 +61,10 @@ class RecordHeader(BaseModel):
     @property
     def key(self) -> str:
         return partition_key(self.tenant, self.conversation_id)
+
+    @property
+    def content_offset(self) -> int:
+        return self.last_offset if self.last_content_offset is None else self.last_content_offset
 
 
 class ConversationRecord(BaseModel):
