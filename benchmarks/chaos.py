@@ -291,10 +291,13 @@ def main() -> None:  # noqa: PLR0915 - one scenario, told top to bottom
                     break
                 ends = end_offsets(bootstrap, settings.turns_topic)
                 done = committed(bootstrap, "chaos", settings.turns_topic, 4) == ends
-                if done and "idle_close_requested" in final.log():
-                    time.sleep(6.0)  # idle closes are markers in the log: let them be applied and committed
+                requested = final.log().count("idle_close_requested")
+                if done and requested:
+                    # Idle closes are markers in the log: let them be applied and committed, and end only once a
+                    # whole idle period (3 s) passed with no close requested (a stale marker is followed by another).
+                    time.sleep(6.0)
                     if committed(bootstrap, "chaos", settings.turns_topic, 4) == end_offsets(
-                            bootstrap, settings.turns_topic):
+                            bootstrap, settings.turns_topic) and final.log().count("idle_close_requested") == requested:
                         break
                 if time.monotonic() > deadline:
                     print("the final worker did not reach the end of the log in 900 s", file=sys.stderr)
