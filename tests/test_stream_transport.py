@@ -161,7 +161,7 @@ def test_stopping_delivery_waits_for_a_loop_part_way_through_a_record_and_return
         tp = TP(TURNS, 1)
         loop_task, _, _ = await delivery_held_up(consumer, tp, [5, 6])
         # The loop cannot reach its resting place while the record is mid-hand-over and the flow runs.
-        waited = asyncio.ensure_future(consumer._delivery_parked.wait())  # noqa: SLF001
+        waited = asyncio.ensure_future(consumer._delivery_idle.wait())  # noqa: SLF001
         await asyncio.sleep(0.1)
         early = waited.done()
         waited.cancel()

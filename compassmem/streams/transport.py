@@ -82,26 +82,27 @@ class _Consumer(faust_aiokafka.Consumer):
         self.seek_listeners: list[SeekListener] = []
         # Topics whose holes the worker's gap guard handles (streams/positions.py): see _add_gap.
         self.guarded_topics: set[str] = set()
-        # Set while the delivery loop waits for the flow to resume, holding no record (stop_delivery).
-        self._delivery_parked = asyncio.Event()
-        self._draining = False
+        # Set while Faust's delivery loop holds no record: not running, or waiting for the flow to resume
+        # (stop_delivery).
+        self._delivery_idle = asyncio.Event()
+        self._delivery_idle.set()
 
     async def _drain_messages(self, fetcher: Any) -> None:  # noqa: ANN401 - Faust's Fetcher service
-        self._draining = True
+        self._delivery_idle.clear()
         try:
             await super()._drain_messages(fetcher)
         finally:
-            self._draining = False
+            self._delivery_idle.set()
 
     async def _wait_next_records(self, timeout: float) -> Any:  # noqa: ANN401 - Faust's (RecordMap, partitions)
         # The delivery loop comes here before each fetch, once it is done with the records of the last one.
         while not self.flow_active:
-            self._delivery_parked.set()
+            self._delivery_idle.set()
             try:
                 if (await self.wait(self.can_resume_flow)).stopped:
                     break  # the consumer is stopping or crashed: Faust's own code takes it from here
             finally:
-                self._delivery_parked.clear()
+                self._delivery_idle.clear()
         return await super()._wait_next_records(timeout)
 
     async def stop_delivery(self, timeout: float = DELIVERY_STOP_TIMEOUT_S) -> bool:
@@ -116,10 +117,8 @@ class _Consumer(faust_aiokafka.Consumer):
         to its committed offset, and done after our seek, that undid it. The loop reaches ``_wait_next_records``
         only after both, and waits there until the flow resumes."""
         self.stop_flow()
-        if not self._draining or self._delivery_parked.is_set():
-            return True
         try:
-            await asyncio.wait_for(self._delivery_parked.wait(), timeout)
+            await asyncio.wait_for(self._delivery_idle.wait(), timeout)
         except TimeoutError:
             log.warning("stream.delivery_not_stopped", waited_s=timeout,
                         effect="seeking anyway; the gap guard catches records dropped by the delivery loop")
