@@ -195,7 +195,7 @@ class StreamingWorker:
         self._batches_running = 0
         self._end_probe_at = 0.0
         # How often Faust sought the turns partitions to their committed offsets (rebalances, and its delivery
-        # loop finding the flow stopped after a fetch): a seek back made while one happened is not needed.
+        # loop finding the flow stopped after a fetch): one during a seek back moved the positions (see there).
         self._committed_seeks = 0
         datadir = settings.data_dir.resolve() / "faust"
         self.app = faust.App(
@@ -354,21 +354,22 @@ class StreamingWorker:
         # apply, in the same seek, not only the ones being repaired. Seeking one at a time opened gaps on the
         # others, and under a backlog the seeks cascaded: 5,000 conversations through one worker made 9,633 gaps,
         # each throwing away thousands of fetched records, and the worker ran at 136 turns/s instead of about 300.
+        sought = {TP(topic, partition): offset for partition, offset in targets.items()}
+        for other in self.assigned_partitions:
+            offset = self.positions.next_offset(other)
+            if other not in targets and offset is not None:
+                sought[TP(topic, other)] = offset
         consumer = self.app.consumer
         committed_seeks = self._committed_seeks
         try:
             await consumer.stop_delivery()
-            if self._committed_seeks != committed_seeks:
-                # Faust's delivery loop found the flow stopped after a fetch and sought every partition back to its
-                # committed offset: everything from there is read again in order, and the positions know it.
-                log.info("stream.seek_back_not_needed", offsets=targets, reason="sought to the committed offsets")
-                return
-            sought = {TP(topic, partition): offset for partition, offset in targets.items()}
-            for other in self.assigned_partitions:
-                offset = self.positions.next_offset(other)
-                if other not in targets and offset is not None:
-                    sought[TP(topic, other)] = offset
             await consumer.seek_wait(sought)
+            if self._committed_seeks != committed_seeks:
+                # Faust's delivery loop found the flow stopped after a fetch and sought every partition to its
+                # committed offset meanwhile, and the seek listener moved the positions' next offsets back there.
+                # Ours came after it and is where reading resumes; records the streams already hold continue from
+                # the next offsets to apply, so those are the positions' again (else each looked like a gap).
+                self.positions.sought({tp.partition: offset for tp, offset in sought.items()})
         finally:
             consumer.resume_flow()
         log.warning("stream.seek_back", offsets=targets, also_sought=len(sought) - len(targets))
