@@ -29,7 +29,7 @@ from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, RedactMarker
-from compassmem.streams.processor import BatchInput, MemoryStreamProcessor
+from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor
 from compassmem.streams.producer import encode_turn
 from compassmem.streams.state import decode_header, decode_record
 from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
@@ -278,46 +278,62 @@ def test_memory_delete_tenant(tmp_path: Path) -> None:
 # -- through the broker and the worker ------------------------------------------------------------------------
 
 
+class _ConversationLog:
+    """One conversation's records on turns partition 0, applied as the worker's batch step applies them."""
+
+    def __init__(self, tenant: str, conversation_id: str) -> None:
+        self.tenant, self.conversation_id = tenant, conversation_id
+        self.key = f"{tenant}/{conversation_id}".encode()
+
+    def record(self, offset: int, value: bytes, control: ControlKind | None = None) -> RawRecord:
+        headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
+        return RawRecord(topic="t.turns", partition=0, offset=offset, key=self.key, value=value, headers=headers)
+
+    def idle_close(self, offset: int, after: int) -> RawRecord:
+        marker = IdleCloseMarker(tenant=self.tenant, conversation_id=self.conversation_id, after_offset=after,
+                                 idle_s=1.0)
+        return self.record(offset, marker.model_dump_json().encode(), ControlKind.IDLE_CLOSE)
+
+    def apply(self, processor: MemoryStreamProcessor, records: list[RawRecord],
+              state: bytes | None) -> tuple[bytes, BatchOutput]:
+        """The batch applied and flushed; the conversation's new table state, and the batch's output."""
+        batch = BatchInput(records=records, states={self.key.decode(): state} if state else {}, tombstones={})
+        out = processor.sinks.write(partial(processor.process, batch))
+        (value, _), = out.states.values()
+        return value, out
+
+
 def test_the_worker_keeps_no_trace_of_a_redacted_turn_in_its_state(tmp_path: Path, embedded_falkordb,  # noqa: ANN001
                                                                      embedder) -> None:  # noqa: ANN001
     """The worker's batch step over real stores, as the control topic drives it: the control agent redacts the
     stores at once, then the marker reaches the conversation, whose table state still holds the turn's event and
     the relation quoting it; after the marker, neither the state nor anything a later batch writes has them."""
     tenant, conversation_id = "umbra", "bridge"
-    key = f"{tenant}/{conversation_id}".encode()
+    conversation = _ConversationLog(tenant, conversation_id)
     turns = [Turn.model_validate(turn) for turn in _traced_turns(tenant, conversation_id)]
-
-    def record(offset: int, value: bytes, control: ControlKind | None = None) -> RawRecord:
-        headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
-        return RawRecord(topic="t.turns", partition=0, offset=offset, key=key, value=value, headers=headers)
-
-    def idle_close(after: int) -> RawRecord:
-        marker = IdleCloseMarker(tenant=tenant, conversation_id=conversation_id, after_offset=after, idle_s=1.0)
-        return record(after + 1, marker.model_dump_json().encode(), ControlKind.IDLE_CLOSE)
 
     with open_stores(_settings(tmp_path, falkordb_url=embedded_falkordb.url)) as stores:
         processor = MemoryStreamProcessor(embedder, stores)
 
         def run(records: list[RawRecord], state: bytes | None) -> bytes:
-            batch = BatchInput(records=records, states={key.decode(): state} if state else {}, tombstones={})
-            (value, _), = processor.sinks.write(partial(processor.process, batch)).states.values()
-            return value
+            return conversation.apply(processor, records, state)[0]
 
-        state = run([record(n, encode_turn(turn)[1]) for n, turn in enumerate(turns)] + [idle_close(5)], None)
+        records = [conversation.record(n, encode_turn(turn)[1]) for n, turn in enumerate(turns)]
+        state = run([*records, conversation.idle_close(6, 5)], None)
         assert _quoting_relations(stores, tenant, conversation_id), "no relation quotes the turn"
         assert SECRET in decode_record(state).model_dump_json()
 
         redact_stored_turn(stores, tenant, conversation_id, "4")  # the control agent, at once
         marker = RedactMarker(redact=RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id="4"),
                               source_partition=0, source_offset=0)
-        state = run([record(7, marker.model_dump_json().encode(), ControlKind.REDACT)], state)
+        state = run([conversation.record(7, marker.model_dump_json().encode(), ControlKind.REDACT)], state)
         assert SECRET.lower() not in decode_record(state).model_dump_json().lower()
 
         # A later turn about the same detour: merged or related, nothing written from the state brings it back.
         later = Turn.model_validate({**_traced_turns(tenant, conversation_id)[5], "turn_id": "7",
                                      "text": "The detour adds a lot of miles, so I drive slowly.",
                                      "timestamp": "2024-03-06T08:03:00+00:00"})
-        state = run([record(8, encode_turn(later)[1]), idle_close(8)], state)
+        state = run([conversation.record(8, encode_turn(later)[1]), conversation.idle_close(9, 8)], state)
         assert SECRET.lower() not in decode_record(state).model_dump_json().lower()
         assert SECRET.lower() not in _stored_text(stores, tenant).lower()
         assert "7" in [t.turn_id for t in stores.vectors.conversation_turns(tenant, conversation_id)]
@@ -375,39 +391,26 @@ def test_a_redaction_survives_a_replay_of_the_turns_topic(stream_run: StreamRun,
             check(stores)
 
 
-def test_an_idle_close_requested_before_stale_markers_were_applied_still_closes(tmp_path: Path, embedded_falkordb,  # noqa: ANN001
-                                                                                embedder) -> None:  # noqa: ANN001
+def test_an_idle_close_requested_before_stale_markers_were_applied_still_closes(
+        tmp_path: Path, embedded_falkordb, embedder) -> None:  # noqa: ANN001
     """After a restart with a backlog a worker requests idle closes for conversations whose turns are still on
     their way (their last turn looks old): those markers land behind the turns and come stale. A marker requested
     once the last turn was applied, placed after the stale ones, must still close the segment; when markers moved
     the position it was compared with, it came stale too and the close waited for another round."""
-    tenant, conversation_id = "umbra", "idle"
-    key = f"{tenant}/{conversation_id}".encode()
-    turns = [Turn.model_validate(turn) for turn in _traced_turns(tenant, conversation_id)]
-
-    def record(offset: int, value: bytes, control: ControlKind | None = None) -> RawRecord:
-        headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
-        return RawRecord(topic="t.turns", partition=0, offset=offset, key=key, value=value, headers=headers)
-
-    def idle_close(offset: int, after: int) -> RawRecord:
-        marker = IdleCloseMarker(tenant=tenant, conversation_id=conversation_id, after_offset=after, idle_s=1.0)
-        return record(offset, marker.model_dump_json().encode(), ControlKind.IDLE_CLOSE)
+    conversation = _ConversationLog("umbra", "idle")
+    turns = [Turn.model_validate(turn) for turn in _traced_turns(conversation.tenant, conversation.conversation_id)]
 
     with open_stores(_settings(tmp_path, falkordb_url=embedded_falkordb.url)) as stores:
         processor = MemoryStreamProcessor(embedder, stores)
-
-        def run(records: list[RawRecord], state: bytes | None) -> tuple[bytes, int]:
-            batch = BatchInput(records=records, states={key.decode(): state} if state else {}, tombstones={})
-            out = processor.sinks.write(partial(processor.process, batch))
-            (value, _), = out.states.values()
-            return value, out.stats.idle_closed
-
         last = len(turns) - 1
-        state, closed = run([record(n, encode_turn(turn)[1]) for n, turn in enumerate(turns)], None)
-        assert closed == 0 and decode_header(state).open_turns > 0
+        records = [conversation.record(n, encode_turn(turn)[1]) for n, turn in enumerate(turns)]
+        state, out = conversation.apply(processor, records, None)
+        assert out.stats.idle_closed == 0 and decode_header(state).open_turns > 0
         # Two markers requested while the first turns were still to come, then the one requested after the last.
-        state, closed = run([idle_close(last + 1, 1), idle_close(last + 2, 3), idle_close(last + 3, last)], state)
+        markers = [conversation.idle_close(last + 1, 1), conversation.idle_close(last + 2, 3),
+                   conversation.idle_close(last + 3, last)]
+        state, out = conversation.apply(processor, markers, state)
         header = decode_header(state)
-        assert closed == 1
+        assert out.stats.idle_closed == 1
         assert header.open_turns == 0
         assert header.last_offset == last + 3 and header.content_offset == last

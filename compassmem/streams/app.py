@@ -590,7 +590,8 @@ class StreamingWorker:
         # Replaced as a whole: conversations of revoked partitions leave this worker's figures (the new owner
         # reports them), recovered ones enter them before their next turn.
         self.metrics.conversations_owned({h.key: h.health for _, h in owned})
-        self._idle_requested = {k: h.content_offset for k, h in owned if self._idle_requested.get(k) == h.content_offset}
+        requested = self._idle_requested
+        self._idle_requested = {k: h.content_offset for k, h in owned if requested.get(k) == h.content_offset}
         await self._request_idle_closes([(k, h) for k, h in owned if k not in self._idle_requested])
 
     async def _request_idle_closes(self, headers: list[tuple[bytes, RecordHeader]]) -> None:

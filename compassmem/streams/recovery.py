@@ -29,7 +29,6 @@ from faust.tables import TableManager
 from faust.tables.recovery import Recovery
 
 
-
 class SeekFirstRecovery(Recovery):
     async def on_recovery_completed(self, generation_id: int = 0) -> None:
         consumer = self.app.consumer
