@@ -364,7 +364,8 @@ class StreamingWorker:
         try:
             await consumer.stop_delivery()
             await consumer.seek_wait(sought)
-            if self._committed_seeks != committed_seeks:
+            undone = self._committed_seeks != committed_seeks
+            if undone:
                 # Faust's delivery loop found the flow stopped after a fetch and sought every partition to its
                 # committed offset meanwhile, and the seek listener moved the positions' next offsets back there.
                 # Ours came after it and is where reading resumes; records the streams already hold continue from
@@ -372,7 +373,8 @@ class StreamingWorker:
                 self.positions.sought({tp.partition: offset for tp, offset in sought.items()})
         finally:
             consumer.resume_flow()
-        log.warning("stream.seek_back", offsets=targets, also_sought=len(sought) - len(targets))
+        log.warning("stream.seek_back", offsets=targets, also_sought=len(sought) - len(targets),
+                    after_faust_sought_committed=undone)
 
     async def _gap_tick(self) -> None:
         """Seek back where records stopped coming: a gap whose records did not come back (after a seek, records
