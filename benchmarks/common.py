@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.machine import machine_facts
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The LoCoMo data is not part of the repository (CC BY-NC): its path comes from --data or LOCOMO_DATA.
 DATA_VARIABLE = "LOCOMO_DATA"
@@ -30,8 +32,11 @@ def require_data(path: Path | None) -> Path:
 
 
 def write_results(path: Path, results: dict[str, Any]) -> None:
+    """The results as JSON, with the machine they were measured on (``benchmarks.machine``)."""
+    machine = machine_facts()
+    print(machine.line())
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    path.write_text(json.dumps({**results, "machine": machine.model_dump()}, indent=2, default=str) + "\n")
     print(f"results written to {path}")
 
 
