@@ -99,6 +99,7 @@ def test_while_another_partition_moves_a_still_one_is_stalled_only_after_the_lon
     clock = Clock()
     positions = PartitionPositions(TOPIC, clock=clock)
     positions.sought({0: 12, 1: 40})
+    assert positions.stalled({0: 80, 1: 900}, stall_s=3.0, busy_stall_s=30.0) == []  # both first seen behind
     offset = 40
     for _ in range(29):  # partition 1 is applied every second for 29 s; partition 0 waits its turn
         clock.now += 1
@@ -110,8 +111,34 @@ def test_while_another_partition_moves_a_still_one_is_stalled_only_after_the_lon
     assert positions.stalled({0: 80, 1: 900}, stall_s=3.0, busy_stall_s=30.0) == [0]
     # Once nothing moves at all, the short wait applies again (to both).
     positions.sought({0: 12})
+    assert positions.stalled({0: 80, 1: 900}, stall_s=3.0, busy_stall_s=30.0) == []
     clock.now += 3
     assert positions.stalled({0: 80, 1: 900}, stall_s=3.0, busy_stall_s=30.0) == [0, 1]
+
+
+def test_a_partition_idle_at_its_end_is_not_stalled_when_its_next_record_arrives() -> None:
+    """Minutes without a record, then one reaches the broker: the partition is behind, but its records had no time
+    to come yet. It is stalled only once it stays behind, without moving, for the wait counted from when it was
+    first seen behind."""
+    clock = Clock()
+    positions = PartitionPositions(TOPIC, clock=clock)
+    positions.sought({0: 12, 1: 40})
+    assert positions.stalled({0: 12, 1: 40}, stall_s=3.0) == []  # both at their end
+    clock.now += 600
+    assert positions.stalled({0: 14, 1: 40}, stall_s=3.0) == []  # two records on partition 0, just produced
+    clock.now += 2
+    assert positions.stalled({0: 14, 1: 40}, stall_s=3.0) == []
+    clock.now += 1
+    assert positions.stalled({0: 14, 1: 40}, stall_s=3.0) == [0]  # 3 s behind without moving
+    # Moving starts the count over: caught up, idle again, then behind again.
+    positions.admit([rec(0, 12), rec(0, 13)])
+    clock.now += 600
+    assert positions.stalled({0: 15, 1: 40}, stall_s=3.0) == []
+    positions.sought({0: 14})  # a seek moves it too
+    clock.now += 3
+    assert positions.stalled({0: 15, 1: 40}, stall_s=3.0) == []
+    clock.now += 3
+    assert positions.stalled({0: 15, 1: 40}, stall_s=3.0) == [0]
 
 
 def test_a_seek_is_due_again_only_after_the_interval() -> None:
@@ -152,6 +179,7 @@ def test_a_partition_paused_by_flow_control_is_not_stalled() -> None:
     clock = Clock()
     positions = PartitionPositions(TOPIC, clock=clock)
     positions.sought({0: 12, 1: 40})
+    assert positions.stalled({0: 80, 1: 90}, stall_s=3.0) == []  # first seen behind
     clock.now += 4
     positions.paused([0, 7])  # 7 is not assigned here: nothing to mark
     assert positions.stalled({0: 80, 1: 90}, stall_s=3.0) == [1]

@@ -71,6 +71,10 @@ class PartitionPositions:
         # When each partition last advanced or was sought: a partition behind the broker's end offset that has not
         # moved for a while had records dropped before they reached the worker, with no later record to show it.
         self._moved_at: dict[int, float] = {}
+        # When ``stalled`` first saw each partition behind the broker's end offset since it last moved. A partition
+        # idle for minutes whose first new records (a producer's, or the worker's own idle-close markers) have only
+        # just reached the broker is behind but not stalled: its stall clock starts when it is first seen behind.
+        self._behind_since: dict[int, float] = {}
         self._repairs: dict[int, _Repair] = {}
         self.gaps_detected = 0
         self.offsets_stepped_over = 0
@@ -82,6 +86,7 @@ class PartitionPositions:
         for partition, offset in positions.items():
             self._next[partition] = offset
             self._moved_at[partition] = self._clock()
+            self._behind_since.pop(partition, None)
             repair = self._repairs.get(partition)
             if repair is not None and repair.offset != offset:
                 self._repairs.pop(partition)
@@ -90,6 +95,7 @@ class PartitionPositions:
         for partition in partitions:
             self._next.pop(partition, None)
             self._moved_at.pop(partition, None)
+            self._behind_since.pop(partition, None)
             self._repairs.pop(partition, None)
 
     def next_offset(self, partition: int) -> int | None:
@@ -112,6 +118,7 @@ class PartitionPositions:
             if expected is None or offset == expected:
                 self._next[partition] = offset + 1
                 self._moved_at[partition] = self._clock()
+                self._behind_since.pop(partition, None)
                 self._repairs.pop(partition, None)
                 out.admitted.append(record)
             elif offset < expected:
@@ -185,7 +192,14 @@ class PartitionPositions:
 
     def stalled(self, end_offsets: dict[int, int], stall_s: float, busy_stall_s: float | None = None) -> list[int]:
         """Partitions whose next offset is below the broker's end offset and that have not moved for
-        ``stall_s``: their records were dropped on the way, or a seek back was undone.
+        ``stall_s`` since they were first seen behind it (a call of this method): their records were dropped on
+        the way, or a seek back was undone.
+
+        Counted from the first sighting, not from the last move: a partition that sat idle for minutes had "not
+        moved" for minutes the moment its next record reached the broker, and was sought back at once. Each such
+        seek threw away what had been fetched for every partition (stream_throughput saw one in most runs, when
+        the first round's conversations got their idle-close markers two rounds later). A real stall is found one
+        call later.
 
         While another partition moves (the worker is busy with a backlog), only after ``busy_stall_s``: the
         consumer hands over what it fetched partition by partition, and one partition's fetch can keep the worker
@@ -193,8 +207,15 @@ class PartitionPositions:
         now = self._clock()
         busy = any(now - moved < stall_s for moved in self._moved_at.values())
         limit = max(stall_s, busy_stall_s) if busy and busy_stall_s is not None else stall_s
-        return sorted(p for p, expected in self._next.items()
-                      if end_offsets.get(p, 0) > expected and now - self._moved_at.get(p, now) >= limit)
+        stalled = []
+        for partition, expected in self._next.items():
+            if end_offsets.get(partition, 0) <= expected:
+                self._behind_since.pop(partition, None)
+                continue
+            seen = self._behind_since.setdefault(partition, now)
+            if now - max(self._moved_at.get(partition, now), seen) >= limit:
+                stalled.append(partition)
+        return sorted(stalled)
 
     def paused(self, partitions: Iterable[int]) -> None:
         """These partitions are paused by the consumer's own flow control: not stalled, so not sought back."""
