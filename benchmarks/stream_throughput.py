@@ -86,8 +86,9 @@ def stage_seconds(metrics: MemoryMetrics) -> dict[str, float]:
 
 def repairs(metrics: MemoryMetrics) -> int:
     """Offset gaps and stalled partitions the worker has found and sought back so far
-    (compassmem_offset_gaps_total over every partition). A stall is repaired after 3 s with nothing moving, so a
-    round with one is seconds slower: the count tells such a round from a slow machine."""
+    (compassmem_offset_gaps_total over every partition). A stall is sought back only once its partition stayed
+    behind the broker's end for 3 s without moving, so a round with one is seconds slower: the count tells such a
+    round from a slow machine."""
     return int(sum(sample.value for family in metrics.offset_gaps.collect() for sample in family.samples
                    if sample.name.endswith("_total")))
 

@@ -85,8 +85,7 @@ class PartitionPositions:
         """The consumer was positioned at these offsets (partition -> next offset it will fetch)."""
         for partition, offset in positions.items():
             self._next[partition] = offset
-            self._moved_at[partition] = self._clock()
-            self._behind_since.pop(partition, None)
+            self._moved(partition)
             repair = self._repairs.get(partition)
             if repair is not None and repair.offset != offset:
                 self._repairs.pop(partition)
@@ -97,6 +96,11 @@ class PartitionPositions:
             self._moved_at.pop(partition, None)
             self._behind_since.pop(partition, None)
             self._repairs.pop(partition, None)
+
+    def _moved(self, partition: int) -> None:
+        """The partition advanced or was sought: its stall clock starts over."""
+        self._moved_at[partition] = self._clock()
+        self._behind_since.pop(partition, None)
 
     def next_offset(self, partition: int) -> int | None:
         return self._next.get(partition)
@@ -117,8 +121,7 @@ class PartitionPositions:
             expected = self._next.get(partition)
             if expected is None or offset == expected:
                 self._next[partition] = offset + 1
-                self._moved_at[partition] = self._clock()
-                self._behind_since.pop(partition, None)
+                self._moved(partition)
                 self._repairs.pop(partition, None)
                 out.admitted.append(record)
             elif offset < expected:
