@@ -52,6 +52,8 @@ class Question(BaseModel):
     evidence: list[str] = Field(min_length=1)
     answer: str | None = None
     adversarial_answer: str | None = None
+    ability: str | None = Field(None, description="the benchmark's own name for what the question tests, where it "
+                                                  "has one (BEAM's abilities); LoCoMo gives only the category")
 
 
 class QuestionReport(BaseModel):
@@ -162,6 +164,7 @@ def questions_from_samples(
                     evidence=evidence,
                     answer=_text_or_none(item.get("answer")),
                     adversarial_answer=_text_or_none(item.get("adversarial_answer")),
+                    ability=_text_or_none(item.get("ability")),
                 )
             )
     report.questions_kept = len(questions)

@@ -268,15 +268,24 @@ def asks(text: str) -> bool:
     return "?" in text
 
 
+# A turn telling at least this many characters besides its questions is not "a turn that asks" (below).
+TELLING_CHARS = 300
+
+
 def question_share(text: str) -> float:
-    """The share of a turn's characters in sentences that ask something ("That's lovely! What did you paint?":
-    about two thirds). A question tells what its speaker wants to know, rarely what happened: its words match a
-    question put to the memory better than the answer does."""
+    """How much a turn only asks: the share of its characters in sentences that ask something ("That's lovely!
+    What did you paint?": about two thirds), lowered as the rest of the turn tells more, to 0 at TELLING_CHARS.
+    A question tells what its speaker wants to know, rarely what happened: its words match a question put to the
+    memory better than the answer does. A request that first describes its asker's situation ("I set up Node 18
+    on port 3000 and ... Can you review this?", the user's turns of an assistant chat) tells facts of its own."""
     if "?" not in text:  # most turns: no sentence to split
         return 0.0
     parts = [part for part in sentences(text) if part.strip()]
     total = sum(len(part) for part in parts)
-    return sum(len(part) for part in parts if part.rstrip().endswith("?")) / total if total else 0.0
+    asking = sum(len(part) for part in parts if part.rstrip().endswith("?"))
+    if not total:
+        return 0.0
+    return asking / total * max(0.0, 1.0 - (total - asking) / TELLING_CHARS)
 
 
 def ends_with_question(text: str) -> bool:

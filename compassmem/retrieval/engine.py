@@ -22,7 +22,7 @@ from compassmem.processors.lexicon import load_in_background
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.processors.time_resolution import resolve_time_expressions
 from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
-from compassmem.retrieval.hot_tier import HotTier
+from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
 from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, VectorStore
@@ -58,6 +58,10 @@ class RankingConfig(BaseModel):
     # a few thousand events, scored one by one).
     event_candidates: int = Field(default=0, ge=0)
     max_candidate_events: int = Field(default=35, ge=1)
+    # ... taken in that many at a time until they hold this many turns, up to max_candidate_events_total events:
+    # 35 LoCoMo events hold about 190 turns, 35 one-message events of an assistant chat 35 (docs/decisions/).
+    max_candidate_turns: int = Field(default=200, ge=1)
+    max_candidate_events_total: int = Field(default=200, ge=1)
     neighbour_events: int = Field(default=20, ge=0)
     # Event-level keyword search (sparse over whole events); off by default: turn-level keyword hits already
     # reach their events, and it cost a third of the query time for no recall on the dev split.
@@ -288,10 +292,10 @@ class QueryEngine:
             for query_text in query_texts:
                 keyword_hits[query_text] = [(hit.conversation_id, hit.turn_id) for hit in hits
                                             if isinstance(hit, TurnHit)]
-        chosen = sorted(best_rank, key=lambda e: (best_rank[e], e))[: ranking.max_candidate_events]
+        ranked = sorted(best_rank, key=lambda e: (best_rank[e], e))
         timings["load_search"] = _elapsed(mark)
         mark = time.perf_counter()
-        hot = self.hot.events(scope.tenant, chosen, must_hold)
+        hot = self._candidate_events(scope.tenant, ranked, must_hold)
         links: dict[str, int] = {}
         for entry in hot.values():
             for other, _ in entry.links:
@@ -314,6 +318,27 @@ class QueryEngine:
                         if isinstance(hit, TurnHit)})
         timings["load_view"] = _elapsed(mark)
         return view
+
+    def _candidate_events(self, tenant: str, ranked: Sequence[str],
+                          must_hold: dict[str, set[str]]) -> dict[str, HotEvent]:
+        """The best-ranked events, max_candidate_events at a time, until they hold max_candidate_turns turns (or
+        max_candidate_events_total events are in): what a query reads and ranks is counted in turns, so a memory of
+        one-message events (assistant chats) gets as many candidate turns as one of ten-turn events."""
+        ranking = self.config.ranking
+        hot: dict[str, HotEvent] = {}
+        turns, start, size = 0, 0, ranking.max_candidate_events
+        limit = min(len(ranked), ranking.max_candidate_events_total)
+        while start < limit and size > 0:
+            chunk = ranked[start: min(limit, start + size)]
+            loaded = self.hot.events(tenant, chunk, must_hold)
+            hot.update(loaded)
+            turns += sum(len(entry.turn_ids) for entry in loaded.values())
+            start += len(chunk)
+            # The next read is sized by the turns per event seen so far, so the budget is met in one more read.
+            per_event = turns / max(len(hot), 1)
+            size = -(-(ranking.max_candidate_turns - turns) // max(per_event, 1e-9)) if per_event else 0
+            size = int(max(size, 0))
+        return hot
 
     def _keyword_hits(self, view: MemoryView, text: str) -> list[TurnKey]:
         """Keyword hits of a text: the ones the candidate search made, else a store search in the view's scope."""
@@ -576,10 +601,24 @@ def question_spans(question: str, reference: datetime | None) -> list[tuple[date
     return [(a.start, a.end) for a in resolve_time_expressions(question, reference)]
 
 
+# Speakers named by their role rather than a name (user <-> assistant chats, support chats): a question put to the
+# memory in the first person ("What did I say my budget was?") asks about the user's side, one in the second person
+# ("the restaurant you recommended") about the assistant's.
+USER_ROLES = frozenset({"user", "human", "customer", "client", "caller", "me"})
+ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "system", "model", "chatbot", "gpt", "support"})
+_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll"})
+_SECOND_PERSON = frozenset({"you", "your", "yours", "yourself", "you've", "you'd", "you're"})
+
+
 def asked_speakers(question: str, speakers: set[str]) -> set[str]:
-    """Participants a question names, by full name or a short form of it ("Mel" for Melanie)."""
+    """Participants a question names, by full name or a short form of it ("Mel" for Melanie), or by person when
+    the participants are named by role (``USER_ROLES``, ``ASSISTANT_ROLES``): "I" is the user, "you" the
+    assistant."""
     words = {w.lower() for w in re.findall(r"[A-Za-z][A-Za-z'\-]+", question.replace("'s", ""))}
-    found = set()
+    persons = {word.lower() for word in re.findall(r"[A-Za-z']+", question)}
+    found = {speaker for speaker in speakers
+             if (speaker.lower() in USER_ROLES and persons & _FIRST_PERSON)
+             or (speaker.lower() in ASSISTANT_ROLES and persons & _SECOND_PERSON)}
     for speaker in speakers:
         name = speaker.lower().split()[0]
         if name in words or any(len(w) >= 3 and name.startswith(w) for w in words if w[0] == name[0]):
