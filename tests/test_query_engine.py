@@ -549,7 +549,9 @@ def test_a_participants_name_alone_does_not_rank_their_small_talk(embedder, tmp_
     # No word of the question but her name is in the answer ("golden retriever"); searched by the name, Ann's
     # shortest small talk came first, all five places of it.
     assert "D1:5" in found[:2]
-    assert all(turn_id.startswith("D1:") for turn_id in found)
+    # The first three places are the dog's. (All five were until the window score's ties were fixed: every turn
+    # sharing no word with the question took a window bonus by its place in time, and the dog's session came first.)
+    assert all(turn_id.startswith("D1:") for turn_id in found[:3])
 
 
 def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, tmp_path: Path) -> None:  # noqa: ANN001

@@ -20,12 +20,13 @@ from compassmem.embedding import Embedder
 from compassmem.processors.categories import category_term
 from compassmem.processors.lexicon import load_in_background
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
+from compassmem.processors.time_keys import question_time_keys
 from compassmem.processors.time_resolution import resolve_time_expressions
 from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
 from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
-from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, VectorStore
+from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, TurnLocator, VectorStore
 
 log = structlog.get_logger(__name__)
 
@@ -62,6 +63,9 @@ class RankingConfig(BaseModel):
     # 35 LoCoMo events hold about 190 turns, 35 one-message events of an assistant chat 35 (docs/decisions/).
     max_candidate_turns: int = Field(default=200, ge=1)
     max_candidate_events_total: int = Field(default=200, ge=1)
+    # Turns said at, or speaking of, the time a question names, nearest to the question first (the time channel).
+    time_candidates: int = Field(default=20, ge=0)
+    time_weight: float = Field(default=1.0, ge=0.0)
     neighbour_events: int = Field(default=20, ge=0)
     # Event-level keyword search (sparse over whole events); off by default: turn-level keyword hits already
     # reach their events, and it cost a third of the query time for no recall on the dev split.
@@ -296,6 +300,7 @@ class QueryEngine:
         timings["load_search"] = _elapsed(mark)
         mark = time.perf_counter()
         hot = self._candidate_events(scope.tenant, ranked, must_hold)
+        time_hits = self._time_channel(scope, analysis, vectors[0], hot, locate)
         links: dict[str, int] = {}
         for entry in hot.values():
             for other, _ in entry.links:
@@ -312,6 +317,7 @@ class QueryEngine:
         mark = time.perf_counter()
         view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)
         view.keyword_hits.update(keyword_hits)
+        view.time_hits = [(hit.conversation_id, hit.turn_id) for hit in time_hits]
         top = max((hit.score for hit in category_hits), default=0.0)
         if top > 0:
             view.label({(hit.conversation_id, hit.turn_id): hit.score / top for hit in category_hits
@@ -340,6 +346,27 @@ class QueryEngine:
             size = int(max(size, 0))
         return hot
 
+    def _time_channel(self, scope: SearchScope, analysis: QuestionAnalysis, vector: np.ndarray,
+                      candidates: dict[str, HotEvent], locate: TurnLocator | None) -> list[TurnHit]:
+        """The turns speaking of the time the question names, nearest to the question first (``time_candidates``
+        of them; processors/time_keys.py), their events added to ``candidates``. Those turns often share neither
+        words nor meaning with the question ("Yesterday I met Dana in Boston" for "Which city was Jon in on 20
+        October?"): no other search makes them candidates, and in the fusion they are a ranked list of their own.
+        Relative times in the question are resolved against the latest turn among the candidates found so far."""
+        latest = max((max(entry.timestamps) for entry in candidates.values() if entry.timestamps), default=None)
+        keys = question_time_keys(question_spans(analysis.question, latest))
+        if not keys or self.config.ranking.time_candidates == 0:
+            return []
+        search = HitSearch("turn", vector, self.config.ranking.time_candidates, time_keys=keys)
+        hits = [hit for hit in self.vectors.hits(scope, [search], locate)[0] if isinstance(hit, TurnHit)]
+        must_hold: dict[str, set[str]] = {}
+        for hit in hits:
+            if hit.event_id not in candidates:
+                must_hold.setdefault(hit.event_id, set()).add(hit.turn_id)
+        if must_hold:
+            candidates.update(self.hot.events(scope.tenant, list(must_hold), must_hold))
+        return hits
+
     def _keyword_hits(self, view: MemoryView, text: str) -> list[TurnKey]:
         """Keyword hits of a text: the ones the candidate search made, else a store search in the view's scope."""
         if text not in view.keyword_hits:
@@ -359,6 +386,10 @@ class QueryEngine:
             row = view.turn_row.get(key)
             if row is not None:
                 turn_rrf[row] += 1.0 / (k + 1 + rank)
+        for rank, key in enumerate(view.time_hits):
+            row = view.turn_row.get(key)
+            if row is not None:
+                turn_rrf[row] += ranking.time_weight / (k + 1 + rank)
         dense_events = view.event_matrix @ vector
         event_rrf = 1.0 / (k + 1 + _rank_scores(dense_events))
         if ranking.event_keyword_candidates:
@@ -377,7 +408,9 @@ class QueryEngine:
             turn_rrf[rows[order]] += ranking.category_weight / (k + 1 + np.arange(len(order)))
         if ranking.window_weight > 0:
             window = view.window_scores(text)
-            turn_rrf += ranking.window_weight / (k + 1 + _rank_scores(window))
+            # Only windows that match count: a rank among tied zeros is the turn's place in time, and gave the
+            # conversation's first turns up to two dense lists' weight for sharing no word with the question.
+            turn_rrf += np.where(window > 0, ranking.window_weight / (k + 1 + _rank_scores(window)), 0.0)
         turns = _normalised(turn_rrf)
         best_turn_of_event = np.zeros(len(view.event_ids), dtype=np.float64)
         valid = view.turn_event >= 0

@@ -87,6 +87,8 @@ class MemoryView:
                 self._clusters.setdefault(cluster_id, []).append(event_id)
         # Keyword hits per query text, filled by the engine: the store searches a query makes once.
         self.keyword_hits: dict[str, list[TurnKey]] = {}
+        # The time channel's turns (engine._time_channel), nearest to the question first: one more ranked list.
+        self.time_hits: list[TurnKey] = []
         self._window_scores: dict[str, np.ndarray] = {}
         # Rows of the turns labelled with the category a question asks for, and their label score relative to the
         # best one (``label``).

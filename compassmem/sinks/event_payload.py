@@ -31,6 +31,8 @@ import structlog
 
 from compassmem.contracts.search import SearchScope, SparseVector
 from compassmem.models import Event, IndexedTurn, TimeAnchor, turn_point_id
+from compassmem.processors.time_keys import turn_time_keys
+from compassmem.processors.time_resolution import resolve_time_expressions
 from compassmem.sinks.vector_store import (
     EventHit,
     HitSearch,
@@ -64,7 +66,10 @@ SUBJECT_FIELD = "subject_id"
 EVENT_KIND = "event"
 TURN_KIND = "turn"
 # Keyword payload indexes besides the tenant one (which the backends create with is_tenant=True).
-KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD)
+# A turn's times as keys (processors/time_keys.py): derived from its text and timestamp when it is written, dropped
+# on the way back, searched by the time channel of a query (HitSearch.time_keys).
+TIME_KEYS_FIELD = "time_keys"
+KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD, TIME_KEYS_FIELD)
 
 # Added to the event for filtering (e.g. "which event holds turn D3:5", time ranges); dropped on the way back.
 DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts", KIND_FIELD, SEGMENT_FIELD)
@@ -164,11 +169,13 @@ def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
     payload = turn.model_dump(mode="json", exclude={"embedding"} if turn.category_labels
                               else {"embedding", "category_labels"})
     payload[KIND_FIELD] = TURN_KIND
+    if turn.has_time_expression:
+        payload[TIME_KEYS_FIELD] = turn_time_keys(resolve_time_expressions(turn.text, turn.timestamp))
     return payload
 
 
 def turn_from_payload(payload: dict[str, Any], embedding: list[float] | None = None) -> IndexedTurn:
-    fields = {key: value for key, value in payload.items() if key != KIND_FIELD}
+    fields = {key: value for key, value in payload.items() if key not in (KIND_FIELD, TIME_KEYS_FIELD)}
     fields["embedding"] = embedding
     return IndexedTurn.model_validate(fields)
 
@@ -308,6 +315,14 @@ def search_scope(where: SearchScope, kind: str) -> Scope:
     if where.subject_id is not None:
         match[SUBJECT_FIELD] = where.subject_id
     return Scope(match)
+
+
+def _hit_scope(where: SearchScope, search: HitSearch) -> Scope:
+    """A search's points: its kind within the scope, and only those meeting its time keys when it has some."""
+    points = search_scope(where, TURN_KIND if search.kind == "turn" else EVENT_KIND)
+    if not search.time_keys:
+        return points
+    return Scope({**points.match, TIME_KEYS_FIELD: tuple(search.time_keys)})
 
 
 def turns_of(tenant: str, event_ids: Sequence[str]) -> Scope:
@@ -456,8 +471,8 @@ class PointStore(VectorStore):
 
     def hits(self, scope: SearchScope, searches: Sequence[HitSearch],
              locate: TurnLocator | None = None) -> list[list[TurnHit | EventHit]]:
-        queries = [self._nearest_query(search_scope(scope, TURN_KIND if search.kind == "turn" else EVENT_KIND),
-                                       search.query, _vector_name(search), search.limit) for search in searches]
+        queries = [self._nearest_query(_hit_scope(scope, search), search.query, _vector_name(search), search.limit)
+                   for search in searches]
         asked = [(search, query) for search, query in zip(searches, queries, strict=True) if query is not None]
         # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
         answers = self._query_keys([query for _, query in asked], [

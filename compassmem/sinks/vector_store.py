@@ -104,6 +104,8 @@ class HitSearch(NamedTuple):
     kind: Literal["turn", "event"]
     query: Sequence[float] | SparseVector
     limit: int
+    # Turns only: when given, only turns whose time keys (processors/time_keys.py) include one of these.
+    time_keys: tuple[str, ...] = ()
 
 
 class VectorSpaceMismatch(RuntimeError):

@@ -1,0 +1,75 @@
+"""Time as a search channel: turns keep the days, months and years they speak of as indexed keys, and a question
+naming a time searches those turns within its scope (real embedded stores, built by ``Memory.add``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest
+from compassmem.contracts.search import SearchScope
+from compassmem.memory import Memory
+from compassmem.models import Granularity, TimeAnchor, Turn
+from compassmem.processors.time_keys import question_time_keys, span_keys, turn_time_keys
+from compassmem.retrieval.engine import EngineConfig, RankingConfig
+from compassmem.sinks.vector_store import HitSearch, TurnHit
+
+SAID = datetime(2024, 10, 21, 9, 0, tzinfo=UTC)
+
+
+def test_a_span_gives_keys_at_the_finest_level_its_length_allows() -> None:
+    assert span_keys(date(2024, 10, 20), date(2024, 10, 20)) == ["d:2024-10-20"]
+    # A trip from the 11th to the 20th covers the 12th.
+    assert "d:2024-10-12" in span_keys(date(2024, 10, 11), date(2024, 10, 20))
+    assert span_keys(date(2024, 6, 1), date(2024, 8, 31)) == ["m:2024-06", "m:2024-07", "m:2024-08"]
+    assert span_keys(date(2021, 1, 1), date(2021, 12, 31)) == ["y:2021"]
+    assert len(question_time_keys([(date(1900, 1, 1), date(2100, 12, 31))])) == 64  # bounded
+
+
+def test_a_duration_becomes_the_year_it_started() -> None:
+    from compassmem.processors.time_resolution import resolve_time_expressions
+
+    anchors = resolve_time_expressions("We have been together for three years now", SAID)
+    assert "y:2021" in turn_time_keys(anchors)
+    day = TimeAnchor(expression="yesterday", start=date(2024, 10, 20), end=date(2024, 10, 20),
+                     granularity=Granularity.DAY)
+    assert turn_time_keys([day]) == ["d:2024-10-20"]
+
+
+def _trip(filler: int) -> list[Turn]:
+    """Jon's chat: days of planning which cities to visit some day, then one turn that says where he was."""
+    plans = [f"Which city should Jon see on trip number {n}: Lisbon, Rome or Vienna? We can pick one later."
+             for n in range(filler)]
+    lines = [*(("Jon" if n % 2 else "Ana", text) for n, text in enumerate(plans)),
+             ("Jon", "Yesterday I had dinner with Dana in Boston, what a lovely harbour."),
+             ("Ana", "Sounds like a good evening.")]
+    return [Turn(conversation_id="jon", turn_id=f"t{n}", speaker=speaker, text=text,
+                 timestamp=SAID - timedelta(days=3) + timedelta(minutes=n) if n < filler else
+                 SAID + timedelta(minutes=n), session_id="1" if n < filler else "2")
+            for n, (speaker, text) in enumerate(lines)]
+
+
+def test_a_time_search_finds_only_the_turns_speaking_of_that_time(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_trip(filler=6))
+        vector = memory.embedder.embed(["Which city was Jon in?"])[0]
+        scope = SearchScope.conversation("default", "jon")
+        found = memory.stores.vectors.hits(scope, [HitSearch("turn", vector, 10, time_keys=("d:2024-10-20",)),
+                                                   HitSearch("turn", vector, 10, time_keys=("d:2024-10-19",))])
+    assert [hit.turn_id for hit in found[0] if isinstance(hit, TurnHit)] == ["t6"]
+    assert found[1] == []
+
+
+def test_which_city_on_a_day_finds_the_yesterday_told_the_next_day(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    question = QueryRequest(conversation_id="jon", question="Which city was Jon in on 20 October 2024?",
+                            budget_turns=5)
+    # More turns than the candidate budget (200), each closer to the question by words and meaning: those alone do
+    # not reach the answer.
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_trip(filler=260))
+        answer = "t260"
+        assert answer in memory.query(question).turn_ids
+        without = Memory(memory.settings, stores=memory.stores, embedder=memory.embedder,
+                         engine_config=EngineConfig(ranking=RankingConfig(time_candidates=0)))
+        assert answer not in without.query(question).turn_ids
