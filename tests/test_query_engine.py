@@ -583,12 +583,15 @@ def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, 
 
         def first(date_boost: float) -> str:
             question = QueryRequest(conversation_id="trips", question="What did Ann see at the museum on 8 May 2023?")
-            return with_config(memory, EngineConfig(ranking=RankingConfig(date_boost=date_boost))).query(
-                question).turn_ids[0]
+            # The time channel off as well: it finds the turn speaking of 8 May by itself (tests/test_time_channel.py).
+            ranking = RankingConfig(date_boost=date_boost, time_candidates=0)
+            return with_config(memory, EngineConfig(ranking=ranking)).query(question).turn_ids[0]
 
         # Said on 9 May, "yesterday" names 8 May: that turn answers, not the museum visits of other days.
         assert first(0.2) == "D2:1"
         assert first(0.0) != "D2:1"  # without the date it is one museum turn among others
+        assert memory.query(QueryRequest(conversation_id="trips", question="What did Ann see at the museum on 8 May "
+                                                                              "2023?")).turn_ids[0] == "D2:1"
 
 
 def test_a_question_naming_a_month_finds_what_was_told_of_it_a_month_later(
@@ -633,7 +636,9 @@ def test_a_question_naming_a_month_finds_what_was_told_of_it_a_month_later(
         # Searched only with its month, the question matches every turn said in March as well as it matches the
         # answer, told in April as "last month".
         monkeypatch.setattr(decomposition, "_timeless", lambda text: text)
-        searched_with_the_month_only = with_config(memory, EngineConfig()).query(question).turn_ids
+        # (The time channel off: it would find the turn speaking of March by itself, tests/test_time_channel.py.)
+        searched_with_the_month_only = with_config(
+            memory, EngineConfig(ranking=RankingConfig(time_candidates=0))).query(question).turn_ids
     # onnx-int8's vectors differ with the CPU's instruction set (AVX2 against AVX-512 VNNI): on an AVX2-only CPU one
     # short March reply stays ahead. What must hold everywhere: the date match lifts the answer to the top two, and
     # above where the month alone puts it.
