@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("embedding, LLM, input", ("embedding", "onnx_embedding", "llm", "importers")),
     # The write path's logic, free of stores (the sinks compute keyword vectors with processors.text_features).
     ("processors", ("processors",)),
-    ("stores", ("sinks",)),
+    # The stores, and the producer of the worker's input topics (what every process but the worker writes there).
+    ("stores and input topics", ("sinks", "publish")),
     ("write and read paths", ("pipeline", "retrieval", "redaction", "llm_events")),
     ("library and tools", ("memory", "transfer", "evaluation", "monitoring")),
     # Adapters: the worker, HTTP, MCP, the HTTP client, the command line and the package's public facade.
@@ -43,7 +44,7 @@ FRAMEWORKS: dict[str, frozenset[str]] = {
     "starlette": frozenset({"query_api"}),
     "uvicorn": frozenset({"query_api"}),
     "faust": frozenset({"streams"}),
-    "kafka": frozenset({"streams", "query_api"}),
+    "kafka": frozenset({"streams", "query_api", "publish"}),
     "mcp": frozenset({"mcp_server"}),
 }
 
