@@ -23,10 +23,14 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import SecretStr
 from test_library import library_settings
 from test_mcp_server import TURNS, server_env
 
 from compassmem import Memory
+from compassmem.api_keys import TenantKeys
+from compassmem.config import Settings
+from compassmem.mcp_server import TenantKeyVerifier, check_exposure, transport_security
 
 ACME_KEY = "acme.acme-secret-0123456789abcdef"
 GLOBEX_KEY = "globex.globex-secret-0123456789abcdef"
@@ -222,9 +226,37 @@ def test_the_server_refuses_to_start_when_keys_are_required_and_none_are_configu
 
 
 def test_a_host_other_than_loopback_without_keys_needs_the_insecure_flag(tmp_path: Path) -> None:
-    error = _one_error(_start(tmp_path / "data", server_env(), "--host", "0.0.0.0", "--port", str(free_port())))
-    assert "0.0.0.0" in error and "COMPASSMEM_API_KEYS" in error and "--insecure-no-auth" in error, error
+    # A documentation address (TEST-NET-1) no interface has: a server that did not refuse could not bind it either.
+    error = _one_error(_start(tmp_path / "data", server_env(), "--host", "192.0.2.1", "--port", str(free_port())))
+    assert "192.0.2.1" in error and "COMPASSMEM_API_KEYS" in error and "--insecure-no-auth" in error, error
     assert not (tmp_path / "data" / "qdrant").exists(), "the stores were opened before the refusal"
+
+    settings = library_settings(tmp_path / "data")
+    check_exposure(settings, "192.0.2.1", insecure_no_auth=True)
+    check_exposure(settings.model_copy(update={"api_keys": {"acme": SecretStr(ACME_KEY)}}), "192.0.2.1", False)
+    for loopback in ("127.0.0.1", "127.0.0.2", "localhost", "::1"):
+        check_exposure(settings, loopback, insecure_no_auth=False)
+
+
+def test_the_allowed_hosts_are_the_bound_one_loopback_and_the_setting() -> None:
+    settings = Settings(_env_file=None, mcp_allowed_hosts=["mem.example.com"])
+    security = transport_security(settings, "192.0.2.1", 8765)
+    assert security.enable_dns_rebinding_protection
+    assert security.allowed_hosts == ["192.0.2.1:8765", "127.0.0.1:*", "localhost:*", "[::1]:*", "mem.example.com"]
+    assert {"http://mem.example.com", "https://mem.example.com", "http://192.0.2.1:8765"} <= set(
+        security.allowed_origins)
+    assert transport_security(settings, "::1", 8765).allowed_hosts[0] == "[::1]:8765"
+
+
+def test_a_pinned_tenant_over_http_accepts_only_its_own_key() -> None:
+    keys = TenantKeys({"acme": SecretStr(ACME_KEY), "globex": SecretStr(GLOBEX_KEY)}, required=True)
+
+    async def verified() -> list[str | None]:
+        tokens = [await TenantKeyVerifier(keys, pinned).verify_token(key)
+                  for pinned in (None, "acme") for key in (ACME_KEY, GLOBEX_KEY, STRANGER_KEY)]
+        return [token.client_id if token else None for token in tokens]
+
+    assert anyio.run(verified) == ["acme", "globex", None, "acme", None, None]
 
 
 def test_a_pinned_tenant_over_stdio(tmp_path: Path) -> None:
