@@ -8,7 +8,6 @@ unknown ``COMPASSMEM_*`` environment variable (a typo would otherwise silently l
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ from pydantic_settings import (
 )
 
 from compassmem.api_keys import TenantKeys, keys_by_tenant
+from compassmem.loopback import host_name
 from compassmem.models import TENANT_PATTERN
 
 DEV_BROKER_HOST = "127.0.0.1"
@@ -147,10 +147,10 @@ class Settings(BaseSettings):
     )
     mcp_allowed_hosts: list[str] = Field(
         default_factory=list,
-        description='Host header values the MCP server accepts over HTTP besides its own host:port and loopback '
-        'names, as a JSON list, e.g. ["mem.example.com", "mem.example.com:8000"]: the names clients reach it by '
-        "behind a proxy or on a non-loopback --host. Any other Host (a DNS-rebinding page) is refused with 421, and "
-        "an Origin not of an accepted host with 403.",
+        description='Host names the MCP server answers over HTTP besides its own host:port and the loopback names, '
+        'as a JSON list of names or addresses without scheme or port (any port), e.g. ["memory.example.com"]: the '
+        "names clients reach it by behind a proxy or on a non-loopback --host. Any other Host (a DNS-rebinding page) "
+        "is refused with 421, and an Origin not of an accepted host with 403.",
     )
     # Kafka: the streaming worker, `compassmem produce`, POST /v1/turns and the forget commands of DELETE.
     kafka_bootstrap: str | None = Field(
@@ -276,6 +276,11 @@ class Settings(BaseSettings):
     def _keys_naming_their_tenant(cls, value: object) -> object:
         return keys_by_tenant(value) if isinstance(value, list) else value
 
+    @field_validator("mcp_allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        return [host_name(entry) for entry in value]
+
     @model_validator(mode="after")
     def _auth_has_keys(self) -> Settings:
         # The message names the variables: a model validator's error has no field of its own.
@@ -319,19 +324,6 @@ class Settings(BaseSettings):
     def bootstrap_servers(self) -> str:
         """The Kafka cluster to use: ``kafka_bootstrap``, or the dev broker of ``compassmem broker``."""
         return self.kafka_bootstrap or f"{DEV_BROKER_HOST}:{self.dev_broker_port or 9092}"
-
-
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a bind address reaches this machine only: ``localhost`` or a loopback IP (127.0.0.0/8, ::1)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name other than localhost may resolve to anything
-        return False
 
 
 class SettingsFileError(ValueError):

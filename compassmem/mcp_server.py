@@ -35,10 +35,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from compassmem import __version__
 from compassmem.api_keys import TenantKeys
-from compassmem.config import ENV_PREFIX, LOOPBACK_NAMES, Settings, is_loopback
+from compassmem.config import ENV_PREFIX, Settings
 from compassmem.contracts.query import QueryResponse
 from compassmem.contracts.records import MAX_TURNS_PER_REQUEST, ConversationPage, DeleteResult, RedactResult
 from compassmem.errors import CompassmemError, Forbidden
+from compassmem.loopback import LOOPBACK_NAME, is_loopback_host
 from compassmem.memory import Memory
 from compassmem.models import DEFAULT_TENANT, Turn
 
@@ -257,7 +258,7 @@ def build_server(memory: Memory, http_url: str | None = None) -> MCPServer:
 
 def check_exposure(settings: Settings, host: str, insecure_no_auth: bool) -> None:
     """Refuse to serve HTTP open to every tenant on an address other machines reach, unless told to."""
-    if settings.api_keys or is_loopback(host) or insecure_no_auth:
+    if settings.api_keys or is_loopback_host(host) or insecure_no_auth:
         return
     raise McpStartupError(
         f"compassmem mcp on {host} (not loopback) with no API keys would let anyone who reaches it read and delete "
@@ -266,14 +267,19 @@ def check_exposure(settings: Settings, host: str, insecure_no_auth: bool) -> Non
 
 
 def transport_security(settings: Settings, host: str, port: int) -> TransportSecuritySettings:
-    """DNS-rebinding protection on any host: the Host header must be this server's host:port, a loopback name or
-    one of ``mcp_allowed_hosts``, and an Origin (sent by browsers) one of those over http or https."""
-    bound = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    hosts = [bound, *(f"[{name}]:*" if ":" in name else f"{name}:*" for name in LOOPBACK_NAMES),
-             *settings.mcp_allowed_hosts]
+    """DNS-rebinding protection on any host: the Host header must be this server's host:port, or a loopback name or
+    one of ``mcp_allowed_hosts`` with any port or none, and an Origin (sent by browsers) one of those over http or
+    https."""
+    names = [_bracketed(name) for name in ("127.0.0.1", LOOPBACK_NAME, "::1", *settings.mcp_allowed_hosts)]
+    hosts = [f"{_bracketed(host)}:{port}", *names, *(f"{name}:*" for name in names)]
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
                                      allowed_origins=[f"{scheme}://{name}" for name in hosts
                                                       for scheme in ("http", "https")])
+
+
+def _bracketed(host: str) -> str:
+    """An address as a Host header writes it: an IPv6 one in brackets."""
+    return f"[{host}]" if ":" in host else host
 
 
 def run_mcp(memory: Memory, host: str, port: int | None) -> None:
@@ -282,10 +288,10 @@ def run_mcp(memory: Memory, host: str, port: int | None) -> None:
     if port is None:
         build_server(memory).run("stdio")
         return
-    url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    url = f"http://{_bracketed(host)}:{port}"
     server = build_server(memory, http_url=url)
     log.info("mcp.listening", url=f"{url}/mcp", api_keys=bool(settings.api_keys), tenant=settings.mcp_tenant)
-    if not settings.api_keys and not is_loopback(host):
+    if not settings.api_keys and not is_loopback_host(host):
         log.warning("mcp.no_auth", host=host, effect="every tenant's memory is open to whoever reaches this port",
                     fix=f"set {ENV_PREFIX}API_KEYS")
     server.run("streamable-http", host=host, port=port, max_request_body_size=settings.api_max_body_bytes,

@@ -239,13 +239,18 @@ def test_a_host_other_than_loopback_without_keys_needs_the_insecure_flag(tmp_pat
 
 
 def test_the_allowed_hosts_are_the_bound_one_loopback_and_the_setting() -> None:
-    settings = Settings(_env_file=None, mcp_allowed_hosts=["mem.example.com"])
+    settings = Settings(_env_file=None, mcp_allowed_hosts=["Memory.Example.com.", "[2001:db8::1]"])
+    assert settings.mcp_allowed_hosts == ["memory.example.com", "2001:db8::1"]
     security = transport_security(settings, "192.0.2.1", 8765)
     assert security.enable_dns_rebinding_protection
-    assert security.allowed_hosts == ["192.0.2.1:8765", "127.0.0.1:*", "localhost:*", "[::1]:*", "mem.example.com"]
-    assert {"http://mem.example.com", "https://mem.example.com", "http://192.0.2.1:8765"} <= set(
+    assert security.allowed_hosts == [
+        "192.0.2.1:8765", "127.0.0.1", "localhost", "[::1]", "memory.example.com", "[2001:db8::1]",
+        "127.0.0.1:*", "localhost:*", "[::1]:*", "memory.example.com:*", "[2001:db8::1]:*"]
+    assert {"http://memory.example.com", "https://memory.example.com:*", "http://192.0.2.1:8765"} <= set(
         security.allowed_origins)
     assert transport_security(settings, "::1", 8765).allowed_hosts[0] == "[::1]:8765"
+    with pytest.raises(ValueError, match="mcp_allowed_hosts"):
+        Settings(_env_file=None, mcp_allowed_hosts=["https://memory.example.com:443/"])
 
 
 def test_a_pinned_tenant_over_http_accepts_only_its_own_key() -> None:
