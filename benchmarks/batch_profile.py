@@ -31,10 +31,10 @@ from compassmem.embedding import Embedder, make_embedder
 from compassmem.importers import read_turns
 from compassmem.models import Turn
 from compassmem.processors.lexicon import noun_lexicon
+from compassmem.publish.producer import encode_turn
 from compassmem.sinks.factory import open_stores
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.processor import BatchInput, MemoryStreamProcessor
-from compassmem.streams.producer import encode_turn
 
 TOPIC = "bench.turns"
 

@@ -44,11 +44,11 @@ from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.models import Turn
 from compassmem.pipeline import MemoryPipeline
+from compassmem.publish.producer import encode_turn
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from compassmem.streams.broker import DevBroker
-from compassmem.streams.producer import encode_turn
 from compassmem.streams.topics import ensure_topics, topic_specs
 
 CHAOS_ENV = {

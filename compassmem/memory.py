@@ -11,8 +11,12 @@ The verbs take and return the HTTP API's own records (``QueryRequest``/``QueryRe
 Failures are the classes of ``compassmem.errors``; bad fields raise pydantic's ValidationError (a ValueError).
 
 Writes (``add``, ``forget``, ``redact_turn``, ``delete_tenant``) go straight to the stores through an in-process
-pipeline, like ``compassmem ingest``: no Kafka, no worker. An embedded store belongs to one process, so while a
-``Memory`` holds the data directory no ``compassmem dev`` or second ``Memory`` can open it (StoreOpenError says so).
+pipeline, like ``compassmem ingest``. The deletions also reach a worker when a stream is configured
+(``COMPASSMEM_KAFKA_BOOTSTRAP``): like the HTTP API's, each records its command on the control topic first, so that
+the worker deletes what it holds (its stores and state) and a replay of the turns topic does not bring the memory
+back; a command the broker does not acknowledge deletes nothing (Unavailable). An embedded store belongs to one
+process, so while a ``Memory`` holds the data directory no ``compassmem dev`` or second ``Memory`` can open it
+(StoreOpenError says so).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import structlog
 from pydantic import StringConstraints, TypeAdapter
 
 from compassmem.config import Settings
+from compassmem.contracts.commands import ForgetCommand, RedactCommand
 from compassmem.contracts.query import QueryRequest, QueryResponse
 from compassmem.contracts.records import (
     ConversationPage,
@@ -42,6 +47,7 @@ from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.llm_events import llm_steps
 from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
+from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
 from compassmem.redaction import delete_stored_tenant, redact_stored_turn
 from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine
 from compassmem.retrieval.hot_tier import HotTier
@@ -83,17 +89,22 @@ class Memory:
     its store calls, and inside ``compassmem dev`` it shares the worker's) passes them in; they stay the caller's to
     close. ``engine_config`` and ``pipeline_config`` replace what the settings choose of the query engine (ranking,
     the graph walk) and of the write path (batch size, memory window), for experiments such as the benchmarks'
-    ablations. Safe to share between threads.
+    ablations. ``control`` is where the deletions record their commands (the API passes the publisher it holds);
+    without one, a Kafka producer is made on the first deletion when COMPASSMEM_KAFKA_BOOTSTRAP is set. Safe to share
+    between threads.
     """
 
     def __init__(self, settings: Settings | None = None, *, stores: Stores | None = None,
                  embedder: Embedder | None = None, engine_config: EngineConfig | None = None,
-                 pipeline_config: PipelineConfig | None = None) -> None:
+                 pipeline_config: PipelineConfig | None = None, control: ControlPublisher | None = None) -> None:
         self.settings = settings or Settings()
         self.embedder = embedder or make_embedder(self.settings)
         self._owns_stores = stores is None
         self.stores = stores or open_stores(self.settings, dim=self.embedder.dim)
         self._pipeline_config = pipeline_config
+        self._control = control
+        # Made by this object (and closed by it) on the first deletion with a stream configured.
+        self._own_control: KafkaTurnPublisher | None = None
         try:
             self.hot = HotTier(self.stores.vectors, self.stores.graph, max_turns=self.settings.api_hot_turns,
                                max_age_s=self.settings.api_view_max_age_s,
@@ -131,11 +142,12 @@ class Memory:
         return summary
 
     def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
-        """Delete a conversation from both stores. Forgetting one that has no memory is not an error
-        (``events_deleted`` is 0). No forget command is recorded: that is the streaming topology's job
-        (``compassmem forget``, or DELETE on the API of ``compassmem dev``)."""
+        """Delete a conversation from both stores, after recording a forget command on the control topic when a
+        stream is configured (``forget_published``). Forgetting one that has no memory is not an error
+        (``events_deleted`` is 0)."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         with self._writing:
+            published = self._publish(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
             events = self.stores.vectors.count(tenant, conversation_id)
             self.stores.vectors.delete_conversation(tenant, conversation_id)
             self.stores.graph.delete_conversation(tenant, conversation_id)
@@ -143,40 +155,71 @@ class Memory:
             if self._pipeline is not None:
                 # Turns added again later start a new memory, with no relations to the deleted events.
                 self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)
-        log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events)
+        log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events,
+                 forget_published=published)
         return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
-                            forget_published=False)
+                            forget_published=published)
 
     def redact_turn(self, conversation_id: str, turn_id: str, *, tenant: str = DEFAULT_TENANT) -> RedactResult:
         """Delete one turn: the event that held it is rebuilt from its other turns (summary, keywords, entities,
-        embedding) or, when it was the last, deleted with its relations. NotFound when no store holds the turn.
-        As for ``forget``, no command is recorded (``compassmem redact`` or the API's DELETE records one)."""
+        embedding) or, when it was the last, deleted with its relations. As for ``forget``, a redaction command is
+        recorded first when a stream is configured (``redaction_published``). NotFound when no store holds the
+        turn (and then nothing is recorded)."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         turn_id = check_id(turn_id)
+        missing = f"no turn {turn_id!r} in conversation {conversation_id!r} of tenant {tenant!r}"
         with self._writing:
+            if self.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
+                raise NotFound(missing)
+            published = self._publish(RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id))
             stored = redact_stored_turn(self.stores, tenant, conversation_id, turn_id)
-            if stored is None:
-                raise NotFound(f"no turn {turn_id!r} in conversation {conversation_id!r} of tenant {tenant!r}")
             self.hot.invalidate(tenant, conversation_id)
+            if stored is None:  # redacted meanwhile by another process, e.g. the worker's control agent
+                raise NotFound(missing)
             pipeline = self._pipeline
             memory = pipeline.memories.get(partition_key(tenant, conversation_id)) if pipeline else None
             if memory is not None:
                 # Later adds to this conversation must not write the turn back with its event.
                 memory.redact_turn(turn_id, stored.before, stored.event, stored.relations)
         return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
-                            event_id=stored.event_id, event_deleted=stored.event is None, redaction_published=False)
+                            event_id=stored.event_id, event_deleted=stored.event is None,
+                            redaction_published=published)
 
     def delete_tenant(self, tenant: str) -> TenantDeleteResult:
         """Delete every conversation of a tenant from both stores (an operator's step: over HTTP it needs an admin
-        key). Deleting a tenant that has no memory is not an error."""
+        key), after recording a forget command for the whole tenant when a stream is configured. Deleting a tenant
+        that has no memory is not an error."""
         tenant = _TENANT.validate_python(tenant)
         with self._writing:
+            published = self._publish(ForgetCommand(tenant=tenant))
             events = delete_stored_tenant(self.stores, tenant)
             self.hot.invalidate(tenant)
             if self._pipeline is not None:
                 for key in [k for k in self._pipeline.memories if k.startswith(f"{tenant}/")]:
                     self._pipeline.memories.pop(key)
-        return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=False)
+        log.info("memory.tenant_deleted", tenant=tenant, events=events, forget_published=published)
+        return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)
+
+    def _publish(self, command: ForgetCommand | RedactCommand) -> bool:
+        """Record a deletion's command on the control topic; False when no stream is configured. Unavailable when
+        the broker does not acknowledge it: deleting without the log entry would let a replay of the turns topic
+        bring the memory back (and the worker, which never heard of it, keeps it)."""
+        try:
+            control = self._control_publisher()
+            if control is None:
+                return False
+            control.publish_command(command)
+        except PublishError as error:
+            raise Unavailable(f"the {command.command} command was not acknowledged, nothing deleted: {error}") \
+                from error
+        return True
+
+    def _control_publisher(self) -> ControlPublisher | None:
+        if self._control is None and self.settings.kafka_bootstrap:
+            self._own_control = KafkaTurnPublisher(self.settings.kafka_bootstrap, self.settings.turns_topic,
+                                                   self.settings.control_topic, client_id="compassmem-library")
+            self._control = self._own_control
+        return self._control
 
     # -- reading -------------------------------------------------------------------------------------------------
 
@@ -258,8 +301,12 @@ class Memory:
         if getattr(self, "_closed", False):
             return
         self._closed = True
-        if self._owns_stores:
-            self.stores.close()
+        try:
+            if self._own_control is not None:
+                self._own_control.close()
+        finally:
+            if self._owns_stores:
+                self.stores.close()
 
     def __enter__(self) -> Memory:
         return self

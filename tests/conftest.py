@@ -522,7 +522,7 @@ class StreamRun:
         return worker
 
     def producer(self):  # noqa: ANN201 - TurnProducer
-        from compassmem.streams.producer import TurnProducer
+        from compassmem.publish.producer import TurnProducer
 
         settings = self.settings()
         return TurnProducer(self.bootstrap, settings.turns_topic, settings.control_topic)

@@ -30,10 +30,10 @@ from compassmem.models import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, Turn
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.processors.conversation_memory import ConversationHealth
+from compassmem.publish.publisher import KafkaTurnPublisher
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.query_api.turn_publisher import KafkaTurnPublisher
 from compassmem.retrieval.decomposition import MAX_SUBGOALS
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore

@@ -26,12 +26,12 @@ from compassmem.processors.event_index import EventIndex
 from compassmem.processors.merging import EventMerger
 from compassmem.processors.relations import ADJACENCY_EVIDENCE, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector
+from compassmem.publish.producer import encode_turn
 from compassmem.sinks.batching import GraphSink, Sink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.processor import BatchInput, MemoryStreamProcessor
-from compassmem.streams.producer import encode_turn
 from compassmem.streams.state import ConversationRecord, RecordHeader, decode_record, encode_record
 
 DATA = Path(__file__).parent / "data"

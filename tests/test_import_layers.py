@@ -25,12 +25,13 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "compassmem"
 # Bottom first. Each entry: (layer name, units).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Records, settings and rules every layer shares.
-    ("foundation", ("contracts", "models", "config", "api_keys", "errors", "logging_setup", "child_process",
+    ("foundation", ("contracts", "models", "config", "api_keys", "loopback", "errors", "logging_setup", "child_process",
                     "process_gc")),
     ("embedding, LLM, input", ("embedding", "onnx_embedding", "llm", "importers")),
     # The write path's logic, free of stores (the sinks compute keyword vectors with processors.text_features).
     ("processors", ("processors",)),
-    ("stores", ("sinks",)),
+    # The stores, and the producer of the worker's input topics (what every process but the worker writes there).
+    ("stores and input topics", ("sinks", "publish")),
     ("write and read paths", ("pipeline", "retrieval", "redaction", "llm_events")),
     ("library and tools", ("memory", "transfer", "evaluation", "monitoring")),
     # Adapters: the worker, HTTP, MCP, the HTTP client, the command line and the package's public facade.
@@ -43,7 +44,7 @@ FRAMEWORKS: dict[str, frozenset[str]] = {
     "starlette": frozenset({"query_api"}),
     "uvicorn": frozenset({"query_api"}),
     "faust": frozenset({"streams"}),
-    "kafka": frozenset({"streams", "query_api"}),
+    "kafka": frozenset({"streams", "query_api", "publish"}),
     "mcp": frozenset({"mcp_server"}),
 }
 

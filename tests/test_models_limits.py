@@ -31,9 +31,9 @@ from compassmem.models import (
     Turn,
     check_id,
 )
+from compassmem.publish.producer import encode_turn
 from compassmem.retrieval.decomposition import MAX_SUBGOALS, analyse, with_subgoals
 from compassmem.streams.decoding import RawRecord, TurnItem, decode_turns_record
-from compassmem.streams.producer import encode_turn
 
 GOOD: dict[str, Any] = {"tenant": "acme", "conversation_id": "c1", "turn_id": "t1", "speaker": "Ann",
                         "text": "We moved the launch to May.", "timestamp": "2024-03-04T09:15:00+00:00"}

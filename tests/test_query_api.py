@@ -198,9 +198,9 @@ def api(sidecar: ApiSidecar) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def locked_api(services: ApiServices) -> Iterator[httpx.Client]:
-    """The same memory behind an app where tenant ACME needs an API key, and with no Kafka configured."""
+    """The same memory behind an app where tenant ACME needs an API key, and with no turns topic."""
     settings = Settings(api_keys={ACME: "s3cret"})
-    locked = replace(services, settings=settings, turn_publisher=None, control_publisher=None)
+    locked = replace(services, settings=settings, turn_publisher=None)
     with BackgroundServer(create_app(locked)) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
 

@@ -21,6 +21,7 @@ from compassmem.contracts.commands import RedactCommand
 from compassmem.contracts.records import RedactResult
 from compassmem.models import RelationType, Turn
 from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.publish.producer import encode_turn
 from compassmem.query_api.app import create_app
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.redaction import redact_stored_turn
@@ -30,7 +31,6 @@ from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, RedactMarker
 from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor
-from compassmem.streams.producer import encode_turn
 from compassmem.streams.state import decode_header, decode_record
 from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
 from test_streaming import committed_offsets, graph_matches, true_end_offsets

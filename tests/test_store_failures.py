@@ -26,7 +26,7 @@ from compassmem.streams.processor import (
     StoreUnavailableError,
     StoreWriteError,
 )
-from compassmem.streams.producer import encode_turn
+from compassmem.publish.producer import encode_turn
 
 from conftest import expected_snapshot, interleave, reference_snapshots, stores_snapshot, stream_conversation
 

@@ -14,7 +14,7 @@ from compassmem.processors.conversation_memory import ConversationMemory, Conver
 from compassmem.processors.merging import EventMerger
 from compassmem.processors.relations import RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector
-from compassmem.query_api.turn_publisher import ForgetCommand as ApiForgetCommand
+from compassmem.publish.publisher import ForgetCommand as ApiForgetCommand
 from compassmem.streams.decoding import RawRecord, TurnItem, decode_turns_record
 from compassmem.streams.state import ConversationRecord, RecordHeader, decode_header, decode_record, encode_record
 

@@ -20,9 +20,10 @@ KNOWN_ERRORS: tuple[tuple[str, str], ...] = (
     ("compassmem.importers", "ImportFormatError"),
     ("compassmem.streams.broker", "BrokerStartupError"),
     ("compassmem.streams.topics", "TopicSetupError"),
-    ("compassmem.streams.producer", "ProduceError"),
+    ("compassmem.publish.producer", "ProduceError"),
     ("compassmem.query_api.server", "ApiStartupError"),
-    ("compassmem.query_api.turn_publisher", "PublishError"),
+    ("compassmem.mcp_server", "McpStartupError"),
+    ("compassmem.publish.publisher", "PublishError"),
     # The library's own errors (``compassmem.Memory``, the HTTP clients), once that module is part of the package.
     ("compassmem.errors", "CompassmemError"),
 )

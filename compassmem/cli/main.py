@@ -153,9 +153,11 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.mcp_server import run_mcp
+    from compassmem.mcp_server import check_exposure, run_mcp
     from compassmem.memory import Memory
 
+    if args.port is not None:
+        check_exposure(settings, args.host, args.insecure_no_auth)
     with Memory(settings) as memory:
         run_mcp(memory, args.host, args.port)
     return 0
@@ -196,10 +198,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "by itself: there it does nothing.")
     build_index.set_defaults(handler=cmd_build_index)
     mcp = commands.add_parser("mcp", help="serve memory as MCP tools for an agent (stdio, or HTTP with --port)",
-                              description="Tools remember, recall, list_conversations and forget over the memory "
-                                          "of the data directory (or the store servers the settings name).")
+                              description="Tools remember, recall, list_conversations, forget and redact_turn over "
+                                          "the memory of the data directory (or the store servers the settings "
+                                          "name). Over HTTP with COMPASSMEM_API_KEYS every request needs a key and "
+                                          "the tools act for its tenant; COMPASSMEM_MCP_TENANT pins one tenant "
+                                          "otherwise.")
     mcp.add_argument("--port", type=int, help="serve streamable HTTP on this port (at /mcp) instead of stdio")
     mcp.add_argument("--host", default="127.0.0.1", help="bind address with --port (default 127.0.0.1)")
+    mcp.add_argument("--insecure-no-auth", action="store_true",
+                     help="serve HTTP on a --host other than loopback without COMPASSMEM_API_KEYS (refused "
+                          "otherwise): anyone who reaches the port may read and delete every tenant's memory")
     mcp.set_defaults(handler=cmd_mcp)
     add_streaming_commands(commands)
     add_transfer_commands(commands)

@@ -51,7 +51,7 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.cli.progress import Progress
-    from compassmem.streams.producer import ProduceError, TurnProducer
+    from compassmem.publish.producer import ProduceError, TurnProducer
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
 
     if args.rate is not None and args.rate <= 0:
@@ -105,7 +105,7 @@ def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactC
     from pydantic import ValidationError
 
     from compassmem.importers import describe_validation_error
-    from compassmem.streams.producer import ProduceError, TurnProducer
+    from compassmem.publish.producer import ProduceError, TurnProducer
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
 
     try:

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from compassmem import __version__
 from compassmem.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
-from compassmem.errors import NotFound
+from compassmem.errors import NotFound, Unavailable
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
@@ -111,8 +111,7 @@ def create_app(services: ApiServices) -> FastAPI:
     )
     # What the dependencies of dependencies.py hand to the endpoints.
     app.state.services = services
-    app.state.authorizer = Authorizer(services.settings.api_keys, required=services.settings.api_auth_required,
-                                      admin_keys=services.settings.api_admin_keys)
+    app.state.authorizer = Authorizer(services.settings.tenant_keys())
 
     # Inside the measuring middleware below, so refused bodies are counted too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=services.settings.api_max_body_bytes)
@@ -130,6 +129,11 @@ def create_app(services: ApiServices) -> FastAPI:
     async def _not_found(request: Request, exc: NotFound) -> JSONResponse:
         # Memory's read verbs raise it for a scope or conversation without memory: the documented 404.
         return JSONResponse(status_code=404, content=ErrorResponse(detail=exc.message).model_dump())
+
+    @app.exception_handler(Unavailable)
+    async def _unavailable(request: Request, exc: Unavailable) -> JSONResponse:
+        # Memory's deletions raise it when the control topic did not acknowledge their command: nothing changed.
+        return JSONResponse(status_code=503, content=ErrorResponse(detail=exc.message).model_dump())
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

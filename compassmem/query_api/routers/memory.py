@@ -3,10 +3,8 @@
 No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime.
 """
 
-import structlog
 from fastapi import APIRouter, HTTPException, status
 
-from compassmem.contracts.commands import ForgetCommand
 from compassmem.contracts.records import DeleteResult, ErrorResponse, EventOut
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
@@ -17,9 +15,6 @@ from compassmem.query_api.dependencies import (
     Services,
     Tenant,
 )
-from compassmem.query_api.turn_publisher import PublishError
-
-log = structlog.get_logger(__name__)
 
 router = APIRouter()
 
@@ -43,23 +38,4 @@ def get_event(event_id: EventId, tenant: Tenant, services: Services) -> EventOut
                            "an error.",
                responses={**UNAVAILABLE, **AUTH_ERRORS, **INVALID})
 def delete_conversation(conversation_id: ConversationId, tenant: Tenant, services: Services) -> DeleteResult:
-    published = False
-    if services.control_publisher is not None:
-        try:
-            command = ForgetCommand(tenant=tenant, conversation_id=conversation_id)
-            services.control_publisher.publish_command(command)
-        except PublishError as error:
-            # Deleting without the log entry would let a replay resurrect the conversation.
-            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
-                                detail=f"the forget command was not acknowledged, nothing deleted: {error}") \
-                from error
-        published = True
-    stores = services.memory.stores
-    events = stores.vectors.count(tenant, conversation_id)
-    stores.vectors.delete_conversation(tenant, conversation_id)
-    stores.graph.delete_conversation(tenant, conversation_id)
-    services.memory.hot.invalidate(tenant, conversation_id)
-    log.info("api.conversation_deleted", tenant=tenant, conversation_id=conversation_id, events=events,
-             forget_published=published)
-    return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
-                        forget_published=published)
+    return services.memory.forget(conversation_id, tenant=tenant)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, HTTPException, Request, status
 from pydantic import Discriminator, Field, Tag
 
-from compassmem.contracts.records import TurnsAccepted
+from compassmem.contracts.records import MAX_TURNS_PER_REQUEST, TurnsAccepted
 from compassmem.models import Turn
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
@@ -18,9 +18,8 @@ from compassmem.query_api.dependencies import (
     Services,
     authorize,
 )
-from compassmem.query_api.turn_publisher import PublishError, RecordTooLargeError
+from compassmem.publish.publisher import PublishError, RecordTooLargeError
 
-MAX_TURNS_PER_REQUEST = 1000
 # Names of the two shapes the body may take; pydantic puts them in error locations, the app's handler drops them.
 ONE_TURN, TURN_LIST = "one turn", "list of turns"
 

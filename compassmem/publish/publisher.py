@@ -1,10 +1,11 @@
-"""Where the API sends what it accepts: turns to the turns topic, forget and redaction commands to the control
-topic.
+"""Where the API and ``Memory`` send what they record: turns to the turns topic, forget and redaction commands to
+the control topic.
 
-The app depends only on the two protocols, so ``compassmem dev`` and ``compassmem api`` hand in the Kafka
-publisher below and tests may hand in anything that keeps the contract. Records are keyed by
-``tenant/conversation_id`` (one conversation stays in one partition, in order) and a call
-returns only once the broker has acknowledged, so a 202 means the turns are in the log.
+The API and ``Memory`` depend only on the two protocols, so ``compassmem dev`` and ``compassmem api`` hand in the
+Kafka publisher below (``Memory`` makes one itself when ``COMPASSMEM_KAFKA_BOOTSTRAP`` is set) and tests may hand in
+anything that keeps the contract. Records are keyed by ``tenant/conversation_id`` (one conversation stays in one
+partition, in order) and a call returns only once the broker has acknowledged, so a 202 means the turns are in the
+log.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Protocol, runtime_checkable
 
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
-from compassmem.models import Turn
 # One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
 from compassmem.contracts.commands import ForgetCommand, RedactCommand
-from compassmem.streams.producer import ProduceError, TurnProducer
+from compassmem.models import Turn
+from compassmem.publish.producer import ProduceError, TurnProducer
 
 
 class PublishError(RuntimeError):
@@ -44,13 +45,14 @@ class ControlPublisher(Protocol):
 
 
 class KafkaTurnPublisher:
-    """Both protocols over one kafka-python producer (the worker's ``TurnProducer``); control commands need
-    ``control_topic``. Raises PublishError at construction when the brokers cannot be reached."""
+    """Both protocols over one kafka-python producer (``TurnProducer``); control commands need ``control_topic``.
+    Raises PublishError at construction when the brokers cannot be reached."""
 
-    def __init__(self, bootstrap: str, topic: str, control_topic: str | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, control_topic: str | None = None,
+                 client_id: str = "compassmem-api") -> None:
         self.control_topic = control_topic
         try:
-            self._producer = TurnProducer(bootstrap, topic, control_topic, client_id="compassmem-api")
+            self._producer = TurnProducer(bootstrap, topic, control_topic, client_id=client_id)
         except ProduceError as error:
             raise PublishError(str(error)) from error
 
@@ -74,6 +76,8 @@ class KafkaTurnPublisher:
             self._producer.send_command(command)
         except ProduceError as error:
             raise PublishError(str(error)) from error
+        except KafkaError as error:  # e.g. no metadata for the topic within the producer's max_block_ms
+            raise PublishError(f"the broker did not acknowledge: {error}") from error
 
     def close(self) -> None:
         self._producer.close()
