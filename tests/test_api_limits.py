@@ -41,7 +41,7 @@ from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.streams.topics import TopicSpec, ensure_topics
 from prometheus_text import parse_samples
 
-OPEN, LOCKED, KEY = "limits-open", "limits-locked", "limits-s3cret"
+OPEN, LOCKED, KEY = "limits-open", "limits-locked", "limits-s3cret-0001"
 T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
 LINES = [("Priya", "The Atlas launch slipped because the client changed the requirements on Friday."),
          ("Tom", "So the data team re-planned the sprint over the weekend."),

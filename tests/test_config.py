@@ -84,3 +84,10 @@ def test_a_wrong_value_in_the_toml_file_is_named_too(tmp_path: Path) -> None:
     config = write(tmp_path / "c.toml", 'log_level = "LOUD"\n')
     result = run_cli({"COMPASSMEM_CONFIG_FILE": str(config)}, tmp_path)
     assert result.returncode == 2 and "error: COMPASSMEM_LOG_LEVEL (log_level): String should match" in result.stderr
+
+
+def test_one_key_for_two_tenants_stops_the_cli_naming_the_setting(tmp_path: Path) -> None:
+    result = run_cli({"COMPASSMEM_API_KEYS": '{"acme": "k", "globex": "k"}'}, tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: COMPASSMEM_API_KEYS (api_keys): ") and "'acme'" in line

@@ -36,7 +36,7 @@ from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
 from compassmem.streams.topics import TopicSpec, ensure_topics
 
-TENANT, LOCKED, KEY = "explorer", "explorer-locked", "open-sesame"
+TENANT, LOCKED, KEY = "explorer", "explorer-locked", "open-sesame-explorer"
 T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
 UI = Path(__file__).resolve().parent.parent / "compassmem" / "query_api" / "ui"
 TOPICS = [

@@ -37,7 +37,7 @@ from test_streaming import committed_offsets, graph_matches, true_end_offsets
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 MODEL_CACHE = Path(".compassmem", "models").resolve()
-ACME_KEY, GLOBEX_KEY, ADMIN_KEY = "acme-secret-key", "globex-secret-key", "operator-admin-key"
+ACME_KEY, GLOBEX_KEY, ADMIN_KEY = "acme-secret-key-0001", "globex-secret-key-0001", "operator-admin-key-0001"
 # A turn of the sample conversation that shares its event with others, and words only it says.
 REDACTED, REDACTED_WORDS = "S1:3", "multi-currency invoices"
 
