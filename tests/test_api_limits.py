@@ -200,6 +200,26 @@ def test_blank_and_dot_ids_are_refused_in_bodies(api: httpx.Client, bad: str) ->
         "conversation_id"
 
 
+@pytest.mark.parametrize(("change", "field"), [({"speaker": "Priya\u200b"}, "speaker"),
+                                               ({"conversation_id": "c\u202enew"}, "conversation_id"),
+                                               ({"session_id": "\u20661"}, "session_id")])
+def test_a_name_with_an_invisible_format_character_is_a_422(api: httpx.Client, change: dict[str, Any],
+                                                           field: str) -> None:
+    [(where, message)] = _errors(api.post("/v1/turns", json=_turn(**change)))
+    assert where == field and "invisible format character" in message
+
+
+def test_ids_in_paths_and_queries_are_read_as_they_are_stored(api: httpx.Client) -> None:
+    # "ｃ１" is stored as "c1" (NFKC), so asking for it by either spelling finds the same memory.
+    fullwidth = "\uff43\uff11"
+    graph = api.get(f"/v1/conversations/{fullwidth}/graph", params={"tenant": OPEN})
+    assert graph.status_code == 200 and graph.json()["conversation_id"] == "c1"
+    answer = api.post("/v1/query", json={"tenant": OPEN, "conversation_id": fullwidth, "question": "Why?"})
+    assert answer.status_code == 200 and {r["conversation_id"] for r in answer.json()["turn_refs"]} == {"c1"}
+    [(field, message)] = _errors(api.get("/v1/conversations/c\u200b1/graph", params={"tenant": OPEN}))
+    assert field == "conversation_id" and "U+200B" in message
+
+
 @pytest.mark.parametrize("raw_id", ["%20", ".", "..", "%2E%2E", "%2e"])
 def test_blank_and_dot_ids_are_refused_in_paths(server: BackgroundServer, raw_id: str) -> None:
     # http.client sends the path as written: no client-side dot-segment normalisation.
