@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         description='Operator keys as a JSON list, e.g. ["<secret of 16+ characters>"]: only these may delete a whole '
         "tenant (DELETE /v1/tenants/{tenant}); with none, no one may. Never a tenant's key, never the same twice.",
     )
+    cursor_secret: SecretStr | None = Field(
+        default=None,
+        description="Signs the listings' cursors (next_cursor), so that a made-up or changed cursor is refused (422 "
+        "naming cursor). Give every API replica the same one (16+ characters), so that a cursor stays good across "
+        "replicas and restarts; unset, each process signs with a random secret of its own and a cursor is good only "
+        "in the process that made it.",
+    )
     api_view_max_age_s: float = Field(
         default=30.0, gt=0, description="The hot tier reloads an event (its turns, summary, cluster, relations) after "
         "this long at the latest. An API that follows the worker's change feeds (dev, or api with "
@@ -264,6 +271,14 @@ class Settings(BaseSettings):
     @classmethod
     def _tenant_keys(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
         check_tenant_keys({tenant: key.get_secret_value() for tenant, key in value.items()})
+        return value
+
+    @field_validator("cursor_secret")
+    @classmethod
+    def _cursor_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_SECRET_CHARS:
+            raise ValueError(f"must be at least {MIN_SECRET_CHARS} characters, got "
+                             f"{len(value.get_secret_value())}")
         return value
 
     @model_validator(mode="after")

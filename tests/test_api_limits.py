@@ -35,6 +35,7 @@ from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.query_api.turn_publisher import KafkaTurnPublisher
 from compassmem.retrieval.decomposition import MAX_SUBGOALS
+from compassmem.retrieval.listing import CursorSigner
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
@@ -42,6 +43,8 @@ from compassmem.streams.topics import TopicSpec, ensure_topics
 from prometheus_text import parse_samples
 
 OPEN, LOCKED, KEY = "limits-open", "limits-locked", "limits-s3cret-0001"
+# The server's cursor secret, so that the fuzzer can sign cursors of its own: those reach the check of their key.
+CURSOR_SECRET = "limits-cursor-secret"
 T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
 LINES = [("Priya", "The Atlas launch slipped because the client changed the requirements on Friday."),
          ("Tom", "So the data team re-planned the sprint over the weekend."),
@@ -79,7 +82,8 @@ def services(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_f
     graph = FalkorDBGraphStore.from_embedded(embedded_falkordb)
     stores = Stores(vectors=vectors, graph=graph)
     try:
-        settings = Settings(api_port=0, api_keys={LOCKED: KEY}, turns_topic=topics[0], control_topic=topics[1])
+        settings = Settings(api_port=0, api_keys={LOCKED: KEY}, turns_topic=topics[0], control_topic=topics[1],
+                            cursor_secret=CURSOR_SECRET)
         # Written before the API measures the stores, so its metrics count only its own store calls.
         with Memory(settings, stores=stores, embedder=embedder) as writer:
             writer.add([*_memory(OPEN, "c1"), *_memory(LOCKED, "c1")])
@@ -402,6 +406,7 @@ def test_openapi_states_the_id_and_text_rules(api: httpx.Client) -> None:
 
 try:
     import schemathesis
+    from hypothesis import strategies as st
 except ImportError:  # the test extra installs it
     schemathesis = None
 
@@ -435,11 +440,35 @@ else:
         modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
         max_examples=EXAMPLES_PER_OPERATION, deterministic=True)
 
+    _LISTINGS = {"/v1/conversations", "/v1/conversations/{conversation_id}/events"}
+    _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                     max_size=3), max_leaves=6)
+    # What a client could send as a cursor: keys of any JSON shape under real-looking listing names, signed with the
+    # server's own secret (so that they pass the signature and reach the check of the key), unsigned as cursors
+    # were before, or with a signature of another secret.
+    _LISTING_NAMES = st.sampled_from([f"conversations:{OPEN}:recent:", f"conversations:{OPEN}:id:",
+                                      f"events:{OPEN}/c1", "events:c1", "conversations:recent:"]) | st.text(max_size=20)
+    _KEYS = st.tuples(_LISTING_NAMES, st.lists(_JSON, max_size=4).map(tuple))
+    _CURSORS = st.one_of(
+        _KEYS.map(lambda made: CursorSigner(CURSOR_SECRET).encode(*made)),
+        _KEYS.map(lambda made: CursorSigner("another-deployment-secret").encode(*made)),
+        _KEYS.map(lambda made: CursorSigner(CURSOR_SECRET).encode(*made).partition(".")[0]),
+    )
+
+    @openapi_schema.hook
+    def flatmap_query(context: Any, query: dict[str, Any] | None) -> Any:
+        """The listings' cursor parameter gets made-up cursors as often as schemathesis's own strings."""
+        if context.operation is None or context.operation.path not in _LISTINGS:
+            return st.just(query)
+        return st.one_of(st.just(query), _CURSORS.map(lambda cursor: {**(query or {}), "cursor": cursor}))
+
     @openapi_schema.parametrize()
     def test_no_request_yields_a_server_error(case: Any, server: BackgroundServer,
                                               status_counts: Counter[tuple[str, int]]) -> None:
         response = case.call(base_url=server.url, timeout=60)
-        status_counts[(case.operation.label, response.status_code)] += 1
+        cursor = " with a cursor" if isinstance(case.query, dict) and "cursor" in case.query else ""
+        status_counts[(case.operation.label + cursor, response.status_code)] += 1
         assert response.status_code < 500, f"{case.operation.label} -> {response.status_code}: {response.text[:500]}"
         if case.operation.label == "POST /v1/turns" and response.status_code == 202:
             # What was accepted must be storable: no U+0000 (FalkorDB refuses it), all of it encodable as UTF-8.

@@ -73,6 +73,8 @@ def run_cli(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     ({"COMPASSMEM_METRICS_LAG_INTERVAL_S": "0"}, "error: COMPASSMEM_METRICS_LAG_INTERVAL_S (metrics_lag_interval_s)"),
     ({"COMPASSMEM_KAFKA_BOOTSTRAP": "kafka"}, "error: COMPASSMEM_KAFKA_BOOTSTRAP (kafka_bootstrap)"),
     ({"COMPASSMEM_METRIC_PORT": "1"}, "error: unknown setting COMPASSMEM_METRIC_PORT"),
+    ({"COMPASSMEM_CURSOR_SECRET": "short"}, "error: COMPASSMEM_CURSOR_SECRET (cursor_secret): Value error, must be at "
+                                            "least 16 characters, got 5"),
 ])
 def test_the_cli_stops_at_start_naming_the_setting(tmp_path: Path, env: dict[str, str], message: str) -> None:
     result = run_cli(env, tmp_path)

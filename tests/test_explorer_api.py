@@ -7,6 +7,7 @@ session's Tansu broker, written to as the worker writes it (``compassmem/streams
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from kafka import KafkaProducer
+from pydantic import SecretStr
 
 from compassmem.config import Settings
 from compassmem.memory import Memory
@@ -169,6 +171,49 @@ def test_listing_parameters_are_checked_and_named(api: httpx.Client) -> None:
     cursor = _get(api, "/v1/conversations", limit=1, order="id")["next_cursor"]
     assert _problems(api.get("/v1/conversations", params={"tenant": TENANT, "cursor": cursor}))[0][0] == "cursor"
     assert _problems(api.get("/v1/conversations", params={"order": "size"}))[0][0] == "order"
+
+
+def _unsigned(payload: dict[str, Any]) -> str:
+    """A cursor as the API made them before they were signed: base64 of JSON, which anyone can write."""
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(("path", "params", "payload"), [
+    ("/v1/conversations", {"order": "recent"}, {"v": 1, "l": "conversations:recent:", "k": ["a", "b"]}),
+    ("/v1/conversations", {"order": "id"}, {"v": 1, "l": "conversations:id:", "k": [None]}),
+    ("/v1/conversations/conv-a/events", {}, {"v": 1, "l": "events:conv-a", "k": [1.0, "a", "b"]}),
+    ("/v1/conversations/conv-a/events", {}, {"v": 1, "l": "events:conv-a", "k": [{"a`b": 1}, "x"]}),
+])
+def test_a_forged_cursor_is_a_422_naming_cursor(api: httpx.Client, path: str, params: dict[str, str],
+                                                payload: dict[str, Any]) -> None:
+    [(field, message)] = _problems(api.get(path, params={"tenant": TENANT, **params, "cursor": _unsigned(payload)}))
+    assert field == "cursor" and "next_cursor" in message
+
+
+def test_a_cursor_changed_by_the_client_is_refused(api: httpx.Client) -> None:
+    cursor = _get(api, "/v1/conversations", limit=1, order="id")["next_cursor"]
+    payload, _, signature = cursor.partition(".")
+    data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    changed = _unsigned({**data, "k": ["conv-d"]}) + "." + signature
+    assert _problems(api.get("/v1/conversations", params={"tenant": TENANT, "order": "id", "cursor": changed})) \
+        [0][0] == "cursor"
+
+
+def test_a_cursor_is_good_wherever_the_cursor_secret_is_the_same(services: ApiServices, embedder: Any) -> None:
+    def serving(secret: str) -> BackgroundServer:
+        settings = services.settings.model_copy(update={"cursor_secret": SecretStr(secret)})
+        return BackgroundServer(create_app(build_services(settings, services.memory.stores, embedder,
+                                                          MemoryMetrics(process_collectors=False))))
+
+    params = {"tenant": TENANT, "limit": 2}
+    with serving("first-replica-secret") as one, serving("first-replica-secret") as replica, \
+            serving("another-deployment") as other:
+        cursor = httpx.get(f"{one.url}/v1/conversations", params=params, timeout=30).json()["next_cursor"]
+        assert httpx.get(f"{replica.url}/v1/conversations", params={**params, "cursor": cursor},
+                         timeout=30).status_code == 200
+        [(field, message)] = _problems(httpx.get(f"{other.url}/v1/conversations",
+                                                 params={**params, "cursor": cursor}, timeout=30))
+        assert field == "cursor" and "COMPASSMEM_CURSOR_SECRET" in message
 
 
 # -- events and the graph ---------------------------------------------------------------------------------------

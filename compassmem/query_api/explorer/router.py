@@ -152,7 +152,7 @@ def _cursor_errors() -> Iterator[None]:
     try:
         yield
     except CursorError as error:
-        detail = [FieldError(field="cursor", message=str(error)).model_dump()]
+        detail = [FieldError(field="cursor", message=error.reason).model_dump()]
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=detail) from error
 
 
