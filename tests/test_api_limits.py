@@ -307,6 +307,39 @@ def test_a_record_the_producer_refuses_is_a_413_naming_the_limit(api: httpx.Clie
     assert api.post("/v1/turns", json=_turn("after-big")).status_code == 202
 
 
+# -- the Host header: a web page that rebinds its own name to 127.0.0.1 must not reach the API ----------------------
+
+
+def _get_with_host(port: int, path: str, host: str | None) -> tuple[int, dict[str, Any]]:
+    head = f"GET {path} HTTP/1.1\r\n" + (f"Host: {host}\r\n" if host is not None else "") + "Connection: close\r\n\r\n"
+    status, _, payload = _raw_request(port, head.encode("latin-1"))
+    return status, json.loads(payload)
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:8080", "LocalHost", "127.0.0.1", "127.0.0.1:1", "[::1]",
+                                  "[::1]:8080"])
+def test_loopback_host_names_are_served(server: BackgroundServer, host: str) -> None:
+    status, body = _get_with_host(server.port, f"/v1/conversations?tenant={OPEN}", host)
+    assert status == 200 and body["conversations"], body
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.nip.io",
+                                  "0.0.0.0", "", None])
+def test_any_other_host_name_is_refused_with_the_setting_to_change(server: BackgroundServer, host: str | None) -> None:
+    status, body = _get_with_host(server.port, f"/v1/conversations?tenant={OPEN}", host)
+    assert status == 400 and "conversations" not in body
+    assert "COMPASSMEM_API_ALLOWED_HOSTS" in body["detail"] and "DNS rebinding" in body["detail"]
+
+
+def test_allowed_hosts_names_more_and_a_star_admits_any(services: ApiServices) -> None:
+    with _serve(services, api_allowed_hosts=["memory.internal"]) as listed:
+        assert _get_with_host(listed.port, "/healthz", "memory.internal:8080")[0] == 200
+        assert _get_with_host(listed.port, "/healthz", "localhost")[0] == 200
+        assert _get_with_host(listed.port, "/healthz", "evil.example")[0] == 400
+    with _serve(services, api_allowed_hosts=["*"]) as anything:
+        assert _get_with_host(anything.port, "/healthz", "evil.example")[0] == 200
+
+
 # -- query cost -----------------------------------------------------------------------------------------------
 
 

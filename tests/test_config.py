@@ -93,3 +93,9 @@ def test_one_key_for_two_tenants_stops_the_cli_naming_the_setting(tmp_path: Path
     assert result.returncode == 2 and "Traceback" not in result.stderr
     [line] = result.stderr.splitlines()
     assert line.startswith("error: COMPASSMEM_API_KEYS (api_keys): ") and "'acme'" in line
+
+
+@pytest.mark.parametrize("entry", ["http://memory.internal", "memory.internal:8080", "", "a b"])
+def test_allowed_hosts_are_host_names(entry: str) -> None:
+    with pytest.raises(ValueError, match="api_allowed_hosts"):
+        Settings(_env_file=None, api_allowed_hosts=[entry])  # type: ignore[call-arg]

@@ -29,6 +29,7 @@ from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.explorer.router import explorer_router, mount_ui
+from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.request_id import install_request_ids
 from compassmem.query_api.routers import management, memory, operations, query, turns
 
@@ -118,6 +119,9 @@ def create_app(services: ApiServices) -> FastAPI:
     app.add_middleware(BodyLimitMiddleware, max_bytes=services.settings.api_max_body_bytes)
     # /metrics is unauthenticated: the conversation ids of tenants with an API key never become label values.
     services.metrics.protect_tenants(services.settings.api_keys)
+    # Outside the body limit (a refused Host reads no body), inside the measuring middleware (refusals are counted).
+    app.add_middleware(HostCheckMiddleware, bind_host=services.settings.api_host,
+                       allowed_hosts=services.settings.api_allowed_hosts)
 
     app.add_middleware(RequestMetricsMiddleware, metrics=services.metrics)
 
