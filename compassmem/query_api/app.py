@@ -28,6 +28,7 @@ from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.dependencies import ApiServices
+from compassmem.query_api.explorer.live import LiveFeeds
 from compassmem.query_api.explorer.router import explorer_router, mount_ui
 from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.request_id import install_request_ids
@@ -114,6 +115,8 @@ def create_app(services: ApiServices) -> FastAPI:
     app.state.services = services
     app.state.authorizer = Authorizer(services.settings.api_keys, required=services.settings.api_auth_required,
                                       admin_keys=services.settings.api_admin_keys)
+    # The explorer's live streams; the deletions purge what it keeps of what they delete.
+    app.state.live = live = LiveFeeds(services.settings)
 
     # Inside the measuring middleware below, so refused bodies are counted too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=services.settings.api_max_body_bytes)
@@ -143,7 +146,7 @@ def create_app(services: ApiServices) -> FastAPI:
                                                                "see the server log"})
 
     for router in (query.router, turns.router, memory.router, operations.router,
-                   explorer_router(services.settings), management.router):
+                   explorer_router(live), management.router):
         app.include_router(router)
     mount_ui(app)
     install_request_ids(app)

@@ -21,6 +21,7 @@ from compassmem.query_api.dependencies import (
     ApiServices,
     AuthorizerOf,
     ConversationId,
+    Live,
     Services,
     Tenant,
 )
@@ -58,8 +59,8 @@ def _publish(services: ApiServices, command: ForgetCommand | RedactCommand) -> b
                            "topic does not bring it back.",
                responses={404: {"model": ErrorResponse, "description": "The conversation has no such turn."},
                           **UNAVAILABLE, **AUTH_ERRORS, **INVALID})
-def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant,
-                services: Services) -> RedactResult:
+def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant, services: Services,
+                live: Live) -> RedactResult:
     # Asked first, so that no command is recorded for a turn that is not there.
     if services.memory.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no turn {turn_id!r} in conversation "
@@ -67,6 +68,7 @@ def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant
     published = _publish(services, RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id))
     stored = redact_stored_turn(services.memory.stores, tenant, conversation_id, turn_id)
     services.memory.hot.invalidate(tenant, conversation_id)
+    live.purge(tenant, conversation_id)
     if stored is None:  # redacted meanwhile by another request, or by the worker's control agent
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"turn {turn_id!r} is already redacted")
     return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
@@ -79,12 +81,13 @@ def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant
                            "(COMPASSMEM_API_ADMIN_KEYS), never a tenant's own. Records a forget command for "
                            "the whole tenant on the control topic when one is configured.",
                responses={**_ADMIN_ERRORS, **UNAVAILABLE, **INVALID})
-def delete_tenant(tenant: TenantPath, request: Request, authorizer: AuthorizerOf,
-                  services: Services) -> TenantDeleteResult:
+def delete_tenant(tenant: TenantPath, request: Request, authorizer: AuthorizerOf, services: Services,
+                  live: Live) -> TenantDeleteResult:
     # Checked here, after the path was validated: a malformed tenant is a 422 whatever the key.
     authorizer.check_admin(request.headers.get("authorization"))
     published = _publish(services, ForgetCommand(tenant=tenant))
     events = delete_stored_tenant(services.memory.stores, tenant)
     services.memory.hot.invalidate(tenant)
+    live.purge(tenant, None)
     log.info("api.tenant_deleted", tenant=tenant, events=events, forget_published=published)
     return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)

@@ -14,6 +14,7 @@ from compassmem.query_api.dependencies import (
     UNAVAILABLE,
     ConversationId,
     EventId,
+    Live,
     Services,
     Tenant,
 )
@@ -42,7 +43,8 @@ def get_event(event_id: EventId, tenant: Tenant, services: Services) -> EventOut
                            "conversation from both stores. Deleting a conversation that has no memory is not "
                            "an error.",
                responses={**UNAVAILABLE, **AUTH_ERRORS, **INVALID})
-def delete_conversation(conversation_id: ConversationId, tenant: Tenant, services: Services) -> DeleteResult:
+def delete_conversation(conversation_id: ConversationId, tenant: Tenant, services: Services,
+                        live: Live) -> DeleteResult:
     published = False
     if services.control_publisher is not None:
         try:
@@ -59,6 +61,7 @@ def delete_conversation(conversation_id: ConversationId, tenant: Tenant, service
     stores.vectors.delete_conversation(tenant, conversation_id)
     stores.graph.delete_conversation(tenant, conversation_id)
     services.memory.hot.invalidate(tenant, conversation_id)
+    live.purge(tenant, conversation_id)
     log.info("api.conversation_deleted", tenant=tenant, conversation_id=conversation_id, events=events,
              forget_published=published)
     return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
