@@ -80,7 +80,8 @@ class Settings(BaseSettings):
     )
 
     # Query API (`compassmem api`, and the API inside `compassmem dev`).
-    api_host: str = Field(default="127.0.0.1", description="Interface the query API listens on.")
+    api_host: str = Field(default="127.0.0.1", description="Interface the query API listens on. Any address but a "
+                          "loopback one needs api_auth_required, or --insecure-no-auth on `api`/`dev`.")
     api_port: int = Field(default=8080, ge=0, le=65535)
     api_allowed_hosts: list[str] = Field(
         default_factory=list,
