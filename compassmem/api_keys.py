@@ -32,6 +32,32 @@ def tenant_of_key(key: str) -> str | None:
     return tenant
 
 
+def secret_chars(key: str) -> int:
+    """How many characters of a key are secret: those after ``<tenant>.`` for a key that names its tenant, else all."""
+    tenant = tenant_of_key(key)
+    return len(key) - len(tenant) - len(KEY_SEPARATOR) if tenant is not None else len(key)
+
+
+def check_tenant_keys(keys: Mapping[str, str]) -> None:
+    """Tenant -> key, as configured: each tenant a tenant id, each key long enough, naming no other tenant, and
+    opening one tenant only. ValueError naming the tenant (never the key) otherwise."""
+    owners: dict[str, str] = {}
+    for tenant, key in keys.items():
+        if not re.fullmatch(TENANT_PATTERN, tenant):
+            raise ValueError(f"{tenant!r} is not a tenant id ({TENANT_PATTERN})")
+        named = tenant_of_key(key)
+        if named is not None and named != tenant:
+            raise ValueError(f"tenant {tenant!r}: the key names tenant {named!r}")
+        if secret_chars(key) < MIN_SECRET_CHARS:
+            raise ValueError(f"tenant {tenant!r}: the key has {secret_chars(key)} characters of secret; at least "
+                             f"{MIN_SECRET_CHARS} (make one with python -c \"import secrets; "
+                             f"print(secrets.token_urlsafe(32))\")")
+        if key in owners:
+            # Either tenant's holder could act for the other.
+            raise ValueError(f"tenants {owners[key]!r} and {tenant!r} have the same key: a key opens one tenant only")
+        owners[key] = tenant
+
+
 def keys_by_tenant(keys: Iterable[str]) -> dict[str, str]:
     """Tenant -> key for a list of keys that name their tenant; ValueError naming the key's position otherwise."""
     found: dict[str, str] = {}
@@ -40,7 +66,7 @@ def keys_by_tenant(keys: Iterable[str]) -> dict[str, str]:
         if tenant is None:
             raise ValueError(f"key {position}: a key in a list must name its tenant, '<tenant>.<secret>' (the "
                              "secret of letters, digits and -_~+/=)")
-        if len(key) - len(tenant) - len(KEY_SEPARATOR) < MIN_SECRET_CHARS:
+        if secret_chars(key) < MIN_SECRET_CHARS:
             raise ValueError(f"key {position} (tenant {tenant!r}): the secret after the tenant needs at least "
                              f"{MIN_SECRET_CHARS} characters")
         if tenant in found:

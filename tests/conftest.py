@@ -585,7 +585,7 @@ def stream_run(stream_broker, tmp_path: Path) -> Iterator[StreamRun]:  # noqa: A
 # One child process for the session (worker, API, dev broker, embedded stores in a temporary directory), holding
 # the sample conversation under tenant "default" and one turn of tenant "acme", which has an API key.
 
-SERVED_KEY_TENANT, SERVED_KEY = "acme", "acme-secret"
+SERVED_KEY_TENANT, SERVED_KEY = "acme", "acme-secret-served"
 
 
 @_dataclass(frozen=True)

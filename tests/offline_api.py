@@ -16,6 +16,10 @@ from compassmem.query_api.dependencies import ApiServices
 from compassmem.sinks.factory import Stores
 
 
+# TestClient's default Host, "testserver", is no loopback name, and the app answers only those (DNS rebinding).
+LOCAL_URL = "http://localhost"
+
+
 class EmptyVectors:
     def get_events(self, tenant: str, event_ids: list[str]) -> list[Any]:
         return []

@@ -13,11 +13,13 @@ from pydantic import ValidationError
 
 from compassmem.api_keys import tenant_of_key
 from compassmem.config import Settings
-from offline_api import offline_app
+from offline_api import LOCAL_URL, offline_app
 
 ACME_KEY = "acme.AAAAAAAAAAAAAAAAAAAAAAAA"
 GLOBEX_KEY = "globex.BBBBBBBBBBBBBBBBBBBBBBBB"
 KEYS = [ACME_KEY, GLOBEX_KEY]
+# A key of the object form, whose whole value is the secret.
+SHARED = "one-key-for-two-tenants"
 
 
 def _event(client: TestClient, tenant: str, key: str | None = None) -> Any:
@@ -27,12 +29,12 @@ def _event(client: TestClient, tenant: str, key: str | None = None) -> Any:
 
 @pytest.fixture(scope="module")
 def closed() -> TestClient:
-    return TestClient(offline_app(api_keys=KEYS, api_auth_required=True))
+    return TestClient(offline_app(api_keys=KEYS, api_auth_required=True), base_url=LOCAL_URL)
 
 
 @pytest.fixture(scope="module")
 def open_by_default() -> TestClient:
-    return TestClient(offline_app(api_keys=KEYS))
+    return TestClient(offline_app(api_keys=KEYS), base_url=LOCAL_URL)
 
 
 def test_fail_closed_refuses_a_tenant_without_a_key(closed: TestClient) -> None:
@@ -72,8 +74,8 @@ def test_without_the_setting_tenants_without_a_key_stay_open(open_by_default: Te
 
 
 def test_the_object_form_of_keys_still_works() -> None:
-    client = TestClient(offline_app(api_keys={"acme": "s3cret"}, api_auth_required=True))
-    assert _event(client, "acme", "s3cret").status_code == 404
+    client = TestClient(offline_app(api_keys={"acme": SHARED}, api_auth_required=True), base_url=LOCAL_URL)
+    assert _event(client, "acme", SHARED).status_code == 404
     assert _event(client, "acme", "nope").status_code == 403
     assert _event(client, "initech").status_code == 401
 
@@ -90,10 +92,24 @@ def test_a_key_names_its_tenant() -> None:
     ({"api_keys": ["s3cret-without-tenant"]}, "must name its tenant"),
     ({"api_keys": ["acme.short"]}, "at least 16 characters"),
     ({"api_keys": [ACME_KEY, "acme.CCCCCCCCCCCCCCCCCCCCCCCC"]}, "a second key for tenant 'acme'"),
+    # One key for two tenants would open both with either: acme's key would work for globex.
+    ({"api_keys": {"acme": SHARED, "globex": SHARED}}, "tenants 'acme' and 'globex' have the same key"),
+    ({"api_keys": {"acme": "k"}}, "tenant 'acme': the key has 1 characters of secret; at least 16"),
+    ({"api_keys": {"globex": ACME_KEY}}, "tenant 'globex': the key names tenant 'acme'"),
+    ({"api_keys": {"Not A Tenant": SHARED}}, "'Not A Tenant' is not a tenant id"),
+    ({"api_admin_keys": ["x"]}, "COMPASSMEM_API_ADMIN_KEYS entry 0: the key has 1 characters; at least 16"),
+    ({"api_admin_keys": [SHARED, SHARED]}, "COMPASSMEM_API_ADMIN_KEYS entries 0 and 1 are the same key"),
+    ({"api_keys": {"acme": SHARED}, "api_admin_keys": [SHARED]}, "also tenant 'acme''s key"),
 ])
 def test_bad_key_settings_stop_at_start(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Settings(_env_file=None, **settings)  # type: ignore[call-arg]
+
+
+def test_a_refused_key_setting_never_shows_the_key() -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings(_env_file=None, api_keys={"acme": SHARED, "globex": SHARED})  # type: ignore[call-arg]
+    assert all(SHARED not in item["msg"] for item in refused.value.errors())
 
 
 def test_keys_come_as_a_json_list_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

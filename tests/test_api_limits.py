@@ -35,13 +35,16 @@ from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.retrieval.decomposition import MAX_SUBGOALS
+from compassmem.retrieval.listing import CursorSigner
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.streams.topics import TopicSpec, ensure_topics
 from prometheus_text import parse_samples
 
-OPEN, LOCKED, KEY = "limits-open", "limits-locked", "limits-s3cret"
+OPEN, LOCKED, KEY = "limits-open", "limits-locked", "limits-s3cret-0001"
+# The server's cursor secret, so that the fuzzer can sign cursors of its own: those reach the check of their key.
+CURSOR_SECRET = "limits-cursor-secret"
 T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
 LINES = [("Priya", "The Atlas launch slipped because the client changed the requirements on Friday."),
          ("Tom", "So the data team re-planned the sprint over the weekend."),
@@ -79,7 +82,8 @@ def services(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_f
     graph = FalkorDBGraphStore.from_embedded(embedded_falkordb)
     stores = Stores(vectors=vectors, graph=graph)
     try:
-        settings = Settings(api_port=0, api_keys={LOCKED: KEY}, turns_topic=topics[0], control_topic=topics[1])
+        settings = Settings(api_port=0, api_keys={LOCKED: KEY}, turns_topic=topics[0], control_topic=topics[1],
+                            cursor_secret=CURSOR_SECRET)
         # Written before the API measures the stores, so its metrics count only its own store calls.
         with Memory(settings, stores=stores, embedder=embedder) as writer:
             writer.add([*_memory(OPEN, "c1"), *_memory(LOCKED, "c1")])
@@ -200,6 +204,26 @@ def test_blank_and_dot_ids_are_refused_in_bodies(api: httpx.Client, bad: str) ->
         "conversation_id"
 
 
+@pytest.mark.parametrize(("change", "field"), [({"speaker": "Priya\u200b"}, "speaker"),
+                                               ({"conversation_id": "c\u202enew"}, "conversation_id"),
+                                               ({"session_id": "\u20661"}, "session_id")])
+def test_a_name_with_an_invisible_format_character_is_a_422(api: httpx.Client, change: dict[str, Any],
+                                                           field: str) -> None:
+    [(where, message)] = _errors(api.post("/v1/turns", json=_turn(**change)))
+    assert where == field and "invisible format character" in message
+
+
+def test_ids_in_paths_and_queries_are_read_as_they_are_stored(api: httpx.Client) -> None:
+    # "ｃ１" is stored as "c1" (NFKC), so asking for it by either spelling finds the same memory.
+    fullwidth = "\uff43\uff11"
+    graph = api.get(f"/v1/conversations/{fullwidth}/graph", params={"tenant": OPEN})
+    assert graph.status_code == 200 and graph.json()["conversation_id"] == "c1"
+    answer = api.post("/v1/query", json={"tenant": OPEN, "conversation_id": fullwidth, "question": "Why?"})
+    assert answer.status_code == 200 and {r["conversation_id"] for r in answer.json()["turn_refs"]} == {"c1"}
+    [(field, message)] = _errors(api.get("/v1/conversations/c\u200b1/graph", params={"tenant": OPEN}))
+    assert field == "conversation_id" and "U+200B" in message
+
+
 @pytest.mark.parametrize("raw_id", ["%20", ".", "..", "%2E%2E", "%2e"])
 def test_blank_and_dot_ids_are_refused_in_paths(server: BackgroundServer, raw_id: str) -> None:
     # http.client sends the path as written: no client-side dot-segment normalisation.
@@ -243,7 +267,7 @@ def _length(received: bytes) -> int:
 
 
 def test_a_declared_200_mb_body_is_refused_before_it_is_read(server: BackgroundServer) -> None:
-    head = (b"POST /v1/turns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 200000000\r\n\r\n")
     status, headers, payload = _raw_request(server.port, head, b"[" * 1000)  # and not one byte more
     assert status == 413
@@ -281,6 +305,39 @@ def test_a_record_the_producer_refuses_is_a_413_naming_the_limit(api: httpx.Clie
     assert response.status_code == 413, response.text
     assert "max_request_size" in response.json()["detail"]
     assert api.post("/v1/turns", json=_turn("after-big")).status_code == 202
+
+
+# -- the Host header: a web page that rebinds its own name to 127.0.0.1 must not reach the API ----------------------
+
+
+def _get_with_host(port: int, path: str, host: str | None) -> tuple[int, dict[str, Any]]:
+    head = f"GET {path} HTTP/1.1\r\n" + (f"Host: {host}\r\n" if host is not None else "") + "Connection: close\r\n\r\n"
+    status, _, payload = _raw_request(port, head.encode("latin-1"))
+    return status, json.loads(payload)
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:8080", "LocalHost", "127.0.0.1", "127.0.0.1:1", "[::1]",
+                                  "[::1]:8080"])
+def test_loopback_host_names_are_served(server: BackgroundServer, host: str) -> None:
+    status, body = _get_with_host(server.port, f"/v1/conversations?tenant={OPEN}", host)
+    assert status == 200 and body["conversations"], body
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8080", "localhost.evil.example", "127.0.0.1.nip.io",
+                                  "0.0.0.0", "", None])
+def test_any_other_host_name_is_refused_with_the_setting_to_change(server: BackgroundServer, host: str | None) -> None:
+    status, body = _get_with_host(server.port, f"/v1/conversations?tenant={OPEN}", host)
+    assert status == 400 and "conversations" not in body
+    assert "COMPASSMEM_API_ALLOWED_HOSTS" in body["detail"] and "DNS rebinding" in body["detail"]
+
+
+def test_allowed_hosts_names_more_and_a_star_admits_any(services: ApiServices) -> None:
+    with _serve(services, api_allowed_hosts=["memory.internal"]) as listed:
+        assert _get_with_host(listed.port, "/healthz", "memory.internal:8080")[0] == 200
+        assert _get_with_host(listed.port, "/healthz", "localhost")[0] == 200
+        assert _get_with_host(listed.port, "/healthz", "evil.example")[0] == 400
+    with _serve(services, api_allowed_hosts=["*"]) as anything:
+        assert _get_with_host(anything.port, "/healthz", "evil.example")[0] == 200
 
 
 # -- query cost -----------------------------------------------------------------------------------------------
@@ -382,6 +439,7 @@ def test_openapi_states_the_id_and_text_rules(api: httpx.Client) -> None:
 
 try:
     import schemathesis
+    from hypothesis import strategies as st
 except ImportError:  # the test extra installs it
     schemathesis = None
 
@@ -415,11 +473,35 @@ else:
         modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
         max_examples=EXAMPLES_PER_OPERATION, deterministic=True)
 
+    _LISTINGS = {"/v1/conversations", "/v1/conversations/{conversation_id}/events"}
+    _JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                     max_size=3), max_leaves=6)
+    # What a client could send as a cursor: keys of any JSON shape under real-looking listing names, signed with the
+    # server's own secret (so that they pass the signature and reach the check of the key), unsigned as cursors
+    # were before, or with a signature of another secret.
+    _LISTING_NAMES = st.sampled_from([f"conversations:{OPEN}:recent:", f"conversations:{OPEN}:id:",
+                                      f"events:{OPEN}/c1", "events:c1", "conversations:recent:"]) | st.text(max_size=20)
+    _KEYS = st.tuples(_LISTING_NAMES, st.lists(_JSON, max_size=4).map(tuple))
+    _CURSORS = st.one_of(
+        _KEYS.map(lambda made: CursorSigner(CURSOR_SECRET).encode(*made)),
+        _KEYS.map(lambda made: CursorSigner("another-deployment-secret").encode(*made)),
+        _KEYS.map(lambda made: CursorSigner(CURSOR_SECRET).encode(*made).partition(".")[0]),
+    )
+
+    @openapi_schema.hook
+    def flatmap_query(context: Any, query: dict[str, Any] | None) -> Any:
+        """The listings' cursor parameter gets made-up cursors as often as schemathesis's own strings."""
+        if context.operation is None or context.operation.path not in _LISTINGS:
+            return st.just(query)
+        return st.one_of(st.just(query), _CURSORS.map(lambda cursor: {**(query or {}), "cursor": cursor}))
+
     @openapi_schema.parametrize()
     def test_no_request_yields_a_server_error(case: Any, server: BackgroundServer,
                                               status_counts: Counter[tuple[str, int]]) -> None:
         response = case.call(base_url=server.url, timeout=60)
-        status_counts[(case.operation.label, response.status_code)] += 1
+        cursor = " with a cursor" if isinstance(case.query, dict) and "cursor" in case.query else ""
+        status_counts[(case.operation.label + cursor, response.status_code)] += 1
         assert response.status_code < 500, f"{case.operation.label} -> {response.status_code}: {response.text[:500]}"
         if case.operation.label == "POST /v1/turns" and response.status_code == 202:
             # What was accepted must be storable: no U+0000 (FalkorDB refuses it), all of it encodable as UTF-8.

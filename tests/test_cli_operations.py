@@ -60,3 +60,28 @@ def test_known_errors_are_one_line_and_bugs_keep_their_traceback() -> None:
     assert gone is not None and gone.startswith("a store stopped answering (ConnectionRefusedError")
     assert one_line(KeyError("a bug")) is None
     assert one_line(RuntimeError("a bug")) is None
+
+
+# -- listening beyond this machine without keys --------------------------------------------------------------------
+
+SERVERS = {"COMPASSMEM_QDRANT_URL": "http://127.0.0.1:9", "COMPASSMEM_FALKORDB_URL": "redis://127.0.0.1:9"}
+
+
+def test_api_on_a_public_address_without_keys_refuses_to_start(tmp_path: Path) -> None:
+    line = _one_error_line(_compassmem("api", "--host", "0.0.0.0", data_dir=tmp_path, **SERVERS),
+                           "0.0.0.0", "COMPASSMEM_API_AUTH_REQUIRED", "--insecure-no-auth")
+    assert "beyond this machine" in line
+
+
+def test_dev_on_a_public_address_without_keys_refuses_to_start(tmp_path: Path) -> None:
+    _one_error_line(_compassmem("dev", data_dir=tmp_path, COMPASSMEM_API_HOST="::"), "'::'", "--insecure-no-auth")
+
+
+def test_insecure_no_auth_or_required_keys_let_a_public_address_through(tmp_path: Path) -> None:
+    # Past the exposure check, `compassmem api` stops at the next one (no store servers answer here): nothing starts.
+    keys = {"COMPASSMEM_API_KEYS": '["acme.0123456789abcdef0123"]', "COMPASSMEM_API_AUTH_REQUIRED": "true"}
+    for args, env in ((("--insecure-no-auth",), SERVERS), ((), {**SERVERS, **keys})):
+        done = _compassmem("api", "--host", "0.0.0.0", *args, data_dir=tmp_path, **env)
+        assert "--insecure-no-auth" not in done.stderr, done.stderr
+    # On loopback no flag is needed.
+    assert "--insecure-no-auth" not in _compassmem("api", data_dir=tmp_path).stderr

@@ -15,7 +15,8 @@ import yaml
 from compose_file import COMPOSE_FILE, compose_environment, load_compose
 
 from compassmem.config import CONFIG_FILE_VARIABLE, ENV_PREFIX, Settings
-from compassmem.query_api.server import check_api_topology
+from compassmem.query_api.host_check import HostCheckMiddleware
+from compassmem.query_api.server import check_api_topology, check_exposure
 
 ROOT = COMPOSE_FILE.parent
 SERVICES = {"kafka", "qdrant", "falkordb", "worker", "api", "prometheus", "alertmanager", "grafana"}
@@ -160,6 +161,17 @@ def test_prometheus_scrapes_the_worker_and_the_api_and_loads_the_mounted_rules(
     assert {f"worker:{worker.metrics_port}", f"api:{api.api_port}"} <= targets
     for rule_file in config.get("rule_files", []):
         assert str(Path("/etc/prometheus") / rule_file) in mounts.values(), f"{rule_file} is not mounted"
+    # The API answers the Host Prometheus sends, and the healthcheck's.
+    hosts = HostCheckMiddleware(None, bind_host=api.api_host, allowed_hosts=api.api_allowed_hosts)  # type: ignore[arg-type]
+    assert hosts.answers(f"api:{api.api_port}") and hosts.answers(f"127.0.0.1:{api.api_port}")
+
+
+def test_the_api_container_may_listen_on_every_interface(compose: dict[str, Any],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # 0.0.0.0 without keys needs saying so; the published port is bound to the host's 127.0.0.1 only.
+    command = compose["services"]["api"]["command"]
+    check_exposure(settings_of("api", monkeypatch), insecure_no_auth="--insecure-no-auth" in command)
+    assert all(port.startswith("127.0.0.1:") for port in compose["services"]["api"]["ports"])
 
 
 def test_prometheus_reaches_the_alertmanager_service_which_reads_the_mounted_config(

@@ -73,6 +73,8 @@ def run_cli(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     ({"COMPASSMEM_METRICS_LAG_INTERVAL_S": "0"}, "error: COMPASSMEM_METRICS_LAG_INTERVAL_S (metrics_lag_interval_s)"),
     ({"COMPASSMEM_KAFKA_BOOTSTRAP": "kafka"}, "error: COMPASSMEM_KAFKA_BOOTSTRAP (kafka_bootstrap)"),
     ({"COMPASSMEM_METRIC_PORT": "1"}, "error: unknown setting COMPASSMEM_METRIC_PORT"),
+    ({"COMPASSMEM_CURSOR_SECRET": "short"}, "error: COMPASSMEM_CURSOR_SECRET (cursor_secret): Value error, must be at "
+                                            "least 16 characters, got 5"),
 ])
 def test_the_cli_stops_at_start_naming_the_setting(tmp_path: Path, env: dict[str, str], message: str) -> None:
     result = run_cli(env, tmp_path)
@@ -84,3 +86,16 @@ def test_a_wrong_value_in_the_toml_file_is_named_too(tmp_path: Path) -> None:
     config = write(tmp_path / "c.toml", 'log_level = "LOUD"\n')
     result = run_cli({"COMPASSMEM_CONFIG_FILE": str(config)}, tmp_path)
     assert result.returncode == 2 and "error: COMPASSMEM_LOG_LEVEL (log_level): String should match" in result.stderr
+
+
+def test_one_key_for_two_tenants_stops_the_cli_naming_the_setting(tmp_path: Path) -> None:
+    result = run_cli({"COMPASSMEM_API_KEYS": '{"acme": "k", "globex": "k"}'}, tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: COMPASSMEM_API_KEYS (api_keys): ") and "'acme'" in line
+
+
+@pytest.mark.parametrize("entry", ["http://memory.internal", "memory.internal:8080", "", "a b"])
+def test_allowed_hosts_are_host_names(entry: str) -> None:
+    with pytest.raises(ValueError, match="api_allowed_hosts"):
+        Settings(_env_file=None, api_allowed_hosts=[entry])  # type: ignore[call-arg]

@@ -7,6 +7,7 @@ session's Tansu broker, written to as the worker writes it (``compassmem/streams
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -21,8 +22,10 @@ from typing import Any
 import httpx
 import pytest
 from kafka import KafkaProducer
+from pydantic import SecretStr
 
 from compassmem.config import Settings
+from compassmem.contracts.commands import ForgetCommand, RedactCommand
 from compassmem.memory import Memory
 from compassmem.models import Event, Relation, RelationType, Turn, relation_id_for
 from compassmem.monitoring.metrics import MemoryMetrics
@@ -36,7 +39,7 @@ from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
 from compassmem.streams.topics import TopicSpec, ensure_topics
 
-TENANT, LOCKED, KEY = "explorer", "explorer-locked", "open-sesame"
+TENANT, LOCKED, KEY = "explorer", "explorer-locked", "open-sesame-explorer"
 T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
 UI = Path(__file__).resolve().parent.parent / "compassmem" / "query_api" / "ui"
 TOPICS = [
@@ -70,8 +73,9 @@ CONVERSATIONS = {f"conv-{c}": 5 - i for i, c in enumerate("abcde")}
 @pytest.fixture(scope="module")
 def feed_topics(stream_broker: Any) -> dict[str, str]:
     name = f"explorer-{uuid.uuid4().hex[:8]}"
-    topics = {kind: f"{name}.{kind}" for kind in ("events", "relations", "clusters")}
-    ensure_topics(stream_broker.bootstrap, [TopicSpec(topic, 2) for topic in topics.values()])
+    topics = {kind: f"{name}.{kind}" for kind in ("events", "relations", "clusters", "control")}
+    ensure_topics(stream_broker.bootstrap, [TopicSpec(topic, 1 if kind == "control" else 2)
+                                            for kind, topic in topics.items()])
     return topics
 
 
@@ -87,7 +91,7 @@ def services(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_f
     try:
         settings = Settings(api_port=0, api_keys={LOCKED: KEY}, kafka_bootstrap=stream_broker.bootstrap,
                             events_topic=feed_topics["events"], relations_topic=feed_topics["relations"],
-                            clusters_topic=feed_topics["clusters"])
+                            clusters_topic=feed_topics["clusters"], control_topic=feed_topics["control"])
         with Memory(settings, stores=stores, embedder=embedder) as writer:
             writer.add([*turns, *_conversation(LOCKED, "secret", 1)])
         yield build_services(settings, stores, embedder, MemoryMetrics(process_collectors=False))
@@ -169,6 +173,49 @@ def test_listing_parameters_are_checked_and_named(api: httpx.Client) -> None:
     cursor = _get(api, "/v1/conversations", limit=1, order="id")["next_cursor"]
     assert _problems(api.get("/v1/conversations", params={"tenant": TENANT, "cursor": cursor}))[0][0] == "cursor"
     assert _problems(api.get("/v1/conversations", params={"order": "size"}))[0][0] == "order"
+
+
+def _unsigned(payload: dict[str, Any]) -> str:
+    """A cursor as the API made them before they were signed: base64 of JSON, which anyone can write."""
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(("path", "params", "payload"), [
+    ("/v1/conversations", {"order": "recent"}, {"v": 1, "l": "conversations:recent:", "k": ["a", "b"]}),
+    ("/v1/conversations", {"order": "id"}, {"v": 1, "l": "conversations:id:", "k": [None]}),
+    ("/v1/conversations/conv-a/events", {}, {"v": 1, "l": "events:conv-a", "k": [1.0, "a", "b"]}),
+    ("/v1/conversations/conv-a/events", {}, {"v": 1, "l": "events:conv-a", "k": [{"a`b": 1}, "x"]}),
+])
+def test_a_forged_cursor_is_a_422_naming_cursor(api: httpx.Client, path: str, params: dict[str, str],
+                                                payload: dict[str, Any]) -> None:
+    [(field, message)] = _problems(api.get(path, params={"tenant": TENANT, **params, "cursor": _unsigned(payload)}))
+    assert field == "cursor" and "next_cursor" in message
+
+
+def test_a_cursor_changed_by_the_client_is_refused(api: httpx.Client) -> None:
+    cursor = _get(api, "/v1/conversations", limit=1, order="id")["next_cursor"]
+    payload, _, signature = cursor.partition(".")
+    data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    changed = _unsigned({**data, "k": ["conv-d"]}) + "." + signature
+    assert _problems(api.get("/v1/conversations", params={"tenant": TENANT, "order": "id", "cursor": changed})) \
+        [0][0] == "cursor"
+
+
+def test_a_cursor_is_good_wherever_the_cursor_secret_is_the_same(services: ApiServices, embedder: Any) -> None:
+    def serving(secret: str) -> BackgroundServer:
+        settings = services.settings.model_copy(update={"cursor_secret": SecretStr(secret)})
+        return BackgroundServer(create_app(build_services(settings, services.memory.stores, embedder,
+                                                          MemoryMetrics(process_collectors=False))))
+
+    params = {"tenant": TENANT, "limit": 2}
+    with serving("first-replica-secret") as one, serving("first-replica-secret") as replica, \
+            serving("another-deployment") as other:
+        cursor = httpx.get(f"{one.url}/v1/conversations", params=params, timeout=30).json()["next_cursor"]
+        assert httpx.get(f"{replica.url}/v1/conversations", params={**params, "cursor": cursor},
+                         timeout=30).status_code == 200
+        [(field, message)] = _problems(httpx.get(f"{other.url}/v1/conversations",
+                                                 params={**params, "cursor": cursor}, timeout=30))
+        assert field == "cursor" and "COMPASSMEM_CURSOR_SECRET" in message
 
 
 # -- events and the graph ---------------------------------------------------------------------------------------
@@ -275,7 +322,9 @@ def test_a_tenant_with_a_key_needs_it_on_every_explorer_endpoint(api: httpx.Clie
 class _Stream:
     """Reads server-sent events on a thread, so the test can write changes while it listens."""
 
-    def __init__(self, api: httpx.Client, conversation_id: str, last_id: str | None = None) -> None:
+    def __init__(self, api: httpx.Client, conversation_id: str, last_id: str | None = None,
+                 tenant: str = TENANT) -> None:
+        self._tenant = tenant
         self.events: list[dict[str, Any]] = []
         # A client of its own, closed by close(): an open stream would hold the server's shutdown.
         self._api = httpx.Client(base_url=api.base_url, timeout=30)
@@ -286,7 +335,8 @@ class _Stream:
 
     def _read(self) -> None:
         try:
-            with self._api.stream("GET", self._path, params={"tenant": TENANT}, headers=self._headers) as response:
+            with self._api.stream("GET", self._path, params={"tenant": self._tenant},
+                                  headers=self._headers) as response:
                 assert response.headers["content-type"].startswith("text/event-stream")
                 message: dict[str, Any] = {}
                 for line in response.iter_lines():
@@ -352,6 +402,88 @@ def test_live_streams_the_conversations_changes_and_resumes_from_the_last_one(
     stale = _Stream(api, "conv-b", last_id="0000-12")
     assert [e["event"] for e in stale.wait_for(2)] == ["ready", "resync"]
     for opened in (stream, resumed, stale):
+        opened.close()
+
+
+# A name only the redacted turn says, put into a change's summary as the worker would before the redaction.
+REDACTED_WORD = "Zembla"
+PURGED = "the conversation was redacted or forgotten"
+
+
+def _buffered_secret(api: httpx.Client, services: ApiServices, stream_broker: Any, feed_topics: dict[str, str],
+                     tenant: str, conversation_id: str) -> tuple[_Stream, str, str]:
+    """A conversation of its own with a stream open on it and one change in the feed's buffer that quotes
+    REDACTED_WORD; returns the stream, its ready id and the change's id."""
+    services.memory.add(_conversation(tenant, conversation_id, 1))
+    [event] = services.memory.stores.vectors.conversation_events(tenant, conversation_id)[:1]
+    stream = _Stream(api, conversation_id, tenant=tenant)
+    [ready] = stream.wait_for(1)
+    said = event.model_copy(update={"summary": f"Ann went to {REDACTED_WORD}", "version": event.version + 1,
+                                    "embedding": None})
+    _publish(stream_broker.bootstrap, feed_topics["events"], [
+        EventChange(op=ChangeOp.UPSERT, tenant=tenant, conversation_id=conversation_id, event_id=event.event_id,
+                    event=said)])
+    change = stream.wait_for(2)[1]
+    assert REDACTED_WORD in change["data"]["node"]["summary"]
+    return stream, ready["id"], change["id"]
+
+
+def _replayed(api: httpx.Client, tenant: str, conversation_id: str, last_id: str) -> list[dict[str, Any]]:
+    """What a stream resumed from ``last_id`` sends (it ends after a resync)."""
+    resumed = _Stream(api, conversation_id, last_id=last_id, tenant=tenant)
+    try:
+        return resumed.wait_for(2)
+    finally:
+        resumed.close()
+
+
+def test_a_redaction_over_http_purges_the_conversations_buffered_changes(
+        api: httpx.Client, services: ApiServices, stream_broker: Any, feed_topics: dict[str, str]) -> None:
+    tenant = "explorer-redact"
+    stream, ready_id, change_id = _buffered_secret(api, services, stream_broker, feed_topics, tenant, "conv-r")
+    redacted = api.delete("/v1/conversations/conv-r/turns/D1:1", params={"tenant": tenant})
+    assert redacted.status_code == 200, redacted.text
+    # The open stream is told to reload the graph; its changes from before are not replayed to anyone.
+    assert stream.wait_for(3)[2]["event"] == "resync"
+    for last_id in (ready_id, change_id):
+        events = _replayed(api, tenant, "conv-r", last_id)
+        assert [e["event"] for e in events] == ["ready", "resync"] and PURGED in events[1]["data"]["reason"]
+        assert REDACTED_WORD not in json.dumps(events)
+    stream.close()
+
+
+@pytest.mark.parametrize("command", ["redact", "forget", "forget-tenant"])
+def test_a_command_on_the_control_topic_purges_the_buffer_of_every_api_process(
+        api: httpx.Client, services: ApiServices, stream_broker: Any, feed_topics: dict[str, str],
+        command: str) -> None:
+    # Written by another API process (or `compassmem redact`/`forget`): this one learns of it from the topic.
+    tenant = f"explorer-{command}"
+    stream, ready_id, _ = _buffered_secret(api, services, stream_broker, feed_topics, tenant, "conv-c")
+    record = {"redact": RedactCommand(tenant=tenant, conversation_id="conv-c", turn_id="D1:1"),
+              "forget": ForgetCommand(tenant=tenant, conversation_id="conv-c"),
+              "forget-tenant": ForgetCommand(tenant=tenant)}[command]
+    _publish(stream_broker.bootstrap, feed_topics["control"], [record])
+    assert stream.wait_for(3)[2]["event"] == "resync"
+    events = _replayed(api, tenant, "conv-c", ready_id)
+    assert [e["event"] for e in events] == ["ready", "resync"] and REDACTED_WORD not in json.dumps(events)
+    stream.close()
+
+
+def test_a_last_event_id_must_be_a_position_given_to_this_conversation(
+        api: httpx.Client, services: ApiServices, stream_broker: Any, feed_topics: dict[str, str]) -> None:
+    tenant = "explorer-positions"
+    stream, ready_id, change_id = _buffered_secret(api, services, stream_broker, feed_topics, tenant, "conv-p")
+    other = _Stream(api, "conv-q", tenant=tenant)
+    other_ready_id = other.wait_for(1)[0]["id"]
+    # The start of the buffer, a number alone, another conversation's position: none replays the buffer.
+    for forged in (f"{ready_id.rpartition('-')[0]}-0", "0", f"0.{ready_id.partition('.')[2]}", other_ready_id):
+        events = _replayed(api, tenant, "conv-p", forged)
+        assert [e["event"] for e in events] == ["ready", "resync"], forged
+        assert REDACTED_WORD not in json.dumps(events)
+    # Its own position still gets what came after it.
+    resumed = _Stream(api, "conv-p", last_id=ready_id, tenant=tenant)
+    assert resumed.wait_for(2)[1]["id"] == change_id
+    for opened in (stream, other, resumed):
         opened.close()
 
 

@@ -3,6 +3,7 @@ temporary data directory, with the embedder the settings choose."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,21 @@ def test_conversations_and_events_are_listed_page_by_page(memory: Memory) -> Non
         memory.events("priya-tom", cursor="not-a-cursor")
     with pytest.raises(ValueError, match="limit"):
         memory.conversations(limit=0)
+
+
+def test_a_forged_cursor_is_a_value_error_naming_the_cursor(memory: Memory) -> None:
+    def forged(payload: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+    with pytest.raises(ValueError, match="^cursor "):
+        memory.events("priya-tom", cursor=forged({"v": 1, "l": "events:priya-tom", "k": [1.0, "a", "b"]}))
+    with pytest.raises(ValueError, match="^cursor "):
+        memory.conversations(cursor=forged({"v": 1, "l": "conversations:recent:", "k": ["a", "b"]}))
+    # A real cursor of one listing is refused by another.
+    events_cursor = memory.events("priya-tom", limit=1).next_cursor
+    assert events_cursor is not None
+    with pytest.raises(ValueError, match="^cursor belongs to another listing"):
+        memory.conversations(cursor=events_cursor)
 
 
 def test_the_graph_can_be_limited_to_the_most_recent_events(memory: Memory) -> None:

@@ -3,6 +3,8 @@ it, on real embedded stores in a temporary data directory."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -23,6 +25,10 @@ TURNS = [
     {"speaker": "Ann", "text": "A beagle. She loves the park by the river.", "turn_id": "3",
      "timestamp": "2024-05-01T10:02:00+00:00"},
 ]
+
+# A cursor as anyone can write one (unsigned base64 JSON, with a key of the wrong types).
+FORGED_CURSOR = base64.urlsafe_b64encode(json.dumps({"v": 1, "l": "conversations:recent:", "k": ["a", "b"]})
+                                         .encode()).decode()
 
 
 def server_env() -> dict[str, str]:
@@ -116,6 +122,8 @@ def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(tmp_path: Pa
         assert bad_turn.is_error and "conversation_id" in bad_turn.content[0].text
         no_turns = await session.call_tool("remember", {"conversation_id": "c", "turns": []})
         assert no_turns.is_error and "at least one turn" in no_turns.content[0].text
+        forged = await session.call_tool("list_conversations", {"cursor": FORGED_CURSOR})
+        assert forged.is_error and "cursor is not one this server handed out" in forged.content[0].text
         # Still serving after the refusals.
         ok = await session.call_tool("remember", {"conversation_id": "c", "turns": TURNS[:1]})
         assert not ok.is_error, ok.content

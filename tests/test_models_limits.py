@@ -179,7 +179,8 @@ def test_ordinary_ids_pass(good: str) -> None:
 def test_bad_subject_ids_are_refused_naming_the_field(bad: str) -> None:
     [(field, message)] = errors_of(subject_id=bad)
     assert field == "subject_id"
-    assert any(rule in message for rule in ("characters", "'/'", "printable", "blank", "'.' or '..'")), message
+    assert any(rule in message for rule in ("characters", "'/'", "printable", "blank", "'.' or '..'",
+                                            "invisible format character")), message
 
 
 @pytest.mark.parametrize("bad", [42, 4.2, True, ["cust-42"], {"id": "cust-42"}])
@@ -193,6 +194,59 @@ def test_ordinary_subject_ids_pass_and_the_field_is_optional(good: str) -> None:
     assert Turn.model_validate({**GOOD, "subject_id": good}).subject_id == good
     assert Turn.model_validate(GOOD).subject_id is None
     assert Turn.model_validate({**GOOD, "subject_id": None}).subject_id is None
+
+
+# -- look-alike names: "Alice" and "Alice\u200b" must not be two speakers ----------------------------------------
+
+NAME_FIELDS = ["speaker", "conversation_id", "turn_id", "session_id", "subject_id"]
+
+
+@pytest.mark.parametrize("field", NAME_FIELDS)
+@pytest.mark.parametrize("char", ["\u200b", "\u200d", "\u202e", "\u2066", "\ufeff", "\u00ad", "\U000e0041"])
+def test_format_characters_are_refused_in_names_and_ids(field: str, char: str) -> None:
+    [(where, message)] = errors_of(**{field: f"Alice{char}"})
+    assert where == field
+    assert f"U+{ord(char):04X}" in message and "invisible format character" in message and "position 5" in message
+
+
+@pytest.mark.parametrize("field", NAME_FIELDS)
+def test_names_and_ids_are_nfkc_normalised(field: str) -> None:
+    # Fullwidth letters and the Roman numeral one look like "AliceI": they are stored as it.
+    assert getattr(Turn.model_validate({**GOOD, field: "\uff21lice\u2160"}), field) == "AliceI"
+
+
+def test_normalising_cannot_smuggle_in_what_the_id_rules_refuse() -> None:
+    assert {f for f, _ in errors_of(conversation_id="a\uff0fb", turn_id="\uff0e")} == {"conversation_id", "turn_id"}
+    # One character whose NFKC form is 18: the limit is on what is stored.
+    [(field, message)] = errors_of(speaker="\ufdfa" * 6)
+    assert field == "speaker" and "at most 100" in message
+
+
+def test_a_tenant_with_a_format_character_is_refused() -> None:
+    [(field, _)] = errors_of(tenant="acme\u200b")
+    assert field == "tenant"
+
+
+def test_text_keeps_joiners_it_needs_as_written() -> None:
+    # Text is content, not a name: a ZWJ emoji sequence and a ZWNJ in Persian are kept exactly.
+    text = "\U0001f469\u200d\U0001f4bb fixed it \u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+    assert Turn.model_validate({**GOOD, "text": text}).text == text
+
+
+def test_ids_in_queries_and_commands_follow_the_same_rule() -> None:
+    from compassmem.contracts.commands import ForgetCommand, RedactCommand
+
+    fullwidth = "\uff43\uff11"  # "ｃ１", read as "c1"
+    query = QueryRequest(question="why?", conversation_id=fullwidth)
+    assert query.conversation_id == "c1"
+    assert QueryRequest(question="why?", conversation_ids=[fullwidth]).conversation_ids == ["c1"]
+    assert QueryRequest(question="why?", subject_id=fullwidth).subject_id == "c1"
+    assert ForgetCommand(tenant="acme", conversation_id=fullwidth).conversation_id == "c1"
+    redact = RedactCommand(tenant="acme", conversation_id=fullwidth, turn_id="\uff54\uff11")
+    assert (redact.conversation_id, redact.turn_id) == ("c1", "t1")
+    with pytest.raises(ValidationError, match="U\\+200B"):
+        QueryRequest(question="why?", conversation_id="c\u200b1")
+    assert check_id(fullwidth) == "c1"
 
 
 def test_the_json_schema_states_the_rules() -> None:

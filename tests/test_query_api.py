@@ -38,6 +38,7 @@ from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
 from prometheus_text import parse_samples, total
 
 ACME, GLOBEX = "acme-api", "globex-api"
+ACME_KEY = "acme-api-s3cret-0001"
 T0 = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
 
 
@@ -199,7 +200,7 @@ def api(sidecar: ApiSidecar) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def locked_api(services: ApiServices) -> Iterator[httpx.Client]:
     """The same memory behind an app where tenant ACME needs an API key, and with no turns topic."""
-    settings = Settings(api_keys={ACME: "s3cret"})
+    settings = Settings(api_keys={ACME: ACME_KEY})
     locked = replace(services, settings=settings, turn_publisher=None)
     with BackgroundServer(create_app(locked)) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         yield client
@@ -437,7 +438,7 @@ def test_api_keys_guard_only_the_tenants_that_have_one(locked_api: httpx.Client,
                             headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 403 and ACME in wrong.json()["detail"]
     right = locked_api.post("/v1/query", json={**GOOD_QUERY, "question": question},
-                            headers={"Authorization": "Bearer s3cret"})
+                            headers={"Authorization": f"Bearer {ACME_KEY}"})
     assert right.status_code == 200 and right.json()["turn_ids"]
     assert _ask(locked_api, GLOBEX, "c1", question).status_code == 200  # no key configured: open
     assert locked_api.get("/v1/conversations/c1/graph", params={"tenant": ACME}).status_code == 401

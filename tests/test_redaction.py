@@ -37,7 +37,7 @@ from test_streaming import committed_offsets, graph_matches, true_end_offsets
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 MODEL_CACHE = Path(".compassmem", "models").resolve()
-ACME_KEY, GLOBEX_KEY, ADMIN_KEY = "acme-secret-key", "globex-secret-key", "operator-admin-key"
+ACME_KEY, GLOBEX_KEY, ADMIN_KEY = "acme-secret-key-0001", "globex-secret-key-0001", "operator-admin-key-0001"
 # A turn of the sample conversation that shares its event with others, and words only it says.
 REDACTED, REDACTED_WORDS = "S1:3", "multi-currency invoices"
 
@@ -262,7 +262,7 @@ def test_tenant_delete_needs_an_admin_key(served: Served) -> None:
 
 
 def test_an_admin_key_may_not_be_a_tenant_key(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="api_admin_keys"):
+    with pytest.raises(ValueError, match="COMPASSMEM_API_ADMIN_KEYS entry 0 is also tenant .acme..s key"):
         _settings(tmp_path, api_keys={"acme": ACME_KEY}, api_admin_keys=[ACME_KEY])
 
 

@@ -11,12 +11,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from compassmem.query_api.request_id import REQUEST_ID_HEADER, request_id_of
-from offline_api import offline_app
+from offline_api import LOCAL_URL, offline_app
 
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(offline_app(api_max_body_bytes=1024))
+    return TestClient(offline_app(api_max_body_bytes=1024), base_url=LOCAL_URL)
 
 
 def test_every_response_carries_a_request_id(client: TestClient) -> None:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from compassmem import __version__
 from compassmem.cli.errors import one_line
 from compassmem.cli.progress import Progress
-from compassmem.cli.streaming import add_streaming_commands
+from compassmem.cli.streaming import add_insecure_no_auth, add_streaming_commands
 from compassmem.cli.transfer import add_transfer_commands
 from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
 from compassmem.contracts.query import QueryResponse
@@ -149,7 +149,7 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.query_api.server import run_api
 
     overrides = {key: value for key, value in (("api_host", args.host), ("api_port", args.port)) if value}
-    return run_api(settings.model_copy(update=overrides))
+    return run_api(settings.model_copy(update=overrides), insecure_no_auth=args.insecure_no_auth)
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     api = commands.add_parser("api", help="serve the query API against a Qdrant server and an external FalkorDB")
     api.add_argument("--host", help="bind address (COMPASSMEM_API_HOST, default 127.0.0.1)")
     api.add_argument("--port", type=int, help="port (COMPASSMEM_API_PORT, default 8080)")
+    add_insecure_no_auth(api)
     api.set_defaults(handler=cmd_api)
     build_index = commands.add_parser(
         "build-index", help="index the embedded vector store for fast search (run while no other process uses it)",

@@ -87,7 +87,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.query_api.server import dev_api_sidecar
+    from compassmem.query_api.server import ApiStartupError, check_exposure, dev_api_sidecar
     from compassmem.streams.broker import BrokerStartupError
     from compassmem.streams.runner import run_dev
     from compassmem.streams.topics import TopicSetupError
@@ -95,8 +95,9 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
     if args.port is not None:
         settings = settings.model_copy(update={"dev_broker_port": args.port})
     try:
+        check_exposure(settings, args.insecure_no_auth)  # before the broker and the stores start
         return run_dev(settings, sidecars=[dev_api_sidecar])
-    except (BrokerStartupError, TopicSetupError) as error:
+    except (ApiStartupError, BrokerStartupError, TopicSetupError) as error:
         return _fail(error)
 
 
@@ -144,6 +145,13 @@ def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def add_insecure_no_auth(command: argparse.ArgumentParser) -> None:
+    """``--insecure-no-auth`` of the commands that serve the query API (``api``, ``dev``)."""
+    command.add_argument("--insecure-no-auth", action="store_true",
+                         help="listen on an address beyond loopback (COMPASSMEM_API_HOST) although some tenant needs "
+                              "no API key (COMPASSMEM_API_AUTH_REQUIRED is off); refused otherwise")
+
+
 def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     broker = commands.add_parser(
         "broker", help="run the memory-only dev Kafka broker (Tansu) on 127.0.0.1 until Ctrl-C",
@@ -178,6 +186,7 @@ def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # typ
                     f"{MEMORY_ONLY}",
     )
     dev.add_argument("--port", type=int, help="dev broker port (default COMPASSMEM_DEV_BROKER_PORT, 9092)")
+    add_insecure_no_auth(dev)
     dev.set_defaults(handler=cmd_dev)
 
     forget = commands.add_parser(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from compassmem.models import TENANT_PATTERN, check_id, partition_key, utc_now
 
@@ -31,11 +31,10 @@ class ForgetCommand(BaseModel):
     conversation_id: str | None = None
     requested_at: datetime = Field(default_factory=utc_now)
 
-    @model_validator(mode="after")
-    def _ids(self) -> ForgetCommand:
-        if self.conversation_id is not None:
-            check_id(self.conversation_id)
-        return self
+    @field_validator("conversation_id")
+    @classmethod
+    def _ids(cls, value: str | None) -> str | None:
+        return value if value is None else check_id(value)
 
     @property
     def key(self) -> str:
@@ -61,11 +60,10 @@ class RedactCommand(BaseModel):
     turn_id: str
     requested_at: datetime = Field(default_factory=utc_now)
 
-    @model_validator(mode="after")
-    def _ids(self) -> RedactCommand:
-        check_id(self.conversation_id)
-        check_id(self.turn_id)
-        return self
+    @field_validator("conversation_id", "turn_id")
+    @classmethod
+    def _ids(cls, value: str) -> str:
+        return check_id(value)
 
     @property
     def key(self) -> str:

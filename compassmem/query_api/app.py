@@ -28,7 +28,9 @@ from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.dependencies import ApiServices
+from compassmem.query_api.explorer.live import LiveFeeds
 from compassmem.query_api.explorer.router import explorer_router, mount_ui
+from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.request_id import install_request_ids
 from compassmem.query_api.routers import management, memory, operations, query, turns
 
@@ -112,11 +114,16 @@ def create_app(services: ApiServices) -> FastAPI:
     # What the dependencies of dependencies.py hand to the endpoints.
     app.state.services = services
     app.state.authorizer = Authorizer(services.settings.tenant_keys())
+    # The explorer's live streams; the deletions purge what it keeps of what they delete.
+    app.state.live = live = LiveFeeds(services.settings)
 
     # Inside the measuring middleware below, so refused bodies are counted too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=services.settings.api_max_body_bytes)
     # /metrics is unauthenticated: the conversation ids of tenants with an API key never become label values.
     services.metrics.protect_tenants(services.settings.api_keys)
+    # Outside the body limit (a refused Host reads no body), inside the measuring middleware (refusals are counted).
+    app.add_middleware(HostCheckMiddleware, bind_host=services.settings.api_host,
+                       allowed_hosts=services.settings.api_allowed_hosts)
 
     app.add_middleware(RequestMetricsMiddleware, metrics=services.metrics)
 
@@ -143,7 +150,7 @@ def create_app(services: ApiServices) -> FastAPI:
                                                                "see the server log"})
 
     for router in (query.router, turns.router, memory.router, operations.router,
-                   explorer_router(services.settings), management.router):
+                   explorer_router(live), management.router):
         app.include_router(router)
     mount_ui(app)
     install_request_ids(app)

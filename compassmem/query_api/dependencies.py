@@ -1,8 +1,8 @@
 """What every router of the app shares: the services, the tenant's API-key check as a dependency, the path and
 query parameters and the documented error responses.
 
-``create_app`` puts the ``ApiServices`` and the ``Authorizer`` on ``app.state``; the dependencies here hand them to
-the endpoints. No ``from __future__ import annotations``: FastAPI reads these annotations at runtime.
+``create_app`` puts the ``ApiServices``, the ``Authorizer`` and the explorer's ``LiveFeeds`` on ``app.state``; the
+dependencies here hand them to the endpoints. No ``from __future__ import annotations``: FastAPI reads these annotations at runtime.
 """
 
 from dataclasses import dataclass
@@ -25,6 +25,7 @@ from compassmem.models import (
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.publish.publisher import TurnPublisher
 from compassmem.query_api.auth import Authorizer
+from compassmem.query_api.explorer.live import LiveFeeds
 
 
 @dataclass
@@ -57,8 +58,14 @@ def _authorizer(request: Request) -> Authorizer:
     return authorizer
 
 
+async def live_feeds(request: Request) -> LiveFeeds:
+    live: LiveFeeds = request.app.state.live
+    return live
+
+
 Services = Annotated[ApiServices, Depends(api_services)]
 AuthorizerOf = Annotated[Authorizer, Depends(api_authorizer)]
+Live = Annotated[LiveFeeds, Depends(live_feeds)]
 
 
 def authorize(request: Request, tenant: str) -> None:

@@ -24,6 +24,7 @@ from uvicorn.config import LOGGING_CONFIG
 from compassmem.config import Settings
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.logging_setup import library_logging_config
+from compassmem.loopback import is_loopback_host
 from compassmem.memory import Memory
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
@@ -61,6 +62,22 @@ def check_api_topology(settings: Settings) -> None:
         )
 
 
+def check_exposure(settings: Settings, insecure_no_auth: bool) -> None:
+    """Listening beyond this machine while some tenant needs no key must be asked for (``--insecure-no-auth``):
+    anyone who can reach the port could read, add to and forget that memory."""
+    if is_loopback_host(settings.api_host) or settings.api_auth_required:
+        return
+    if insecure_no_auth:
+        log.warning("api.insecure_no_auth", host=settings.api_host,
+                    effect="tenants without an API key are open to anyone who can reach this address")
+        return
+    raise ApiStartupError(
+        f"the API would listen on {settings.api_host!r}, beyond this machine, and answer tenants without an API key: "
+        "set COMPASSMEM_API_KEYS and COMPASSMEM_API_AUTH_REQUIRED=true, listen on 127.0.0.1, or pass "
+        "--insecure-no-auth to serve it open anyway"
+    )
+
+
 def build_services(settings: Settings, stores: Stores, embedder: Embedder, metrics: MemoryMetrics, *,
                    turn_publisher: TurnPublisher | None = None,
                    control_publisher: ControlPublisher | None = None) -> ApiServices:
@@ -94,9 +111,10 @@ def warm_store_in_background(settings: Settings, stores: Stores) -> threading.Th
     return thread
 
 
-def run_api(settings: Settings) -> int:
+def run_api(settings: Settings, *, insecure_no_auth: bool = False) -> int:
     """``compassmem api``: serve until interrupted on ``api_host:api_port``; returns the exit status."""
     try:
+        check_exposure(settings, insecure_no_auth)
         check_api_topology(settings)
     except ApiStartupError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -6,16 +6,22 @@ function here merges it with the graph store's events, so a listing shows what m
 
 Pages are cursor-paginated by keyset: a cursor holds the sort key of the last item returned (and what was listed, so a
 cursor of one listing is refused by another), and the next page starts right after it, whatever was written between
-the two calls: nothing is skipped or shown twice, as an offset would.
+the two calls: nothing is skipped or shown twice, as an offset would. Cursors are signed (HMAC-SHA256) and their key
+checked against the listing's types, so a cursor the client wrote or changed is a CursorError, never a store query
+over what it made up.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
+import math
+import secrets
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
@@ -36,26 +42,78 @@ from compassmem.sinks.factory import Stores
 from compassmem.sinks.graph_store import ConversationStats, EventPosition
 
 ConversationOrder = Literal["recent", "id"]
-_CURSOR_VERSION = 1
+# 2: signed. An unsigned cursor of version 1 is refused like any other made-up one.
+_CURSOR_VERSION = 2
+_SIGNATURE_BYTES = 16
+# Without a configured secret: one made when the process started, so a cursor is good only in this process.
+_PROCESS_SECRET = secrets.token_bytes(32)
+CursorKey = tuple[float | str, ...]
 
 
 class CursorError(ValueError):
-    """A cursor this API did not hand out for this listing."""
+    """A cursor this API did not hand out for this listing. ``reason`` is what HTTP reports for the field."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"cursor {reason}")
+        self.reason = reason
 
 
-def encode_cursor(listing: str, key: Sequence[Any]) -> str:
-    raw = json.dumps({"v": _CURSOR_VERSION, "l": listing, "k": list(key)}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+class CursorSigner:
+    """Makes the listings' cursors and reads them back: base64url JSON of the listing and the last key, then '.' and
+    an HMAC-SHA256 of it. ``secret`` is ``COMPASSMEM_CURSOR_SECRET``: processes that share it (API replicas, a
+    restart) read each other's cursors; without one, the process's own random secret."""
+
+    def __init__(self, secret: str | None = None) -> None:
+        self._key = hashlib.sha256(secret.encode("utf-8")).digest() if secret else _PROCESS_SECRET
+        self._shared = secret is not None
+
+    def encode(self, listing: str, key: CursorKey) -> str:
+        raw = json.dumps({"v": _CURSOR_VERSION, "l": listing, "k": list(key)}, separators=(",", ":"))
+        payload = base64.urlsafe_b64encode(raw.encode("utf-8")).decode().rstrip("=")
+        return f"{payload}.{self._signature(payload)}"
+
+    def decode(self, listing: str, cursor: str, shape: tuple[type[float] | type[str], ...]) -> CursorKey:
+        """The key a cursor of ``listing`` holds, of the types of ``shape``; CursorError for anything else."""
+        payload, dot, signature = cursor.rpartition(".")
+        if not dot or not hmac.compare_digest(signature, self._signature(payload)):
+            raise CursorError(self._unsigned_reason())
+        try:
+            raw = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        except (binascii.Error, ValueError) as error:  # signed, so only a change of secret format could get here
+            raise CursorError("cannot be read: pass the next_cursor of the previous page unchanged") from error
+        if not isinstance(raw, dict) or raw.get("v") != _CURSOR_VERSION or raw.get("l") != listing:
+            raise CursorError("belongs to another listing (another order, search, tenant or conversation): pass the "
+                              "next_cursor of the previous page of this one")
+        return _typed_key(raw.get("k"), shape)
+
+    def _signature(self, payload: str) -> str:
+        digest = hmac.new(self._key, payload.encode("utf-8"), hashlib.sha256).digest()[:_SIGNATURE_BYTES]
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def _unsigned_reason(self) -> str:
+        where = ("the servers share COMPASSMEM_CURSOR_SECRET, so it was changed or made up" if self._shared else
+                 "without COMPASSMEM_CURSOR_SECRET a cursor is good only in the process that made it, not after a "
+                 "restart or on another API replica")
+        return f"is not one this server handed out: pass the next_cursor of the previous page unchanged ({where})"
 
 
-def decode_cursor(listing: str, cursor: str) -> tuple[Any, ...]:
-    try:
-        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        if raw["v"] == _CURSOR_VERSION and raw["l"] == listing and isinstance(raw["k"], list):
-            return tuple(raw["k"])
-    except (binascii.Error, ValueError, KeyError, TypeError):
-        pass
-    raise CursorError("is not a cursor of this listing: pass the next_cursor of the previous page unchanged")
+def _typed_key(key: object, shape: tuple[type[float] | type[str], ...]) -> CursorKey:
+    """A signed key is the server's own; checked all the same, so that a leaked secret or a bug cannot send the
+    stores a value of another type."""
+    if not isinstance(key, list) or len(key) != len(shape):
+        raise CursorError("does not hold a position of this listing")
+    typed: list[float | str] = []
+    for value, kind in zip(key, shape, strict=True):
+        if kind is str and isinstance(value, str):
+            typed.append(value)
+        elif kind is float and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            typed.append(float(value))
+        else:
+            raise CursorError("does not hold a position of this listing")
+    return tuple(typed)
+
+
+PROCESS_CURSORS = CursorSigner()
 
 
 # -- conversions to the HTTP records ---------------------------------------------------------------------------
@@ -85,12 +143,13 @@ def edge_of_relation(relation: Relation) -> GraphEdge:
 
 
 def list_conversations(stores: Stores, tenant: str, *, query: str | None = None, limit: int = 50,
-                       cursor: str | None = None, order: ConversationOrder = "recent") -> ConversationPage:
+                       cursor: str | None = None, order: ConversationOrder = "recent",
+                       cursors: CursorSigner = PROCESS_CURSORS) -> ConversationPage:
     """One page of the tenant's conversations, most recently updated first (``order="recent"``) or by id; with
     ``query``, those with an event whose conversation id, subject, summary or a participant contains it
     (case-insensitive). CursorError for a cursor that is not this listing's."""
-    listing = f"conversations:{order}:{query or ''}"
-    after = decode_cursor(listing, cursor) if cursor else None
+    listing = f"conversations:{tenant}:{order}:{query or ''}"
+    after = cursors.decode(listing, cursor, _ORDER_SHAPES[order]) if cursor else None
     open_events = stores.vectors.provisional_events(tenant)
     summaries = _summaries(stores.graph.conversation_stats(tenant, query or None), open_events, query)
     key = _ORDER_KEYS[order]
@@ -99,7 +158,7 @@ def list_conversations(stores: Stores, tenant: str, *, query: str | None = None,
     page = remaining[:limit]
     more = len(remaining) > limit
     return ConversationPage(tenant=tenant, conversations=page, total=len(ranked),
-                            next_cursor=encode_cursor(listing, key(page[-1])) if more else None)
+                            next_cursor=cursors.encode(listing, key(page[-1])) if more else None)
 
 
 def _recent_first(summary: ConversationSummary) -> tuple[float, str]:
@@ -110,7 +169,8 @@ def _by_id(summary: ConversationSummary) -> tuple[str]:
     return (summary.conversation_id,)
 
 
-_ORDER_KEYS: dict[str, Callable[[ConversationSummary], tuple[Any, ...]]] = {"recent": _recent_first, "id": _by_id}
+_ORDER_KEYS: dict[str, Callable[[ConversationSummary], CursorKey]] = {"recent": _recent_first, "id": _by_id}
+_ORDER_SHAPES: dict[str, tuple[type[float] | type[str], ...]] = {"recent": (float, str), "id": (str,)}
 
 
 def _summaries(stats: list[ConversationStats], open_events: list[Event],
@@ -149,11 +209,11 @@ def _summary(stats: ConversationStats, open_events: list[Event]) -> Conversation
 # -- events of a conversation ----------------------------------------------------------------------------------
 
 
-def list_events(stores: Stores, tenant: str, conversation_id: str, *, limit: int = 50,
-                cursor: str | None = None) -> EventPage:
+def list_events(stores: Stores, tenant: str, conversation_id: str, *, limit: int = 50, cursor: str | None = None,
+                cursors: CursorSigner = PROCESS_CURSORS) -> EventPage:
     """One page of a conversation's events in time order (start, then id), its open segment included."""
-    listing = f"events:{conversation_id}"
-    after = EventPosition(*decode_cursor(listing, cursor)) if cursor else None
+    listing = f"events:{tenant}/{conversation_id}"
+    after = EventPosition(*cursors.decode(listing, cursor, (float, str))) if cursor else None
     # One more than a page from the graph store tells whether another page follows.
     stored = [GraphNode.of(props["event_id"], props)
               for props in stores.graph.event_page(tenant, conversation_id, after, limit + 1)]
@@ -162,7 +222,7 @@ def list_events(stores: Stores, tenant: str, conversation_id: str, *, limit: int
     page = merged[:limit]
     more = len(merged) > limit
     return EventPage(tenant=tenant, conversation_id=conversation_id, events=page,
-                     next_cursor=encode_cursor(listing, _position(page[-1])) if more else None)
+                     next_cursor=cursors.encode(listing, _position(page[-1])) if more else None)
 
 
 def _position(node: GraphNode) -> EventPosition:

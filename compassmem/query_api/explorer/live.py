@@ -5,22 +5,34 @@ them, on the events, relations and clusters topics (``compassmem/streams/message
 three topics from their end on a daemon thread (no consumer group: every API process sees every change) and hands
 each change to the streams watching its conversation. Changes are numbered; the last ``buffer`` of them are kept, so a
 stream that reconnects with the id of the last change it got (SSE ``Last-Event-ID``) receives what it missed, or a
-``resync`` when that is no longer kept (or the id is from another process), after which the page reloads the graph.
+``resync`` when that is no longer kept, after which the page reloads the graph.
+
+A kept change may quote a turn that is redacted later, or a conversation that is forgotten: the feed also follows the
+control topic, where every redaction and forget is recorded first (by any API process, ``compassmem redact`` or
+``forget``), and the API process that carries one out purges at once (``LiveFeeds.purge``). A purge drops the
+conversation's kept changes and ends its open streams with a ``resync``; an id from before it gets a ``resync`` too.
+Ids are positions signed for one conversation by this process (``<n>.<signature>``), so a client can resume only
+from a position it was given for that conversation, never ask for the whole buffer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
+import secrets
 import threading
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import structlog
 from kafka import KafkaConsumer, TopicPartition
 from pydantic import BaseModel, Field, ValidationError
 
+from compassmem.config import Settings
+from compassmem.contracts.commands import CONTROL_COMMAND
 from compassmem.contracts.records import GraphEdge, GraphNode
 from compassmem.retrieval.listing import edge_of_relation, node_of_event
 from compassmem.streams.messages import ChangeOp, ClusterChange, EventChange, RelationChange
@@ -61,12 +73,25 @@ class LiveNotice(BaseModel):
 
 @dataclass(frozen=True)
 class Numbered:
-    """A change of one conversation (``conversation_id`` None: every conversation of the tenant) and its id."""
+    """A change of one conversation (``conversation_id`` None: every conversation of the tenant) and its number."""
 
-    id: str
+    sequence: int
     tenant: str
     conversation_id: str | None
     change: LiveChange
+
+
+@dataclass(frozen=True)
+class Purged:
+    """Where the conversation's (None: the tenant's) earlier changes were dropped: a stream resumed from before it
+    is told to reload."""
+
+    sequence: int
+    tenant: str
+    conversation_id: str | None
+
+
+Kept = Numbered | Purged
 
 
 @dataclass(eq=False)
@@ -79,7 +104,7 @@ class Subscription:
     # A resync notice ends the stream: the page reloads the graph and opens a new one.
     queue: asyncio.Queue[Numbered | LiveNotice] = field(default_factory=lambda: asyncio.Queue(_QUEUE_LIMIT + 1))
 
-    def wants(self, item: Numbered) -> bool:
+    def wants(self, item: Kept) -> bool:
         return item.tenant == self.tenant and item.conversation_id in (None, self.conversation_id)
 
     def put(self, item: Numbered | LiveNotice) -> None:
@@ -89,19 +114,44 @@ class Subscription:
         elif self.queue.qsize() == _QUEUE_LIMIT:
             self.queue.put_nowait(LiveNotice(reason=f"more than {_QUEUE_LIMIT} changes waited for this page"))
 
+    def restart(self, notice: LiveNotice) -> None:
+        """Drop what waits to be sent (it may quote what was purged) and end the stream with ``notice``; on the
+        stream's loop only."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(notice)
+
+
+class FeedTopics(NamedTuple):
+    events: str
+    relations: str
+    clusters: str
+    control: str
+
+    @classmethod
+    def of(cls, settings: Settings) -> FeedTopics:
+        return cls(settings.events_topic, settings.relations_topic, settings.clusters_topic, settings.control_topic)
+
+
+PURGED_REASON = "the conversation was redacted or forgotten since: reload the graph"
+_SIGNATURE_BYTES = 12
+
 
 class LiveFeed:
-    """Follows the events, relations and clusters topics for the live streams of one API process."""
+    """Follows the change feeds and the control topic for the live streams of one API process."""
 
-    def __init__(self, bootstrap: str, topics: tuple[str, str, str], *, buffer: int = 4096,
-                 poll_ms: int = 100) -> None:
+    def __init__(self, bootstrap: str, topics: FeedTopics, *, buffer: int = 4096, poll_ms: int = 100) -> None:
         self._bootstrap = bootstrap
-        self._events_topic, self._relations_topic, self._clusters_topic = topics
+        self._topics = topics
         self._poll_ms = poll_ms
-        # Ids are "<token>-<n>": a Last-Event-ID from another process (or before a restart) is recognised as such.
-        self._token = uuid.uuid4().hex[:8]
+        # Signs the ids this process hands out: a Last-Event-ID from another process, a restart or a client's own
+        # making does not verify.
+        self._secret = secrets.token_bytes(32)
         self._sequence = 0
-        self._recent: deque[Numbered] = deque(maxlen=buffer)
+        self._buffer = buffer
+        self._recent: deque[Kept] = deque()
+        # The highest number no longer kept: a stream resumed from before it may have missed a change.
+        self._dropped_through = 0
         self._subscriptions: set[Subscription] = set()
         # Held while a change is numbered and handed out, and while a new stream replays and registers: no change
         # falls between a replay and the registration.
@@ -120,27 +170,34 @@ class LiveFeed:
             self._thread.join(timeout_s)
 
     def subscribe(self, tenant: str, conversation_id: str, last_id: str | None) -> tuple[Subscription, str]:
-        """The conversation's changes after ``last_id`` (None: from now on), and the id of the last change before
-        them; call from the stream's event loop."""
+        """The conversation's changes after ``last_id`` (None: from now on), and the id of the position they
+        follow; call from the stream's event loop."""
         subscription = Subscription(tenant, conversation_id, asyncio.get_running_loop())
         with self._lock:
             if last_id is not None:
-                missed = self._after(last_id)
-                if missed is None:
-                    subscription.put(LiveNotice(reason="the changes since the last one this page got are no longer "
-                                                       "kept, or came from another API process"))
-                for item in missed or ():
-                    if subscription.wants(item):
+                missed = self._after(subscription, last_id)
+                if isinstance(missed, LiveNotice):
+                    subscription.put(missed)
+                else:
+                    for item in missed:
                         subscription.put(item)
             self._subscriptions.add(subscription)
-            return subscription, self._id(self._sequence)
+            return subscription, self.event_id(subscription, self._sequence)
 
     def unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
             self._subscriptions.discard(subscription)
 
+    def event_id(self, subscription: Subscription, sequence: int) -> str:
+        """The id of position ``sequence`` as this subscription's conversation sees it."""
+        return f"{sequence}.{self._signature(subscription, sequence)}"
+
     def publish(self, topic: str, value: bytes) -> None:
-        """Number one change-feed record and hand it to the streams that watch its conversation."""
+        """Number one change-feed record and hand it to the streams that watch its conversation; a command of the
+        control topic purges what it covers."""
+        if topic == self._topics.control:
+            self._control(value)
+            return
         try:
             found = self._decode(topic, value)
         except ValidationError as error:
@@ -149,29 +206,67 @@ class LiveFeed:
         if found is None:
             return
         tenant, conversation_id, change = found
+        if change.op == "forget":
+            # Its earlier changes go; the forget itself is kept and sent, so an open page clears its graph.
+            self.purge(tenant, conversation_id, notify=False)
         with self._lock:
             self._sequence += 1
-            item = Numbered(self._id(self._sequence), tenant, conversation_id, change)
-            self._recent.append(item)
+            item = Numbered(self._sequence, tenant, conversation_id, change)
+            self._keep(item)
             for subscription in self._subscriptions:
                 if subscription.wants(item):
                     subscription.loop.call_soon_threadsafe(subscription.put, item)
 
-    def _id(self, sequence: int) -> str:
-        return f"{self._token}-{sequence}"
+    def purge(self, tenant: str, conversation_id: str | None, *, notify: bool = True) -> None:
+        """Drop the kept changes of a conversation (None: of every conversation of the tenant), so that none is
+        replayed, and (``notify``) end its open streams with a resync, so that their pages reload the graph."""
+        with self._lock:
+            self._sequence += 1
+            marker = Purged(self._sequence, tenant, conversation_id)
+            self._recent = deque(item for item in self._recent if not _covers(marker, item))
+            self._keep(marker)
+            if notify:
+                for subscription in self._subscriptions:
+                    if subscription.wants(marker):
+                        subscription.loop.call_soon_threadsafe(subscription.restart, LiveNotice(reason=PURGED_REASON))
+        log.info("explorer.live.purged", tenant=tenant, conversation_id=conversation_id)
 
-    def _after(self, last_id: str) -> list[Numbered] | None:
-        """The kept changes after ``last_id``; None when some of them are no longer kept."""
-        token, _, number = last_id.partition("-")
-        if token != self._token or not number.isdigit() or int(number) > self._sequence:
-            return None
-        oldest = int(self._recent[0].id.rpartition("-")[2]) if self._recent else self._sequence + 1
-        if int(number) + 1 < oldest:
-            return None
-        return [item for item in self._recent if int(item.id.rpartition("-")[2]) > int(number)]
+    def _keep(self, item: Kept) -> None:
+        """Under the lock."""
+        self._recent.append(item)
+        while len(self._recent) > self._buffer:
+            self._dropped_through = self._recent.popleft().sequence
+
+    def _signature(self, subscription: Subscription, sequence: int) -> str:
+        message = f"{subscription.tenant}/{subscription.conversation_id}/{sequence}".encode()
+        digest = hmac.new(self._secret, message, hashlib.sha256).digest()[:_SIGNATURE_BYTES]
+        return base64.urlsafe_b64encode(digest).decode()
+
+    def _after(self, subscription: Subscription, last_id: str) -> list[Numbered] | LiveNotice:
+        """The subscription's kept changes after ``last_id``; a notice when that is not a position this process gave
+        its conversation, or when some of them are no longer kept or were purged."""
+        number, _, signature = last_id.partition(".")
+        if not number.isdigit() or int(number) > self._sequence or \
+                not hmac.compare_digest(signature, self._signature(subscription, int(number))):
+            return LiveNotice(reason="the Last-Event-ID is not a position this API process gave this conversation's "
+                                     "stream (another process, a restart, or made up): reload the graph")
+        after = int(number)
+        if after < self._dropped_through:
+            return LiveNotice(reason="the changes since the last one this page got are no longer kept")
+        missed = [item for item in self._recent if item.sequence > after and subscription.wants(item)]
+        if any(isinstance(item, Purged) for item in missed):
+            return LiveNotice(reason=PURGED_REASON)
+        return [item for item in missed if isinstance(item, Numbered)]
+
+    def _control(self, value: bytes) -> None:
+        try:
+            command = CONTROL_COMMAND.validate_json(value)
+        except ValidationError:
+            return  # the worker's own records there (ForgetDone) purge nothing
+        self.purge(command.tenant, command.conversation_id)
 
     def _decode(self, topic: str, value: bytes) -> tuple[str, str | None, LiveChange] | None:
-        if topic == self._events_topic:
+        if topic == self._topics.events:
             event_change = EventChange.model_validate_json(value)
             if event_change.op == ChangeOp.FORGET:
                 return event_change.tenant, event_change.conversation_id, LiveChange(op="forget")
@@ -182,7 +277,7 @@ class LiveFeed:
                 return event_change.tenant, event_change.conversation_id, LiveChange(op="delete",
                                                                                      removed=event_change.event_id)
             return None
-        if topic == self._relations_topic:
+        if topic == self._topics.relations:
             relation = RelationChange.model_validate_json(value).relation
             return relation.tenant, relation.conversation_id, LiveChange(op="upsert", edge=edge_of_relation(relation))
         cluster = ClusterChange.model_validate_json(value).cluster
@@ -215,7 +310,7 @@ class LiveFeed:
     def _assign(self, consumer: KafkaConsumer) -> bool:
         """Follow every partition from its end; False while a topic does not exist yet (no worker has run)."""
         assigned = []
-        for topic in (self._events_topic, self._relations_topic, self._clusters_topic):
+        for topic in self._topics:
             partitions = consumer.partitions_for_topic(topic)
             if not partitions:
                 return False
@@ -228,6 +323,42 @@ class LiveFeed:
         self.following.set()
         log.info("explorer.live.following", partitions=len(assigned))
         return True
+
+
+def _covers(purge: Purged, item: Kept) -> bool:
+    return item.tenant == purge.tenant and purge.conversation_id in (None, item.conversation_id)
+
+
+class LiveFeeds:
+    """The process's one LiveFeed, started by the first stream (an API nobody watches runs no extra consumer)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._feed: LiveFeed | None = None
+        self._lock = threading.Lock()
+
+    def feed(self) -> LiveFeed | None:
+        bootstrap = self._settings.kafka_bootstrap
+        if not bootstrap:
+            return None
+        with self._lock:
+            if self._feed is None:
+                self._feed = LiveFeed(bootstrap, FeedTopics.of(self._settings)).start()
+            return self._feed
+
+    def purge(self, tenant: str, conversation_id: str | None) -> None:
+        """After this process redacted or forgot (its stores are changed): purge its feed now, before the command
+        comes back on the control topic. Nothing is kept while no stream has started the feed."""
+        with self._lock:
+            feed = self._feed
+        if feed is not None:
+            feed.purge(tenant, conversation_id)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._feed is not None:
+                self._feed.stop()
+                self._feed = None
 
 
 StreamEvent = Literal["ready", "change", "resync", "unavailable"]

@@ -7,7 +7,6 @@ No ``from __future__ import annotations``: FastAPI reads the annotations of the 
 """
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -22,7 +21,6 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from compassmem.contracts.records import ConversationPage, EventPage, FieldError, LimitedConversationGraph
-from compassmem.config import Settings
 from compassmem.models import check_storable
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
@@ -32,7 +30,7 @@ from compassmem.query_api.dependencies import (
     Services,
     Tenant,
 )
-from compassmem.query_api.explorer.live import LiveFeed, LiveNotice, LiveReady, sse
+from compassmem.query_api.explorer.live import LiveFeed, LiveFeeds, LiveNotice, LiveReady, sse
 from compassmem.retrieval.listing import ConversationOrder, CursorError
 
 log = structlog.get_logger(__name__)
@@ -59,34 +57,8 @@ _STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": (
     "when this process follows no change feed. The stream ends after `ends_after_s`: reconnect with Last-Event-ID.")}}
 
 
-class _Live:
-    """The process's one LiveFeed, started by the first stream (an API nobody watches runs no extra consumer)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._feed: LiveFeed | None = None
-        self._lock = threading.Lock()
-
-    def feed(self) -> LiveFeed | None:
-        bootstrap = self._settings.kafka_bootstrap
-        if not bootstrap:
-            return None
-        with self._lock:
-            if self._feed is None:
-                topics = (self._settings.events_topic, self._settings.relations_topic, self._settings.clusters_topic)
-                self._feed = LiveFeed(bootstrap, topics).start()
-            return self._feed
-
-    def stop(self) -> None:
-        with self._lock:
-            if self._feed is not None:
-                self._feed.stop()
-                self._feed = None
-
-
-def explorer_router(settings: Settings) -> APIRouter:
+def explorer_router(live: LiveFeeds) -> APIRouter:
     """The explorer's endpoints, with the live feed they start on first use (and stop with the app)."""
-    live = _Live(settings)
 
     @asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:  # noqa: ANN401 - the app
@@ -152,7 +124,7 @@ def _cursor_errors() -> Iterator[None]:
     try:
         yield
     except CursorError as error:
-        detail = [FieldError(field="cursor", message=str(error)).model_dump()]
+        detail = [FieldError(field="cursor", message=error.reason).model_dump()]
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, detail=detail) from error
 
 
@@ -179,7 +151,7 @@ async def _stream(feed: LiveFeed | None, tenant: str, conversation_id: str,
             if isinstance(item, LiveNotice):
                 yield sse("resync", item)
                 return
-            yield sse("change", item.change, item.id)
+            yield sse("change", item.change, feed.event_id(subscription, item.sequence))
     finally:
         feed.unsubscribe(subscription)
 

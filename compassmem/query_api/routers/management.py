@@ -19,6 +19,7 @@ from compassmem.query_api.dependencies import (
     UNAVAILABLE,
     AuthorizerOf,
     ConversationId,
+    Live,
     Services,
     Tenant,
 )
@@ -40,9 +41,11 @@ router = APIRouter(tags=["memory"])
                            "topic does not bring it back.",
                responses={404: {"model": ErrorResponse, "description": "The conversation has no such turn."},
                           **UNAVAILABLE, **AUTH_ERRORS, **INVALID})
-def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant,
-                services: Services) -> RedactResult:
-    return services.memory.redact_turn(conversation_id, turn_id, tenant=tenant)
+def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant, services: Services,
+                live: Live) -> RedactResult:
+    result = services.memory.redact_turn(conversation_id, turn_id, tenant=tenant)
+    live.purge(tenant, conversation_id)
+    return result
 
 
 @router.delete("/v1/tenants/{tenant}", response_model=TenantDeleteResult, summary="Delete a whole tenant (admin)",
@@ -50,8 +53,10 @@ def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant
                            "(COMPASSMEM_API_ADMIN_KEYS), never a tenant's own. Records a forget command for "
                            "the whole tenant on the control topic when one is configured.",
                responses={**_ADMIN_ERRORS, **UNAVAILABLE, **INVALID})
-def delete_tenant(tenant: TenantPath, request: Request, authorizer: AuthorizerOf,
-                  services: Services) -> TenantDeleteResult:
+def delete_tenant(tenant: TenantPath, request: Request, authorizer: AuthorizerOf, services: Services,
+                  live: Live) -> TenantDeleteResult:
     # Checked here, after the path was validated: a malformed tenant is a 422 whatever the key.
     authorizer.check_admin(request.headers.get("authorization"))
-    return services.memory.delete_tenant(tenant)
+    result = services.memory.delete_tenant(tenant)
+    live.purge(tenant, None)
+    return result

@@ -12,6 +12,7 @@ from compassmem.query_api.dependencies import (
     UNAVAILABLE,
     ConversationId,
     EventId,
+    Live,
     Services,
     Tenant,
 )
@@ -37,5 +38,8 @@ def get_event(event_id: EventId, tenant: Tenant, services: Services) -> EventOut
                            "conversation from both stores. Deleting a conversation that has no memory is not "
                            "an error.",
                responses={**UNAVAILABLE, **AUTH_ERRORS, **INVALID})
-def delete_conversation(conversation_id: ConversationId, tenant: Tenant, services: Services) -> DeleteResult:
-    return services.memory.forget(conversation_id, tenant=tenant)
+def delete_conversation(conversation_id: ConversationId, tenant: Tenant, services: Services,
+                        live: Live) -> DeleteResult:
+    result = services.memory.forget(conversation_id, tenant=tenant)
+    live.purge(tenant, conversation_id)
+    return result
