@@ -131,8 +131,8 @@ class Memory:
         return summary
 
     def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
-        """Delete a conversation from both stores. Forgetting one that has no memory is not an error
-        (``events_deleted`` is 0). No forget command is recorded: that is the streaming topology's job
+        """Delete a conversation from both stores (and, with ``compact_after_erasure``, from their files). Forgetting
+        one that has no memory is not an error (``events_deleted`` is 0). No forget command is recorded: that is the streaming topology's job
         (``compassmem forget``, or DELETE on the API of ``compassmem dev``)."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         with self._writing:
@@ -143,6 +143,7 @@ class Memory:
             if self._pipeline is not None:
                 # Turns added again later start a new memory, with no relations to the deleted events.
                 self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)
+            self._erased()
         log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events)
         return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
                             forget_published=False)
@@ -163,6 +164,7 @@ class Memory:
             if memory is not None:
                 # Later adds to this conversation must not write the turn back with its event.
                 memory.redact_turn(turn_id, stored.before, stored.event, stored.relations)
+            self._erased()
         return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
                             event_id=stored.event_id, event_deleted=stored.event is None, redaction_published=False)
 
@@ -176,7 +178,19 @@ class Memory:
             if self._pipeline is not None:
                 for key in [k for k in self._pipeline.memories if k.startswith(f"{tenant}/")]:
                     self._pipeline.memories.pop(key)
+            self._erased()
         return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=False)
+
+    def compact(self) -> bool:
+        """Rewrite both stores' files from what they hold now, so that what earlier redactions and forgets deleted
+        leaves the disk as well (``compassmem compact``; after every erasure with COMPASSMEM_COMPACT_AFTER_ERASURE).
+        False when the vectors live on a Qdrant server, whose files are its operator's to compact."""
+        with self._writing:
+            return self.stores.compact()
+
+    def _erased(self) -> None:
+        if self.settings.compact_after_erasure:
+            self.stores.compact()
 
     # -- reading -------------------------------------------------------------------------------------------------
 

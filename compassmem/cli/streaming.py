@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from compassmem.config import Settings
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
+from compassmem.terminal import echo
 
 if TYPE_CHECKING:
     from compassmem.contracts.commands import ForgetCommand, RedactCommand
@@ -22,7 +23,7 @@ MEMORY_ONLY = ("The dev broker is MEMORY-ONLY (Tansu with --storage-engine memor
 
 
 def _fail(message: object) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    echo(f"error: {message}", file=sys.stderr)
     return 2
 
 
@@ -38,14 +39,14 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
         with DevBroker(port=port, log_path=settings.data_dir / "dev-broker.log") as broker:
             if not args.no_topics:
                 ensure_topics(broker.bootstrap, topic_specs(settings))
-            print(f"dev broker listening on {broker.bootstrap} (pid {broker.pid})")
-            print(f"  export COMPASSMEM_KAFKA_BOOTSTRAP={broker.bootstrap}")
-            print(f"  {MEMORY_ONLY}")
-            print("  Ctrl-C stops it.", flush=True)
+            echo(f"dev broker listening on {broker.bootstrap} (pid {broker.pid})")
+            echo(f"  export COMPASSMEM_KAFKA_BOOTSTRAP={broker.bootstrap}")
+            echo(f"  {MEMORY_ONLY}")
+            echo("  Ctrl-C stops it.", flush=True)
             stop.wait()
     except (BrokerStartupError, TopicSetupError) as error:
         return _fail(error)
-    print("dev broker stopped; everything it held is gone (memory-only)")
+    echo("dev broker stopped; everything it held is gone (memory-only)")
     return 0
 
 
@@ -66,12 +67,12 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     try:
         ensure_topics(bootstrap, topic_specs(settings))
         pace = f" at {args.rate:g} turns/s" if args.rate else ""
-        print(f"producing {len(turns)} turns from {args.path} to {settings.turns_topic} on {bootstrap}{pace}")
+        echo(f"producing {len(turns)} turns from {args.path} to {settings.turns_topic} on {bootstrap}{pace}")
         with TurnProducer(bootstrap, settings.turns_topic) as producer:
             summary = producer.produce(turns, rate=args.rate, progress=Progress(len(turns)))
     except (TopicSetupError, ProduceError) as error:
         return _fail(error)
-    print(f"produced {summary.turns} turns of {summary.conversations} conversations in {summary.seconds:.1f} s "
+    echo(f"produced {summary.turns} turns of {summary.conversations} conversations in {summary.seconds:.1f} s "
           f"({summary.turns_per_second:.0f} turns/s)")
     return 0
 
@@ -129,7 +130,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
         return code
     what = f"conversation {args.conversation!r} of tenant {args.tenant!r}" if args.conversation \
         else f"every conversation of tenant {args.tenant!r}"
-    print(f"forget requested for {what} on {settings.control_topic}; the worker deletes it from both stores")
+    echo(f"forget requested for {what} on {settings.control_topic}; the worker deletes it from both stores")
     return 0
 
 
@@ -139,7 +140,7 @@ def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
     if code := _send_command(settings, lambda: RedactCommand(tenant=args.tenant, conversation_id=args.conversation,
                                                              turn_id=args.turn)):
         return code
-    print(f"redaction of turn {args.turn!r} of conversation {args.conversation!r} (tenant {args.tenant!r}) "
+    echo(f"redaction of turn {args.turn!r} of conversation {args.conversation!r} (tenant {args.tenant!r}) "
           f"requested on {settings.control_topic}; the worker rebuilds its event without it")
     return 0
 

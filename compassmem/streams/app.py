@@ -177,7 +177,8 @@ class StreamingWorker:
                                                     api_keys=settings.api_keys)
         config = pipeline_config or PipelineConfig.from_settings(settings)
         self.processor = MemoryStreamProcessor(embedder, stores, config, observer=self.metrics,
-                                               llm=llm_steps(settings))
+                                               llm=llm_steps(settings),
+                                               compact_after_erasure=settings.compact_after_erasure)
         # Turns partition -> the next offset this worker will process there (for the lag gauge).
         self._next_offsets: dict[int, int] = {}
         # One thread: batches and forgets reach the stores strictly one at a time, in arrival order.
@@ -576,6 +577,9 @@ class StreamingWorker:
         else:
             self.stores.vectors.delete_conversation(command.tenant, command.conversation_id)
             self.stores.graph.delete_conversation(command.tenant, command.conversation_id)
+        if self.settings.compact_after_erasure:
+            # Before the command is acknowledged: a crash before the compaction ends applies it again.
+            self.stores.compact()
 
     # -- table tick: idle closes and the health gauges -----------------------------------------------------------
 

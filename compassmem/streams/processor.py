@@ -39,6 +39,7 @@ from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
 from compassmem.redaction import redact_stored_turn
 from compassmem.sinks.batching import (
+    CompactingSink,
     ConversationForgotten,
     GraphSink,
     ProvisionalEvent,
@@ -46,6 +47,7 @@ from compassmem.sinks.batching import (
     ProvisionalSink,
     Record,
     Sink,
+    TurnRedacted,
     VectorSink,
 )
 from compassmem.sinks.checkpoint import PipelineObserver, SinkCheckpoint
@@ -235,14 +237,17 @@ class MemoryStreamProcessor:
 
     def __init__(self, embedder: Embedder, stores: Stores, config: PipelineConfig | None = None,
                  clock: Callable[[], float] = time.time, max_cached_conversations: int = 256,
-                 observer: PipelineObserver | None = None, llm: LlmSteps | None = None) -> None:
+                 observer: PipelineObserver | None = None, llm: LlmSteps | None = None,
+                 compact_after_erasure: bool = False) -> None:
         self.stores = stores
         self.feed = ChangeFeed()
+        compacting = [_GuardedSink(CompactingSink(stores.compact), "stores")] if compact_after_erasure else []
         # Step 1 of the batch's commit (checkpoint.py flushes it); the order is the order of the writes.
         self.sinks = SinkCheckpoint(
             [_GuardedSink(VectorSink(stores.vectors), "vector store"),
              _GuardedSink(GraphSink(stores.graph), "graph store"),
              _GuardedSink(ProvisionalSink(stores.vectors), "vector store"),
+             *compacting,
              self.feed],
             observer, on_discard=self._forget_all_live,
         )
@@ -568,6 +573,8 @@ class MemoryStreamProcessor:
                 self.feed.upsert_event(stored.event)
             for cluster in stored.clusters:
                 self.feed.add(cluster)
+        self.sinks.add(TurnRedacted(tenant=command.tenant, conversation_id=command.conversation_id,
+                                    turn_id=command.turn_id))
         if command.turn_id not in entry.header.redacted_turn_ids:
             entry.header.redacted_turn_ids.append(command.turn_id)
         entry.header.last_offset = entry.header.last_content_offset = record.offset
