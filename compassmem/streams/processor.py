@@ -455,7 +455,12 @@ class MemoryStreamProcessor:
             out.stats.replayed_skipped += 1  # already in the state: redelivered after a crash
             return
         if turn.turn_id in entry.header.redacted_turn_ids:
-            out.stats.redacted_dropped += 1  # redacted before it came (again): it must not come back
+            # Redacted before it came (again): it must not come back, nor its words reach the dead-letter topic.
+            out.stats.redacted_dropped += 1
+            out.dead_letters.append(record.dead_letter(
+                DeadLetterStage.ROUTE, DeadLetterReason.REDACTED_TURN,
+                f"turn {turn.turn_id!r} of conversation {turn.conversation_id!r} was redacted before this record "
+                "came, so it is dropped (its text is not kept here)", keep_value=False))
             return
         entry.header.last_offset = entry.header.last_content_offset = record.offset
         entry.header.last_turn_id = turn.turn_id

@@ -64,7 +64,9 @@ def redact_turn(conversation_id: ConversationId, turn_id: TurnId, tenant: Tenant
     if services.memory.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no turn {turn_id!r} in conversation "
                                                               f"{conversation_id!r} of tenant {tenant!r}")
-    published = _publish(services, RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id))
+    # "checked": the worker may find the turn already gone (deleted below), which is no reason to refuse it.
+    published = _publish(services, RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
+                                                 if_absent="checked"))
     stored = redact_stored_turn(services.memory.stores, tenant, conversation_id, turn_id)
     services.memory.hot.invalidate(tenant, conversation_id)
     if stored is None:  # redacted meanwhile by another request, or by the worker's control agent
