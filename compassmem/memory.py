@@ -297,10 +297,12 @@ class Memory:
                                  vector_space=self.settings.vector_space, dim=self.embedder.dim)
 
     def import_(self, source: Target, *, replace: bool = False) -> TransferSummary:
-        """Restore an export (a path or text stream) into these stores. Refused (ImportRefused) when its vectors
-        come from another embedder, or when the stores already hold its tenant (a tenant export) or conversation,
-        unless ``replace``: then each of its conversations replaces the stored one. A bad line raises
-        ExportFormatError naming it; a conversation is written whole or not at all."""
+        """Restore an export (a path or text stream) into these stores. The whole file is checked first: a bad line
+        anywhere raises ExportFormatError naming it, and nothing is written. Refused (ImportRefused) when its
+        vectors come from another embedder, or when the stores already hold its tenant (a tenant export) or a
+        conversation of it, unless ``replace``: then each of its conversations replaces the stored one. If writing
+        fails part-way, what was written is deleted again and ImportFailed says so (with ``replace``, which
+        conversations were replaced)."""
         with self._writing, reading(source) as lines:
             return import_memory(self.stores, lines, vector_space=self.settings.vector_space,
                                  dim=self.embedder.dim, replace=replace, on_written=self._conversation_imported)
