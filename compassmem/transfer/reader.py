@@ -38,7 +38,8 @@ from compassmem.transfer.records import (
     TurnLine,
 )
 
-# An event of about a thousand turns at the turn's largest size: past this a line is refused unread.
+# An event of about 350 turns of the largest size a turn may have (thousands of ordinary ones): past this a line is
+# refused unread.
 MAX_LINE_CHARS = 16 * 1024 * 1024
 
 
