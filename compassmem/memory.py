@@ -132,8 +132,8 @@ class Memory:
 
     def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
         """Delete a conversation from both stores (and, with ``compact_after_erasure``, from their files). Forgetting
-        one that has no memory is not an error (``events_deleted`` is 0). No forget command is recorded: that is the streaming topology's job
-        (``compassmem forget``, or DELETE on the API of ``compassmem dev``)."""
+        one that has no memory is not an error (``events_deleted`` is 0). No forget command is recorded: that is the
+        streaming topology's job (``compassmem forget``, or DELETE on the API of ``compassmem dev``)."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         with self._writing:
             events = self.stores.vectors.count(tenant, conversation_id)
