@@ -21,6 +21,7 @@ from compassmem import Memory, NotFound
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.models import Cluster, RelationType
 from compassmem.processors.relations import make_relation
+from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.transfer.importer import import_memory
 from compassmem.transfer.records import Counts, ExportFormatError, ImportFailed, ImportRefused
 
@@ -407,3 +408,18 @@ def test_the_command_line_shows_no_control_character_and_no_traceback(trio_file:
         assert "Traceback" not in run.stderr and "\x1b" not in run.stderr + run.stdout
         last = run.stderr.strip().splitlines()[-1]
         assert last.startswith("error: ") and said in last, last
+
+
+def test_an_export_refuses_what_an_import_would_refuse(tmp_path: Path, embedder: Embedder) -> None:
+    """qdrant-edge stores a NaN vector (it came in through an import before the checks); an export used to write it
+    as null, a backup no import could restore. Now it fails naming the record, and leaves no file."""
+    with open_memory(tmp_path / "data", embedder) as memory:
+        memory.add(other_tenant_turns())
+        turn = memory.stores.vectors.conversation_turns(OTHER_TENANT, OTHER_CONVERSATION)[0]
+        memory.stores.vectors.upsert_turns([turn.model_copy(update={"embedding": [float("nan")] * embedder.dim})],
+                                           [turn_keyword_vector(turn)])
+        backup = tmp_path / "backup.jsonl"
+        with pytest.raises(ExportFormatError, match=f"turn '{turn.turn_id}' of conversation '{OTHER_CONVERSATION}', "
+                                                    "which an import would refuse .turn.embedding: holds NaN"):
+            memory.export(backup, tenant=OTHER_TENANT)
+        assert not backup.exists()
