@@ -71,6 +71,13 @@ class Settings(BaseSettings):
     # batches), 140 vs 129 for 600-turn calls.
     embedding_batch_size: int = Field(default=16, ge=1, le=4096, description="Texts per batch of the torch "
                                       "embedder (onnx-int8 runs each text alone).")
+    compact_after_erasure: bool = Field(
+        default=False, description="After every redaction and forget (the library's, and the worker's when it "
+        "applies a command of the control topic), rewrite both stores' files so the deleted words leave the disk: "
+        "the embedded qdrant-edge shard is copied without them (store calls wait meanwhile, about 13 s per 100k "
+        "points on 2 cores, and dense searches are exact until the next build-index), FalkorDB rewrites its "
+        "append-only file. `compassmem compact` does the same on demand.",
+    )
     import_timezone: str = Field(
         default="UTC", description="Zone for LoCoMo session dates, which carry none."
     )

@@ -17,6 +17,8 @@ from typing import Any, Literal
 import structlog
 from structlog.typing import Processor
 
+from compassmem.terminal import terminal_safe
+
 LogFormat = Literal["console", "json"]
 
 # What configure_logging chose, for the libraries that install their own logging configuration later.
@@ -47,11 +49,17 @@ def _common_processors() -> list[Processor]:
     ]
 
 
+def _terminal_safe_values(logger: object, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Console lines are read at a terminal: text they carry (an error quoting a file's line) shows its control
+    characters as escapes. JSON lines escape them already."""
+    return {key: terminal_safe(value) if isinstance(value, str) else value for key, value in event.items()}
+
+
 def configure_logging(level: str = "INFO", log_format: LogFormat = "console") -> None:
     renderer: list[Processor] = (
         # Tracebacks as text in one field: a JSON line must stay one line.
         [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()] if log_format == "json"
-        else [structlog.dev.ConsoleRenderer(colors=False)]
+        else [_terminal_safe_values, structlog.dev.ConsoleRenderer(colors=False)]
     )
     structlog.configure(
         processors=[*_common_processors(), *renderer],

@@ -145,9 +145,9 @@ class Memory:
         return summary
 
     def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
-        """Delete a conversation from both stores, after recording a forget command on the control topic when a
-        stream is configured (``forget_published``). Forgetting one that has no memory is not an error
-        (``events_deleted`` is 0)."""
+        """Delete a conversation from both stores (and, with ``compact_after_erasure``, from their files), after
+        recording a forget command on the control topic when a stream is configured (``forget_published``).
+        Forgetting one that has no memory is not an error (``events_deleted`` is 0)."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         with self._writing:
             published = self._publish(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
@@ -158,6 +158,7 @@ class Memory:
             if self._pipeline is not None:
                 # Turns added again later start a new memory, with no relations to the deleted events.
                 self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)
+            self._erased()
         log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events,
                  forget_published=published)
         return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
@@ -174,7 +175,9 @@ class Memory:
         with self._writing:
             if self.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
                 raise NotFound(missing)
-            published = self._publish(RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id))
+            # "checked": the worker may find the turn already gone (deleted below), which is no reason to refuse it.
+            published = self._publish(RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
+                                                    if_absent="checked"))
             stored = redact_stored_turn(self.stores, tenant, conversation_id, turn_id)
             self.hot.invalidate(tenant, conversation_id)
             if stored is None:  # redacted meanwhile by another process, e.g. the worker's control agent
@@ -184,6 +187,7 @@ class Memory:
             if memory is not None:
                 # Later adds to this conversation must not write the turn back with its event.
                 memory.redact_turn(turn_id, stored.before, stored.event, stored.relations)
+            self._erased()
         return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
                             event_id=stored.event_id, event_deleted=stored.event is None,
                             redaction_published=published)
@@ -200,6 +204,7 @@ class Memory:
             if self._pipeline is not None:
                 for key in [k for k in self._pipeline.memories if k.startswith(f"{tenant}/")]:
                     self._pipeline.memories.pop(key)
+            self._erased()
         log.info("memory.tenant_deleted", tenant=tenant, events=events, forget_published=published)
         return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)
 
@@ -223,6 +228,17 @@ class Memory:
                                                    self.settings.control_topic, client_id="compassmem-library")
             self._control = self._own_control
         return self._control
+
+    def compact(self) -> bool:
+        """Rewrite both stores' files from what they hold now, so that what earlier redactions and forgets deleted
+        leaves the disk as well (``compassmem compact``; after every erasure with COMPASSMEM_COMPACT_AFTER_ERASURE).
+        False when the vectors live on a Qdrant server, whose files are its operator's to compact."""
+        with self._writing:
+            return self.stores.compact()
+
+    def _erased(self) -> None:
+        if self.settings.compact_after_erasure:
+            self.stores.compact()
 
     # -- reading -------------------------------------------------------------------------------------------------
 
@@ -336,10 +352,12 @@ class Memory:
                                  vector_space=self.settings.vector_space, dim=self.embedder.dim)
 
     def import_(self, source: Target, *, replace: bool = False) -> TransferSummary:
-        """Restore an export (a path or text stream) into these stores. Refused (ImportRefused) when its vectors
-        come from another embedder, or when the stores already hold its tenant (a tenant export) or conversation,
-        unless ``replace``: then each of its conversations replaces the stored one. A bad line raises
-        ExportFormatError naming it; a conversation is written whole or not at all."""
+        """Restore an export (a path or text stream) into these stores. The whole file is checked first: a bad line
+        anywhere raises ExportFormatError naming it, and nothing is written. Refused (ImportRefused) when its
+        vectors come from another embedder, or when the stores already hold its tenant (a tenant export) or a
+        conversation of it, unless ``replace``: then each of its conversations replaces the stored one. If writing
+        fails part-way, what was written is deleted again and ImportFailed says so (with ``replace``, which
+        conversations were replaced)."""
         with self._writing, reading(source) as lines:
             return import_memory(self.stores, lines, vector_space=self.settings.vector_space,
                                  dim=self.embedder.dim, replace=replace, on_written=self._conversation_imported)

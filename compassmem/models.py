@@ -33,6 +33,8 @@ MAX_URL_CHARS = 2048
 MAX_METADATA_DEPTH = 8
 MAX_METADATA_KEYS = 256
 MAX_METADATA_BYTES = 16 * 1024
+# A stored turn's text is ``Turn.indexed_text()``: the utterance and a "[shares <caption>]" per attachment.
+MAX_INDEXED_TEXT_BYTES = MAX_TEXT_BYTES + MAX_ATTACHMENTS * (len(" [shares ]") + 4 * MAX_CAPTION_CHARS)
 _INT64 = 2**63
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
@@ -106,6 +108,30 @@ def check_id(value: str) -> str:
         raise ValueError("must not be blank")
     if value in {".", ".."}:
         raise ValueError("must not be '.' or '..'")
+    return value
+
+
+def check_speaker(value: str) -> str:
+    """Who said a turn: not blank, at most 100 characters once normalised (``check_name``)."""
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return check_name(value, MAX_SPEAKER_CHARS)
+
+
+def check_session_id(value: str) -> str:
+    return check_name(value, MAX_SESSION_ID_CHARS)
+
+
+def check_text(value: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
+    """What was said: not blank, no control characters but tab, newline and carriage return, no lone surrogates,
+    at most ``max_bytes`` as UTF-8 (a turn's 16 KiB; what a store keeps of it, ``MAX_INDEXED_TEXT_BYTES``)."""
+    if not value.strip():
+        raise ValueError("must not be empty after stripping whitespace")
+    check_storable(value, multiline=True)
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        # Rejected rather than truncated: a silently cut turn would be evidence we cannot trust.
+        raise ValueError(f"is {size} bytes; the limit is {max_bytes} bytes ({max_bytes // 1024} KiB)")
     return value
 
 
@@ -275,14 +301,12 @@ class Turn(BaseModel):
     @field_validator("speaker")
     @classmethod
     def _speaker(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
-        return check_name(value, MAX_SPEAKER_CHARS)
+        return check_speaker(value)
 
     @field_validator("session_id")
     @classmethod
     def _session(cls, value: str | None) -> str | None:
-        return value if value is None else check_name(value, MAX_SESSION_ID_CHARS)
+        return value if value is None else check_session_id(value)
 
     @field_validator("metadata")
     @classmethod
@@ -303,14 +327,7 @@ class Turn(BaseModel):
     @field_validator("text")
     @classmethod
     def _text(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be empty after stripping whitespace")
-        check_storable(value, multiline=True)
-        size = len(value.encode("utf-8"))
-        if size > MAX_TEXT_BYTES:
-            # Rejected rather than truncated: a silently cut turn would be evidence we cannot trust.
-            raise ValueError(f"is {size} bytes; the limit is {MAX_TEXT_BYTES} bytes (16 KiB)")
-        return value
+        return check_text(value)
 
     @field_validator("timestamp")
     @classmethod

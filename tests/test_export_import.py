@@ -21,7 +21,9 @@ from compassmem import Memory, NotFound
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.models import Cluster, RelationType
 from compassmem.processors.relations import make_relation
-from compassmem.transfer.records import ExportFormatError, ImportRefused
+from compassmem.sinks.batching import turn_keyword_vector
+from compassmem.transfer.importer import import_memory
+from compassmem.transfer.records import Counts, ExportFormatError, ImportFailed, ImportRefused
 
 SAMPLE_CONVERSATION = "priya-tom"
 OTHER_TENANT, OTHER_CONVERSATION = "acme", "greenhouse"
@@ -220,3 +222,204 @@ def test_command_line_round_trip(exported: dict[str, Path], tmp_path: Path) -> N
     assert records(exported_again.stdout) == records(original)
     missing = compassmem("import", str(tmp_path / "missing.jsonl"))
     assert missing.returncode == 2 and "missing.jsonl: No such file or directory" in missing.stderr
+
+
+# -- a file is checked whole before anything is written ------------------------------------------------------------
+
+TRIO = "trio"
+
+
+@pytest.fixture(scope="module")
+def trio_file(source: Memory, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tenant of three conversations, exported: the file the whole-file rules are tried on."""
+    for conversation_id in ("first", "second", "third"):
+        source.add([{**turn, "tenant": TRIO, "conversation_id": conversation_id} for turn in other_tenant_turns()])
+    path = tmp_path_factory.mktemp("trio") / "trio.jsonl"
+    assert source.export(path, tenant=TRIO).conversations == 3
+    return path
+
+
+def records_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def as_file(lines: list[dict[str, Any]]) -> io.StringIO:
+    # json.dumps writes NaN and Infinity as the bare words Python's json module reads back.
+    return io.StringIO("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def stored_of_trio(memory: Memory) -> int:
+    return memory.stores.vectors.count(TRIO) + len(memory.stores.graph.conversation_stats(TRIO))
+
+
+def in_conversation(lines: list[dict[str, Any]], conversation_id: str, kind: str) -> int:
+    """The index of the first ``kind`` record of a conversation."""
+    return next(i for i, line in enumerate(lines)
+                if line["kind"] == kind and line[kind]["conversation_id"] == conversation_id)
+
+
+def test_a_file_cut_before_its_end_stores_nothing_and_the_whole_file_imports_after(
+        trio_file: Path, tmp_path: Path, embedder: Embedder) -> None:
+    """It used to store the two conversations it had read before finding the file cut, say nothing of them, and
+    then refuse the complete file, since they were there."""
+    lines = records_of(trio_file)
+    third = in_conversation(lines, "third", "event")
+    with open_memory(tmp_path / "data", embedder) as target:
+        for broken, message in ((lines[:-1], "ends without its 'end' line"),
+                                (lines[:third + 1] + ["{not json"] + lines[third + 1:], "not JSON")):
+            text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in broken)
+            with pytest.raises(ExportFormatError, match=f"{message}.*nothing of the file was imported"):
+                target.import_(io.StringIO(text))
+            assert stored_of_trio(target) == 0
+        summary = target.import_(trio_file)
+        assert summary.conversations == 3
+        turns = sum(len(target.stores.vectors.conversation_turns(TRIO, c)) for c in ("first", "second", "third"))
+        events = target.stores.vectors.count(TRIO)
+        relations = sum(len(target.stores.graph.relations(TRIO, c)) for c in ("first", "second", "third"))
+        assert summary.counts == Counts(turns=turns, events=events, relations=relations, clusters=0)
+
+
+def _edit(kind: str, change: Any) -> Any:  # noqa: ANN401 - an edit of the file's records
+    """Change the first ``kind`` record of the third conversation."""
+    def edit(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        change(lines[in_conversation(lines, "third", kind)][kind])
+        return lines
+    return edit
+
+
+def _set(field: str, value: Any) -> Any:  # noqa: ANN401
+    return lambda record: record.__setitem__(field, value)
+
+
+def _drop_a_turn(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn line taken out, its conversation's count mended: its event still holds it."""
+    index = in_conversation(lines, "third", "turn")
+    del lines[index]
+    closing = next(line for line in lines[index:] if line["kind"] == "conversation")
+    closing["counts"]["turns"] -= 1
+    return lines
+
+
+def _repeat_a_turn(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    index = in_conversation(lines, "third", "turn")
+    lines.insert(index, lines[index])
+    closing = next(line for line in lines[index:] if line["kind"] == "conversation")
+    closing["counts"]["turns"] += 1
+    return lines
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (_edit("turn", lambda t: t["embedding"].__setitem__(0, float("nan"))), "turn.embedding: holds NaN"),
+    (_edit("event", lambda e: e["embedding"].__setitem__(0, float("inf"))), "event.embedding: holds NaN or infinite"),
+    (_edit("turn", lambda t: t.__setitem__("embedding", [2 * x for x in t["embedding"]])), "turn.embedding: has "
+                                                                                              "length 2"),
+    (_edit("turn", _set("text", "x" * 8_000_000)), "turn.text: is 8000000 bytes; the limit is"),
+    (_edit("turn", _set("speaker", "Z" * 5000)), "turn.speaker: must be at most 100 characters, got 5000"),
+    (_edit("turn", _set("text", "a\x00b")), "turn.text: must not contain control characters such as U\\+0000"),
+    (_edit("event", _set("summary", "\x1b[2J cleared")), "event.summary: must not contain control characters such as "
+                                                         r"U\+001B"),
+    (_edit("turn", _set("speaker", "\ud800")), "turn.speaker: must not contain a lone surrogate"),
+    (_drop_a_turn, "event '.*' holds turn '.*', which the file does not hold"),
+    (_repeat_a_turn, r"turn '.*' of conversation 'third' again \(first on line"),
+    (_edit("event", lambda e: e["merged_from"].append("x/y")), "event.merged_from.0.: must not contain '/'"),
+])
+def test_a_bad_record_anywhere_is_named_and_nothing_is_written(
+        trio_file: Path, tmp_path: Path, embedder: Embedder, edit: Any, message: str) -> None:
+    with open_memory(tmp_path / "data", embedder) as target:
+        with pytest.raises(ExportFormatError, match=f"line [0-9]+: {message}"):
+            target.import_(as_file(edit(records_of(trio_file))))
+        assert stored_of_trio(target) == 0
+
+
+def test_references_between_records_are_checked(source: Memory, tmp_path: Path, embedder: Embedder) -> None:
+    """Relations must join events (or a topic) of the file and a topic's members must be its events: the sample
+    conversation's file has both."""
+    out = io.StringIO()
+    source.export(out, conversation_id=SAMPLE_CONVERSATION)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    relation = next(line["relation"] for line in lines if line["kind"] == "relation")
+    cluster = next(line["cluster"] for line in lines if line["kind"] == "cluster")
+    with open_memory(tmp_path / "data", embedder) as target:
+        for record, field, message in ((relation, "target", "the relation joins 'ghost'"),
+                                       (cluster, "members", "topic 'topic-atlas' lists event 'ghost'")):
+            original = record[field]
+            record[field] = "ghost" if field == "target" else [*original, "ghost"]
+            with pytest.raises(ExportFormatError, match=message):
+                target.import_(as_file(lines))
+            record[field] = original
+        assert target.stores.vectors.count("default") == 0
+        target.import_(as_file(lines))
+        assert target.stores.vectors.count("default") > 0
+
+
+def test_a_line_too_long_is_refused_before_it_is_read_whole(trio_file: Path, tmp_path: Path,
+                                                            embedder: Embedder) -> None:
+    lines = records_of(trio_file)
+    header = json.dumps(lines[0]) + "\n"
+    with open_memory(tmp_path / "data", embedder) as target, \
+            pytest.raises(ExportFormatError, match="line 2: longer than 16,777,216 characters"):
+        target.import_(io.StringIO(header + '{"kind": "turn", "turn": {"text": "' + "x" * 17_000_000 + '"}}\n'))
+
+
+def test_a_write_that_fails_part_way_is_undone(trio_file: Path, tmp_path: Path, embedder: Embedder) -> None:
+    """Writing fails after the second conversation (here: the callback that follows each conversation raises, as a
+    store that stops answering would): without --replace both are deleted again; with it they stay (they replaced
+    the stored ones) and the error names which conversation holds what."""
+    def failing_after(count: int) -> Any:  # noqa: ANN401
+        written: list[str] = []
+
+        def on_written(tenant: str, conversation_id: str) -> None:
+            written.append(conversation_id)
+            if len(written) == count:
+                raise RuntimeError("the disk is full")
+        return on_written
+
+    with open_memory(tmp_path / "data", embedder) as target:
+        settings = target.settings
+        with trio_file.open() as stream, pytest.raises(ImportFailed, match="the stores hold nothing of the file"):
+            import_memory(target.stores, stream, vector_space=settings.vector_space, dim=embedder.dim,
+                          on_written=failing_after(2))
+        assert stored_of_trio(target) == 0
+        target.import_(trio_file)
+        before = stored_of_trio(target)
+        with trio_file.open() as stream, pytest.raises(
+                ImportFailed, match="written whole, replacing what the stores held: 'first', 'second'; not written, "
+                                    "their stored memory unchanged: 'third'"):
+            import_memory(target.stores, stream, vector_space=settings.vector_space, dim=embedder.dim,
+                          replace=True, on_written=failing_after(2))
+        assert stored_of_trio(target) == before
+
+
+def test_the_command_line_shows_no_control_character_and_no_traceback(trio_file: Path, tmp_path: Path) -> None:
+    """A file path with an escape sequence in its error, a lone surrogate in a record: each one line on stderr,
+    control characters shown as escapes."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("COMPASSMEM_")}
+    env.update(COMPASSMEM_DATA_DIR=str(tmp_path / "data"),
+               COMPASSMEM_EMBEDDER_CACHE_DIR=str(library_settings(tmp_path).embedder_cache_dir))
+    lines = records_of(trio_file)
+    lines[in_conversation(lines, "second", "turn")]["turn"]["speaker"] = "\ud800"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(as_file(lines).getvalue())
+    for path, said in ((broken, "turn.speaker: must not contain a lone surrogate"),
+                       (tmp_path / "missing-\x1b[2J.jsonl", "missing-\\x1b[2J.jsonl: No such file or directory")):
+        run = subprocess.run([sys.executable, "-m", "compassmem.cli", "import", str(path)], env=env,
+                             capture_output=True, text=True, timeout=180, check=False)
+        assert run.returncode == 2, run.stderr
+        assert "Traceback" not in run.stderr and "\x1b" not in run.stderr + run.stdout
+        last = run.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and said in last, last
+
+
+def test_an_export_refuses_what_an_import_would_refuse(tmp_path: Path, embedder: Embedder) -> None:
+    """qdrant-edge stores a NaN vector (it came in through an import before the checks); an export used to write it
+    as null, a backup no import could restore. Now it fails naming the record, and leaves no file."""
+    with open_memory(tmp_path / "data", embedder) as memory:
+        memory.add(other_tenant_turns())
+        turn = memory.stores.vectors.conversation_turns(OTHER_TENANT, OTHER_CONVERSATION)[0]
+        memory.stores.vectors.upsert_turns([turn.model_copy(update={"embedding": [float("nan")] * embedder.dim})],
+                                           [turn_keyword_vector(turn)])
+        backup = tmp_path / "backup.jsonl"
+        with pytest.raises(ExportFormatError, match=f"turn '{turn.turn_id}' of conversation '{OTHER_CONVERSATION}', "
+                                                    "which an import would refuse .turn.embedding: holds NaN"):
+            memory.export(backup, tenant=OTHER_TENANT)
+        assert not backup.exists()

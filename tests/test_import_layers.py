@@ -26,7 +26,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "compassmem"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Records, settings and rules every layer shares.
     ("foundation", ("contracts", "models", "config", "api_keys", "loopback", "errors", "logging_setup", "child_process",
-                    "process_gc")),
+                    "process_gc", "terminal")),
     ("embedding, LLM, input", ("embedding", "onnx_embedding", "llm", "importers")),
     # The write path's logic, free of stores (the sinks compute keyword vectors with processors.text_features).
     ("processors", ("processors",)),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
@@ -18,6 +20,7 @@ import pytest
 from compassmem import AsyncClient, Client, Forbidden, Memory, NotFound, Unauthorized
 from compassmem.config import Settings
 from compassmem.contracts.commands import RedactCommand
+from compassmem.contracts.dead_letters import DeadLetter
 from compassmem.contracts.records import RedactResult
 from compassmem.models import RelationType, Turn
 from compassmem.monitoring.metrics import MemoryMetrics
@@ -414,3 +417,50 @@ def test_an_idle_close_requested_before_stale_markers_were_applied_still_closes(
         assert out.stats.idle_closed == 1
         assert header.open_turns == 0
         assert header.last_offset == last + 3 and header.content_offset == last
+
+
+def test_a_redaction_of_a_turn_never_seen_is_refused_and_a_dropped_turn_is_visible(stream_run: StreamRun) -> None:
+    """`compassmem redact` of a turn the stores do not hold is refused, as the API's DELETE answers 404 (it used to
+    block that id for good: a turn of that id posted later was accepted and silently dropped); `--unseen` blocks
+    one on purpose, and the turn of that id that comes later is dropped with a dead letter and a counter."""
+    data_dir = stream_run.root / "worker-data"
+    worker = stream_run.start_worker("unseen", data_dir)
+    worker.wait_assigned()
+    turns = stream_conversation("talk", 1, tenant="acme")
+    later = [turns[-1].model_copy(update={"turn_id": turn_id, "text": f"One more thing about the launch ({turn_id})."})
+             for turn_id in ("late-1", "late-2")]
+    env = stream_run.env(data_dir)
+
+    def redact(turn_id: str, *options: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "compassmem.cli", "redact", "talk", turn_id, "--tenant", "acme",
+                               *options], env=env, capture_output=True, text=True, timeout=120, check=False)
+
+    def applied() -> int:
+        return worker.batch_totals().get("applied", 0)
+
+    with stream_run.producer() as producer:
+        producer.produce(turns)
+        wait_until(lambda: applied() == len(turns), 90, "the conversation to be applied", 0.3, worker.tail)
+        refused = redact("late-1")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "refused" in refused.stderr and "no turn 'late-1'" in refused.stderr
+        blocked = redact("late-2", "--unseen")
+        assert blocked.returncode == 0, blocked.stdout + blocked.stderr
+        assert "done" in blocked.stdout
+        producer.produce(later)
+    wait_until(lambda: applied() == len(turns) + 1 and worker.batch_totals().get("redacted_dropped") == 1, 60,
+               "late-1 to be applied and late-2 to be dropped", 0.3, worker.tail)
+
+    letters = [DeadLetter.model_validate_json(record.value)
+               for record in stream_run.read_topic(stream_run.settings().dlq_topic)]
+    reasons = {(letter.stage.value, letter.reason_code.value): letter for letter in letters}
+    assert set(reasons) == {("control", "unknown_turn"), ("route", "redacted_turn")}
+    dropped = reasons["route", "redacted_turn"]
+    assert "late-2" in dropped.reason and dropped.original_base64 == "", "a redacted turn's words were copied"
+    scraped = httpx.get(worker.metrics_url(), timeout=10).text
+    for stage, reason in reasons:
+        assert f'compassmem_dead_letters_total{{reason="{reason}",stage="{stage}"}} 1.0' in scraped
+    worker.stop()
+    with stream_run.open_stores(data_dir) as stores:
+        stored = {t.turn_id for t in stores.vectors.conversation_turns("acme", "talk")}
+    assert "late-1" in stored and "late-2" not in stored

@@ -23,6 +23,7 @@ from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.logging_setup import configure_logging
 from compassmem.models import Event
 from compassmem.pipeline import IngestSummary
+from compassmem.terminal import echo
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +47,7 @@ def print_summary(summary: IngestSummary) -> None:
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
-        print(f"  {name:<{width}}  {value}")
+        echo(f"  {name:<{width}}  {value}")
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
@@ -56,12 +57,12 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant,
                                 subject_id=args.subject))
     except ImportFormatError as error:
-        print(f"error: {error}", file=sys.stderr)
+        echo(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"read {len(turns)} turns from {args.path}")
+    echo(f"read {len(turns)} turns from {args.path}")
     with Memory(settings) as memory:
         summary = memory.add(turns, progress=Progress(len(turns)))
-    print(f"memory built in {settings.data_dir}:")
+    echo(f"memory built in {settings.data_dir}:")
     print_summary(summary)
     return 0
 
@@ -72,23 +73,23 @@ def print_answer(question: str, response: QueryResponse, shown: int,
     the main entities, when; from ``frames``, by event id, where given), then its turns."""
     from compassmem.processors.event_frames import frame_lines
 
-    print(f"\nQ: {question}")
+    echo(f"\nQ: {question}")
     if response.answer:
-        print(f"A: {response.answer}")
-    print(f"   ranked turns: {', '.join(response.turn_ids[:shown])}  ({response.timings_ms.get('total', 0):.0f} ms)")
+        echo(f"A: {response.answer}")
+    echo(f"   ranked turns: {', '.join(response.turn_ids[:shown])}  ({response.timings_ms.get('total', 0):.0f} ms)")
     for item in response.evidence[:3]:
         path = " -> ".join(f"{step.type}" + (f"/{step.subtype}" if step.subtype else "") for step in item.path)
         anchors = ", ".join(f"{a.expression} = {a.start}" + (f"..{a.end}" if a.end != a.start else "")
                             for a in item.time_anchors[:3])
         event = (frames or {}).get(item.event_id)
-        print(f"   event {item.event_id[:8]} of {item.conversation_id} score {item.score:.2f}"
+        echo(f"   event {item.event_id[:8]} of {item.conversation_id} score {item.score:.2f}"
               + (f" via {path}" if path else " (seed)")
               + (f"; time: {anchors}" if anchors else ""))
         if event is not None:
             for label, text in frame_lines(event):
-                print(f"      {label + ':':<9} {text}")
+                echo(f"      {label + ':':<9} {text}")
         for turn in item.turns:
-            print(f"      {turn.turn_id} {turn.timestamp:%Y-%m-%d} {turn.speaker}: {turn.text}")
+            echo(f"      {turn.turn_id} {turn.timestamp:%Y-%m-%d} {turn.speaker}: {turn.text}")
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
@@ -107,12 +108,12 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     else:
         scope = {"conversation_id": words.pop(0)}
     if not words:
-        print("error: give at least one question", file=sys.stderr)
+        echo("error: give at least one question", file=sys.stderr)
         return 2
     try:
         requests = [QueryRequest(**scope, question=q, tenant=args.tenant, budget_turns=args.budget) for q in words]
     except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
+        echo(f"error: {error}", file=sys.stderr)
         return 2
     with Memory(settings) as memory:
         for request in requests:
@@ -121,7 +122,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
             except NotFound:
                 response = None
             if response is None or not response.turn_ids:
-                print(f"error: no memory for {request.scope_label} of tenant {args.tenant!r}", file=sys.stderr)
+                echo(f"error: no memory for {request.scope_label} of tenant {args.tenant!r}", file=sys.stderr)
                 return 1
             shown = list(dict.fromkeys(item.event_id for item in response.evidence[:3]))
             frames = {event.event_id: event for event in memory.get_events(shown, tenant=args.tenant)}
@@ -141,7 +142,28 @@ def cmd_build_index(args: argparse.Namespace, settings: Settings) -> int:
         vectors.build_search_index()
     finally:
         vectors.close()
-    print(f"search index built in {time.perf_counter() - started:.1f} s")
+    echo(f"search index built in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.memory import Memory
+
+    started = time.perf_counter()
+    with Memory(settings) as memory:
+        rewrote_vectors = memory.compact()
+        if args.build_index:
+            memory.stores.vectors.build_search_index()
+    echo(f"stores compacted in {time.perf_counter() - started:.1f} s: what redactions and forgets deleted has left "
+         "their files")
+    if rewrote_vectors:
+        echo(f"  vectors: the shard in {settings.data_dir / 'qdrant'} was rewritten with its live points only"
+             + ("; search index built" if args.build_index else
+                " (dense searches are exact until `compassmem build-index`)"))
+    else:
+        echo(f"  vectors: the Qdrant server ({settings.qdrant_url}) keeps deleted points in its own files until its "
+             "operator compacts them: see docs/security.md, Erasure")
+    echo(f"  graph: FalkorDB rewrote its append-only file{'' if settings.falkordb_url else ' and deleted the old one'}")
     return 0
 
 
@@ -198,6 +220,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "process for its whole run (about 30 s per 100k turns on 2 cores). A Qdrant server indexes "
                     "by itself: there it does nothing.")
     build_index.set_defaults(handler=cmd_build_index)
+    compact = commands.add_parser(
+        "compact", help="rewrite both stores' files so that deleted memory leaves the disk (erasure)",
+        description="A redaction or a forget deletes memory from the stores, but the engines keep the deleted words "
+                    "in their files until those are rewritten: qdrant-edge in its segments and write-ahead log, "
+                    "FalkorDB in its append-only file. This rewrites both from what they hold now (run it while no "
+                    "other process uses the embedded stores; COMPASSMEM_COMPACT_AFTER_ERASURE does it after every "
+                    "erasure). A Qdrant server's files are its operator's: see docs/security.md.")
+    compact.add_argument("--build-index", action="store_true",
+                         help="build the vector store's search index afterwards (as `compassmem build-index`)")
+    compact.set_defaults(handler=cmd_compact)
     mcp = commands.add_parser("mcp", help="serve memory as MCP tools for an agent (stdio, or HTTP with --port)",
                               description="Tools remember, recall, list_conversations, forget and redact_turn over "
                                           "the memory of the data directory (or the store servers the settings "
@@ -221,14 +253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings(**overrides)
     except SettingsFileError as error:
-        print(f"error: {error}", file=sys.stderr)
+        echo(f"error: {error}", file=sys.stderr)
         return 2
     except ValidationError as error:
         # Name the environment variable (and the file key), not just the field: that is what the user changes.
         for item in error.errors():
             field = ".".join(str(p) for p in item["loc"])
             name = f"{ENV_PREFIX}{field.upper()} ({field})" if field else "settings"
-            print(f"error: {name}: {item['msg']}", file=sys.stderr)
+            echo(f"error: {name}: {item['msg']}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.log_format)
     try:
@@ -245,12 +277,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = one_line(error)
         if message is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
+        echo(f"error: {message}", file=sys.stderr)
         return 2
 
 
 # Commands that always write under the data directory (dev broker log, Faust's directory), and commands that
 # open the stores, which need it only for an embedded store.
 _DATA_DIR_COMMANDS = frozenset({"dev", "worker", "broker"})
-_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "mcp", "export", "import"})
+_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "compact", "mcp", "export", "import"})
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from compassmem.terminal import echo
+
 
 class Progress:
     """A single self-updating stderr line: long imports show they are alive and how fast they go."""
@@ -18,6 +20,6 @@ class Progress:
         self.done += advanced
         elapsed = time.perf_counter() - self.started
         rate = self.done / elapsed if elapsed else 0.0
-        print(f"\r  ingested {self.done}/{self.total} turns ({rate:.0f} turns/s)", end="", file=sys.stderr, flush=True)
-        if self.done >= self.total:
-            print(file=sys.stderr)
+        # Ends with a carriage return: the next update overwrites the line, the last one ends it.
+        echo(f"  ingested {self.done}/{self.total} turns ({rate:.0f} turns/s)",
+             end="\n" if self.done >= self.total else "\r", file=sys.stderr, flush=True)

@@ -12,17 +12,20 @@ from typing import TYPE_CHECKING
 
 from compassmem.config import Settings
 from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
+from compassmem.terminal import echo
 
 if TYPE_CHECKING:
     from compassmem.contracts.commands import ForgetCommand, RedactCommand
 
+# How long `compassmem forget` and `compassmem redact` wait for the worker's answer by default.
+COMMAND_WAIT_S = 30.0
 MEMORY_ONLY = ("The dev broker is MEMORY-ONLY (Tansu with --storage-engine memory://): topics, offsets and consumer "
                "groups vanish when it stops. Use it for development and tests; set COMPASSMEM_KAFKA_BOOTSTRAP to a "
                "real Kafka cluster for anything that must survive a restart.")
 
 
 def _fail(message: object) -> int:
-    print(f"error: {message}", file=sys.stderr)
+    echo(f"error: {message}", file=sys.stderr)
     return 2
 
 
@@ -38,14 +41,14 @@ def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
         with DevBroker(port=port, log_path=settings.data_dir / "dev-broker.log") as broker:
             if not args.no_topics:
                 ensure_topics(broker.bootstrap, topic_specs(settings))
-            print(f"dev broker listening on {broker.bootstrap} (pid {broker.pid})")
-            print(f"  export COMPASSMEM_KAFKA_BOOTSTRAP={broker.bootstrap}")
-            print(f"  {MEMORY_ONLY}")
-            print("  Ctrl-C stops it.", flush=True)
+            echo(f"dev broker listening on {broker.bootstrap} (pid {broker.pid})")
+            echo(f"  export COMPASSMEM_KAFKA_BOOTSTRAP={broker.bootstrap}")
+            echo(f"  {MEMORY_ONLY}")
+            echo("  Ctrl-C stops it.", flush=True)
             stop.wait()
     except (BrokerStartupError, TopicSetupError) as error:
         return _fail(error)
-    print("dev broker stopped; everything it held is gone (memory-only)")
+    echo("dev broker stopped; everything it held is gone (memory-only)")
     return 0
 
 
@@ -66,12 +69,12 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
     try:
         ensure_topics(bootstrap, topic_specs(settings))
         pace = f" at {args.rate:g} turns/s" if args.rate else ""
-        print(f"producing {len(turns)} turns from {args.path} to {settings.turns_topic} on {bootstrap}{pace}")
+        echo(f"producing {len(turns)} turns from {args.path} to {settings.turns_topic} on {bootstrap}{pace}")
         with TurnProducer(bootstrap, settings.turns_topic) as producer:
             summary = producer.produce(turns, rate=args.rate, progress=Progress(len(turns)))
     except (TopicSetupError, ProduceError) as error:
         return _fail(error)
-    print(f"produced {summary.turns} turns of {summary.conversations} conversations in {summary.seconds:.1f} s "
+    echo(f"produced {summary.turns} turns of {summary.conversations} conversations in {summary.seconds:.1f} s "
           f"({summary.turns_per_second:.0f} turns/s)")
     return 0
 
@@ -101,12 +104,19 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(error)
 
 
-def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactCommand]) -> int:
-    """Write a control command to COMPASSMEM_CONTROL_TOPIC; 0, or 2 with one line on a bad field or no broker."""
+def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactCommand], what: str,
+                  wait_s: float) -> int:
+    """Write a control command to COMPASSMEM_CONTROL_TOPIC and wait up to ``wait_s`` for the worker's answer.
+
+    0 when the worker applied it, or when it did not answer in time (the command stays on the topic: a worker
+    applies it when it comes); 1 when it refused it (a redaction of a turn no store holds); 2 with one line on a
+    bad field or no broker."""
     from pydantic import ValidationError
 
     from compassmem.importers import describe_validation_error
     from compassmem.publish.producer import ProduceError, TurnProducer
+    from compassmem.streams.forget_log import command_answer
+    from compassmem.streams.messages import CommandRefused
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
 
     try:
@@ -117,32 +127,41 @@ def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactC
     try:
         ensure_topics(bootstrap, topic_specs(settings))
         with TurnProducer(bootstrap, settings.turns_topic, settings.control_topic) as producer:
-            producer.send_command(command)
+            partition, offset = producer.send_command(command)
     except (TopicSetupError, ProduceError) as error:
         return _fail(error)
+    echo(f"{what} requested on {settings.control_topic} (offset {offset})")
+    if wait_s <= 0:
+        return 0
+    answer = command_answer(bootstrap, settings.control_topic, partition, offset, wait_s)
+    if answer is None:
+        echo(f"no worker answered within {wait_s:g} s: the command stays on the topic and a worker applies it when "
+             "it reaches it (a redaction of a turn no store holds is then refused, with a dead letter)")
+        return 0
+    if isinstance(answer, CommandRefused):
+        echo(f"error: the worker refused it: {answer.reason}", file=sys.stderr)
+        return 1
+    echo(f"done: the worker applied it to both stores and marked it in {len(answer.markers)} turns partitions")
     return 0
 
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.contracts.commands import ForgetCommand
 
-    if code := _send_command(settings, lambda: ForgetCommand(tenant=args.tenant, conversation_id=args.conversation)):
-        return code
-    what = f"conversation {args.conversation!r} of tenant {args.tenant!r}" if args.conversation \
-        else f"every conversation of tenant {args.tenant!r}"
-    print(f"forget requested for {what} on {settings.control_topic}; the worker deletes it from both stores")
-    return 0
+    what = f"forget of conversation {args.conversation!r} of tenant {args.tenant!r}" if args.conversation \
+        else f"forget of every conversation of tenant {args.tenant!r}"
+    return _send_command(settings, lambda: ForgetCommand(tenant=args.tenant, conversation_id=args.conversation),
+                         what, args.wait)
 
 
 def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.contracts.commands import RedactCommand
 
-    if code := _send_command(settings, lambda: RedactCommand(tenant=args.tenant, conversation_id=args.conversation,
-                                                             turn_id=args.turn)):
-        return code
-    print(f"redaction of turn {args.turn!r} of conversation {args.conversation!r} (tenant {args.tenant!r}) "
-          f"requested on {settings.control_topic}; the worker rebuilds its event without it")
-    return 0
+    return _send_command(
+        settings, lambda: RedactCommand(tenant=args.tenant, conversation_id=args.conversation, turn_id=args.turn,
+                                        if_absent="block" if args.unseen else "refuse"),
+        f"redaction of turn {args.turn!r} of conversation {args.conversation!r} (tenant {args.tenant!r})"
+        + (", blocking it if it has not arrived" if args.unseen else ""), args.wait)
 
 
 def add_insecure_no_auth(command: argparse.ArgumentParser) -> None:
@@ -195,6 +214,8 @@ def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # typ
                     "stores and its tables, and a replay of the turns topic does not bring it back.",
     )
     forget.add_argument("--tenant", default="default")
+    forget.add_argument("--wait", type=float, default=COMMAND_WAIT_S, metavar="SECONDS",
+                        help=f"wait this long for the worker's answer (default {COMMAND_WAIT_S:g}; 0: do not wait)")
     scope = forget.add_mutually_exclusive_group(required=True)
     scope.add_argument("--conversation", help="the conversation id to forget")
     scope.add_argument("--whole-tenant", action="store_true", help="forget every conversation of --tenant")
@@ -203,8 +224,15 @@ def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # typ
         "redact", help="delete one turn of a conversation through the control topic",
         description="Write a redaction command to COMPASSMEM_CONTROL_TOPIC; the worker deletes the turn, rebuilds "
                     "the event that held it from its other turns, and drops the turn if the turns topic is "
-                    "replayed. (In-process memory without a worker: Memory.redact_turn.)")
+                    "replayed (or a turn of that id comes again). A turn the stores do not hold is refused, as "
+                    "the API's DELETE answers 404: nothing is redacted, and the refusal goes to the dead-letter "
+                    "topic. (In-process memory without a worker: Memory.redact_turn.)")
     redact.add_argument("conversation", help="the conversation id")
     redact.add_argument("turn", help="the turn id to delete")
     redact.add_argument("--tenant", default="default")
+    redact.add_argument("--unseen", action="store_true",
+                        help="block a turn id that has not arrived yet, on purpose: a turn of that id coming later "
+                             "is dropped (each with a dead letter); the conversation must have memory")
+    redact.add_argument("--wait", type=float, default=COMMAND_WAIT_S, metavar="SECONDS",
+                        help=f"wait this long for the worker's answer (default {COMMAND_WAIT_S:g}; 0: do not wait)")
     redact.set_defaults(handler=cmd_redact)

@@ -8,6 +8,7 @@ from typing import Any
 
 from compassmem.config import Settings
 from compassmem.models import DEFAULT_TENANT
+from compassmem.terminal import echo
 
 STDIO = "-"
 
@@ -40,7 +41,7 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
                                 conversation_id=args.conversation)
     where = "stdout" if args.out == STDIO else args.out
     # On stderr: stdout may be the export itself.
-    print(f"exported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
+    echo(f"exported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
           f"({summary.counts}) to {where}", file=sys.stderr)
     return 0
 
@@ -50,6 +51,6 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
 
     with Memory(settings) as memory:
         summary = memory.import_(sys.stdin if args.path == STDIO else args.path, replace=args.replace)
-    print(f"imported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
+    echo(f"imported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
           f"({summary.counts}) into {settings.data_dir}")
     return 0

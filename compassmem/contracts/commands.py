@@ -44,12 +44,17 @@ class ForgetCommand(BaseModel):
         return tenant == self.tenant and self.conversation_id in (None, conversation_id)
 
 
+IfAbsent = Literal["refuse", "block", "checked"]
+
+
 class RedactCommand(BaseModel):
     """Redact one turn: its point leaves the vector store and its event is rebuilt from the other turns.
 
-    ``{"command": "redact", "tenant": ..., "conversation_id": ..., "turn_id": ..., "requested_at": ...}``, keyed
-    like the conversation's turns. Its marker in the turns log takes the turn out of the worker's state where it
-    took effect, and the conversation's table record keeps the turn id, so the turn is dropped if it comes again.
+    ``{"command": "redact", "tenant": ..., "conversation_id": ..., "turn_id": ..., "if_absent": "refuse",
+    "requested_at": ...}``, keyed like the conversation's turns. Its marker in the turns log takes the turn out of
+    the worker's state where it took effect, and the conversation's table record keeps the turn id, so a turn of
+    that id is dropped (with a dead letter) if it comes again. ``if_absent`` says what the worker does when the
+    stores do not hold the turn: a redaction must not block a turn id by mistake.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -58,6 +63,14 @@ class RedactCommand(BaseModel):
     tenant: str = Field(pattern=TENANT_PATTERN)
     conversation_id: str
     turn_id: str
+    if_absent: IfAbsent = Field(
+        default="refuse",
+        description="When no store holds the turn: 'refuse' (the default, as the API's DELETE answers 404): nothing "
+                    "is redacted, the command goes to the dead-letter topic (reason unknown_turn); 'block' "
+                    "(`compassmem redact --unseen`): the turn id is blocked on purpose, so a turn of that id "
+                    "arriving later is dropped, refused only for a conversation with no memory at all (reason "
+                    "unknown_conversation); 'checked': the sender saw the turn in the stores and deletes it itself "
+                    "(the API's DELETE), so its absence here is no reason to refuse.")
     requested_at: datetime = Field(default_factory=utc_now)
 
     @field_validator("conversation_id", "turn_id")

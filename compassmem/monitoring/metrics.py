@@ -56,9 +56,12 @@ DEAD_LETTER_KINDS = (
     (DeadLetterStage.VALIDATE, DeadLetterReason.INVALID_FIELDS),
     (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_KEY),
     (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_PARTITION),
+    (DeadLetterStage.ROUTE, DeadLetterReason.REDACTED_TURN),
     (DeadLetterStage.PROCESS, DeadLetterReason.PROCESSING_ERROR),
     (DeadLetterStage.STORE, DeadLetterReason.STORE_REJECTED),
     (DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS),
+    (DeadLetterStage.CONTROL, DeadLetterReason.UNKNOWN_TURN),
+    (DeadLetterStage.CONTROL, DeadLetterReason.UNKNOWN_CONVERSATION),
 )
 
 

@@ -34,6 +34,7 @@ from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.sinks.factory import Stores, open_stores
+from compassmem.terminal import echo
 
 if TYPE_CHECKING:
     from compassmem.streams.runner import DevContext
@@ -117,14 +118,14 @@ def run_api(settings: Settings, *, insecure_no_auth: bool = False) -> int:
         check_exposure(settings, insecure_no_auth)
         check_api_topology(settings)
     except ApiStartupError as error:
-        print(f"error: {error}", file=sys.stderr)
+        echo(f"error: {error}", file=sys.stderr)
         return 2
     publisher: KafkaTurnPublisher | None = None
     if settings.kafka_bootstrap:
         try:
             publisher = KafkaTurnPublisher(settings.kafka_bootstrap, settings.turns_topic, settings.control_topic)
         except PublishError as error:
-            print(f"error: {error}", file=sys.stderr)
+            echo(f"error: {error}", file=sys.stderr)
             return 2
     else:
         log.warning("api.no_kafka", effect="POST /v1/turns answers 503 and DELETE records no forget command",

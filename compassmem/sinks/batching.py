@@ -6,13 +6,14 @@ flushes every sink of a writer together, in one order, as the first step of the 
 
 Besides the memory's records a sink may be handed two kinds of instruction, in the order they happened:
 ``ConversationForgotten`` (drop what was added for the conversation so far and delete it from the store before the
-records added after it are written) and the provisional records of ``ProvisionalSink``. A sink ignores the kinds
-it has nothing to do with.
+records added after it are written), ``TurnRedacted`` (a redaction changed the stores) and the provisional records
+of ``ProvisionalSink``. A sink ignores the kinds it has nothing to do with.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -50,7 +51,17 @@ class ProvisionalRetired:
     event_id: str
 
 
-Record = Event | IndexedTurn | Relation | Cluster | ConversationForgotten | ProvisionalEvent | ProvisionalRetired
+@dataclass(frozen=True, slots=True)
+class TurnRedacted:
+    """A redaction took a turn out of the stores (the worker, at the redaction's marker in the turns log)."""
+
+    tenant: str
+    conversation_id: str
+    turn_id: str
+
+
+Record = (Event | IndexedTurn | Relation | Cluster | ConversationForgotten | ProvisionalEvent | ProvisionalRetired
+          | TurnRedacted)
 
 
 class Sink(ABC):
@@ -229,3 +240,25 @@ class ProvisionalSink(Sink):
     def discard(self) -> None:
         self._events.clear()
         self._retired.clear()
+
+
+class CompactingSink(Sink):
+    """Rewrites the stores' files (``Stores.compact``) when a batch that erased something, a forget or a redaction,
+    is flushed: the deleted words leave the disk before the batch counts as committed, and a batch redone after a
+    crash compacts again. After the store sinks, so it finds their writes done."""
+
+    def __init__(self, compact: Callable[[], None]) -> None:
+        self._compact = compact
+        self._due = False
+
+    def add(self, record: Record) -> None:
+        if isinstance(record, ConversationForgotten | TurnRedacted):
+            self._due = True
+
+    def flush(self) -> None:
+        if self._due:
+            self._compact()
+            self._due = False
+
+    def discard(self) -> None:
+        self._due = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -75,6 +76,16 @@ class Stores:
     def embedded_vectors(self) -> bool:
         """True when the vectors live in an in-process shard that no other process may open."""
         return isinstance(self.vectors, EdgeVectorStore)
+
+    def compact(self) -> bool:
+        """Rewrite both stores' files from what they hold now, so that what was deleted (a redaction, a forget)
+        leaves the disk too; returns when it has. False when the vectors' files were not rewritten: a Qdrant
+        server's are its operator's to compact (see docs/security.md, Erasure)."""
+        started = time.perf_counter()
+        vectors = self.vectors.compact()
+        self.graph.compact()
+        log.info("stores.compacted", vectors=vectors, seconds=round(time.perf_counter() - started, 2))
+        return vectors
 
     def close(self) -> None:
         """Close both stores, then stop the embedded FalkorDB if this object started it."""

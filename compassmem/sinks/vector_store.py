@@ -261,6 +261,11 @@ class VectorStore(ABC):
         backend). A backend whose engine indexes in the background has nothing to do."""
         return None
 
+    def compact(self) -> bool:
+        """Rewrite the store's files so that nothing deleted stays in them (erasure); True when it did. A server
+        engine's files are its operator's to compact (docs/security.md, Erasure): nothing to do from here."""
+        return False
+
     def warm_page_cache(self, max_bytes: int) -> int:
         """Read up to ``max_bytes`` of the files a local engine reads payloads from, so that the operating system
         caches them; returns the bytes read. A server engine caches on its own: nothing to do."""

@@ -41,7 +41,8 @@ from pydantic import ValidationError
 
 from compassmem.config import Settings
 from compassmem.contracts.commands import CONTROL_COMMAND, ForgetCommand, RedactCommand
-from compassmem.contracts.dead_letters import DeadLetterReason, DeadLetterStage
+from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
+from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder
 from compassmem.importers import describe_validation_error
 from compassmem.llm_events import llm_steps
@@ -58,9 +59,10 @@ from compassmem.streams.checkpoint import (
     TableWrite,
 )
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.forget_log import executed_forgets
+from compassmem.streams.forget_log import answer_of, executed_forgets
 from compassmem.streams.messages import (
     CONTROL_HEADER,
+    CommandRefused,
     ControlKind,
     ForgetDone,
     ForgetMarker,
@@ -99,6 +101,7 @@ _STALL_S = 3.0
 # every partition) repeated four times before the records came. Records really lost on the way are still found,
 # later: a stall only delays them, since nothing past the partition's next offset is applied meanwhile.
 _BUSY_STALL_S = 30.0
+_ANSWER_KINDS = frozenset({ControlKind.FORGET_DONE.value.encode(), ControlKind.COMMAND_REFUSED.value.encode()})
 
 
 class _Stopping(Exception):  # noqa: N818 - a signal, not an error
@@ -114,6 +117,23 @@ def _forget_source(record: RawRecord) -> tuple[int, int] | None:
     except ValidationError:
         return None
     return marker.source_partition, marker.source_offset
+
+
+def _absent(stores: Stores, command: RedactCommand) -> tuple[DeadLetterReason, str] | None:
+    """Why a redaction must be refused: ``if_absent`` 'refuse' and no store holds the turn, or 'block' and the
+    conversation has no memory (no worker holds a state the blocked id could be kept in)."""
+    what = f"conversation {command.conversation_id!r} of tenant {command.tenant!r}"
+    if command.if_absent == "refuse" and stores.vectors.get_turn(command.tenant, command.conversation_id,
+                                                                 command.turn_id) is None:
+        return DeadLetterReason.UNKNOWN_TURN, (
+            f"no turn {command.turn_id!r} in {what}: nothing was redacted, and the id is not blocked (a turn the "
+            "worker has not applied yet counts as absent; to block a turn id that has not arrived, send the "
+            "command with if_absent 'block': compassmem redact --unseen)")
+    if command.if_absent == "block" and not stores.vectors.count_turns(
+            SearchScope.conversation(command.tenant, command.conversation_id)):
+        return DeadLetterReason.UNKNOWN_CONVERSATION, (
+            f"{what} has no memory: there is nothing to keep the blocked turn id {command.turn_id!r} with")
+    return None
 
 
 class FaustProducer:
@@ -177,7 +197,8 @@ class StreamingWorker:
                                                     api_keys=settings.api_keys)
         config = pipeline_config or PipelineConfig.from_settings(settings)
         self.processor = MemoryStreamProcessor(embedder, stores, config, observer=self.metrics,
-                                               llm=llm_steps(settings))
+                                               llm=llm_steps(settings),
+                                               compact_after_erasure=settings.compact_after_erasure)
         # Turns partition -> the next offset this worker will process there (for the lag gauge).
         self._next_offsets: dict[int, int] = {}
         # One thread: batches and forgets reach the stores strictly one at a time, in arrival order.
@@ -519,12 +540,11 @@ class StreamingWorker:
                 await stream.ack(event)
 
     async def _handle_control(self, record: RawRecord) -> None:
-        if record.header(CONTROL_HEADER) == ControlKind.FORGET_DONE.value.encode():
-            try:
-                done = ForgetDone.model_validate_json(record.value or b"")
-            except ValidationError:
-                return
-            self._executed_forgets.add((done.source_partition, done.source_offset))
+        if record.header(CONTROL_HEADER) in _ANSWER_KINDS:
+            # The worker's own answer to an earlier command (ForgetDone, CommandRefused).
+            answer = answer_of(record.headers, record.value)
+            if answer is not None:
+                self._executed_forgets.add((answer.source_partition, answer.source_offset))
             return
         if (record.partition, record.offset) in self._executed_forgets:
             # Read again (another app id, a reset group): its markers already sit in the turns log where it took
@@ -534,18 +554,17 @@ class StreamingWorker:
         try:
             command = CONTROL_COMMAND.validate_json(record.value or b"")
         except ValidationError as error:
-            letter = record.dead_letter(DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS,
-                                        describe_validation_error(error))
-            await (await self.dlq.send(key=record.key, value=letter.model_dump_json().encode("utf-8")))
-            self.metrics.dead_lettered([letter])
-            log.warning("stream.dead_letter", stage=letter.stage.value, reason=letter.reason, topic=record.topic,
-                        offset=record.offset)
+            await self._dead_letter(record.key, record.dead_letter(
+                DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS, describe_validation_error(error)))
             return
         loop = asyncio.get_running_loop()
         # Applied now, so the memory (or the turn) disappears at once even where partitions lag; each partition
         # applies it again when it reaches its marker (its own conversations only), which covers what it wrote
         # meanwhile.
-        await loop.run_in_executor(self.executor, self._apply_to_stores, command)
+        refusal = await loop.run_in_executor(self.executor, self._apply_to_stores, command)
+        if refusal is not None:
+            await self._refuse(record, *refusal)
+            return
         marker: ForgetMarker | RedactMarker
         if isinstance(command, RedactCommand):
             marker, kind = RedactMarker(redact=command, source_partition=record.partition,
@@ -567,8 +586,29 @@ class StreamingWorker:
         log.info("stream.control_command_applied", command=command.command, tenant=command.tenant,
                  conversation_id=command.conversation_id, partitions=self.settings.kafka_partitions)
 
-    def _apply_to_stores(self, command: ForgetCommand | RedactCommand) -> None:
+    async def _dead_letter(self, key: bytes | None, letter: DeadLetter) -> None:
+        await (await self.dlq.send(key=key, value=letter.model_dump_json().encode("utf-8")))
+        self.metrics.dead_lettered([letter])
+        log.warning("stream.dead_letter", stage=letter.stage.value, reason=letter.reason, topic=letter.topic,
+                    offset=letter.offset)
+
+    async def _refuse(self, record: RawRecord, code: DeadLetterReason, reason: str) -> None:
+        """A command the stores give no ground for: a dead letter, and the answer on the control topic, which its
+        sender reads and a worker reading the control topic again skips it by."""
+        await self._dead_letter(record.key, record.dead_letter(DeadLetterStage.CONTROL, code, reason))
+        refused = CommandRefused(source_partition=record.partition, source_offset=record.offset, reason=reason)
+        await (await self.control.send(key=record.key, value=refused.model_dump_json().encode("utf-8"),
+                                       partition=record.partition,
+                                       headers={CONTROL_HEADER: ControlKind.COMMAND_REFUSED.value.encode()}))
+        self._executed_forgets.add((record.partition, record.offset))
+
+    def _apply_to_stores(self, command: ForgetCommand | RedactCommand) -> tuple[DeadLetterReason, str] | None:
+        """Delete what the command names from the stores now; the reason to refuse it instead (a redaction of a
+        turn the stores do not hold, unless it says otherwise: ``RedactCommand.if_absent``), or None."""
         if isinstance(command, RedactCommand):
+            refusal = _absent(self.stores, command)
+            if refusal is not None:
+                return refusal
             redact_stored_turn(self.stores, command.tenant, command.conversation_id, command.turn_id)
         elif command.conversation_id is None:
             self.stores.vectors.delete_tenant(command.tenant)
@@ -576,6 +616,10 @@ class StreamingWorker:
         else:
             self.stores.vectors.delete_conversation(command.tenant, command.conversation_id)
             self.stores.graph.delete_conversation(command.tenant, command.conversation_id)
+        if self.settings.compact_after_erasure:
+            # Before the command is acknowledged: a crash before the compaction ends applies it again.
+            self.stores.compact()
+        return None
 
     # -- table tick: idle closes and the health gauges -----------------------------------------------------------
 

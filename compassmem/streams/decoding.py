@@ -48,9 +48,12 @@ class RawRecord:
                 return value
         return None
 
-    def dead_letter(self, stage: DeadLetterStage, code: DeadLetterReason, reason: str) -> DeadLetter:
+    def dead_letter(self, stage: DeadLetterStage, code: DeadLetterReason, reason: str,
+                    keep_value: bool = True) -> DeadLetter:
+        """The record as a dead letter; without its value (``keep_value=False``) when that holds words that must
+        not be copied: a turn whose id was redacted."""
         return DeadLetter(
-            original_base64=base64.b64encode(self.value or b"").decode("ascii"),
+            original_base64=base64.b64encode(self.value or b"" if keep_value else b"").decode("ascii"),
             original_key_base64=base64.b64encode(self.key).decode("ascii") if self.key is not None else None,
             stage=stage,
             reason_code=code,

@@ -1,8 +1,10 @@
-"""Which forget commands of the control topic were already executed: the ``ForgetDone`` records on that topic.
+"""The worker's answers on the control topic: ``ForgetDone`` for a command it executed, ``CommandRefused`` for one
+it refused.
 
-Read once when the worker's control agent starts, with a consumer of its own (no group), so the answer does not
-depend on the worker's app id or on its committed offsets. The control topic holds only forget commands and
-their ``ForgetDone`` records, so reading it whole stays cheap.
+``executed_forgets`` reads them all once when the worker's control agent starts, with a consumer of its own (no
+group), so the answer does not depend on the worker's app id or on its committed offsets; the control topic holds
+only commands and their answers, so reading it whole stays cheap. ``command_answer`` waits for the answer to one
+command (``compassmem forget`` and ``compassmem redact`` report it).
 """
 
 from __future__ import annotations
@@ -12,15 +14,29 @@ import time
 import structlog
 from pydantic import ValidationError
 
-from compassmem.streams.messages import CONTROL_HEADER, ControlKind, ForgetDone
+from compassmem.streams.messages import CONTROL_HEADER, CommandRefused, ControlKind, ForgetDone
 
 log = structlog.get_logger(__name__)
 
-_DONE = ControlKind.FORGET_DONE.value.encode()
+_ANSWERS: dict[bytes, type[ForgetDone] | type[CommandRefused]] = {
+    ControlKind.FORGET_DONE.value.encode(): ForgetDone,
+    ControlKind.COMMAND_REFUSED.value.encode(): CommandRefused,
+}
+
+
+def answer_of(headers: object, value: bytes | None) -> ForgetDone | CommandRefused | None:
+    """The worker's answer a control-topic record holds (by its ``compassmem-control`` header), or None."""
+    kind = _ANSWERS.get(dict(headers or []).get(CONTROL_HEADER))  # type: ignore[call-overload]
+    if kind is None:
+        return None
+    try:
+        return kind.model_validate_json(value or b"")
+    except ValidationError:
+        return None
 
 
 def executed_forgets(bootstrap: str, topic: str, idle_s: float = 0.5, timeout_s: float = 60.0) -> set[tuple[int, int]]:
-    """(partition, offset) of every control-topic command that has a ``ForgetDone`` record."""
+    """(partition, offset) of every control-topic command the worker answered (executed or refused)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,
@@ -41,16 +57,35 @@ def executed_forgets(bootstrap: str, topic: str, idle_s: float = 0.5, timeout_s:
             polled = consumer.poll(timeout_ms=int(idle_s * 1000))
             for records in polled.values():
                 for record in records:
-                    if dict(record.headers or []).get(CONTROL_HEADER) != _DONE:
-                        continue
-                    try:
-                        marker = ForgetDone.model_validate_json(record.value or b"")
-                    except ValidationError:
-                        continue
-                    done.add((marker.source_partition, marker.source_offset))
+                    answer = answer_of(record.headers, record.value)
+                    if answer is not None:
+                        done.add((answer.source_partition, answer.source_offset))
             if not polled and all(consumer.position(tp) >= (ends.get(tp) or 0) for tp in tps):
                 break
     finally:
         consumer.close()
     log.info("stream.executed_forgets_read", topic=topic, count=len(done))
     return done
+
+
+def command_answer(bootstrap: str, topic: str, partition: int, offset: int,
+                   timeout_s: float) -> ForgetDone | CommandRefused | None:
+    """The worker's answer to the command at ``partition``/``offset`` of the control topic, read from there on; None
+    when none came within ``timeout_s`` (no worker runs, or it is still catching up)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None)
+    try:
+        where = TopicPartition(topic, partition)
+        consumer.assign([where])
+        consumer.seek(where, offset + 1)
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            for records in consumer.poll(timeout_ms=int(min(left, 0.5) * 1000)).values():
+                for record in records:
+                    answer = answer_of(record.headers, record.value)
+                    if answer is not None and (answer.source_partition, answer.source_offset) == (partition, offset):
+                        return answer
+    finally:
+        consumer.close()
+    return None

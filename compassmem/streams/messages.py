@@ -5,7 +5,7 @@ dead-letter record, which code outside the worker writes or reads too, are in ``
   itself and told apart by the ``compassmem-control`` header. They sit in the log at the position where they took
   effect, so a replay of the turns topic reproduces forgets, redactions and idle closes exactly ("forgets are
   tombstones in the log").
-- control topic, besides the commands: ``ForgetDone``.
+- control topic, besides the commands: ``ForgetDone`` and ``CommandRefused``, the worker's answers.
 - change feeds (events / relations / clusters topics): ``EventChange``, ``RelationChange``, ``ClusterChange``,
   published after the stores were written, for consumers that keep caches current (e.g. a navigation view).
 """
@@ -29,6 +29,8 @@ class ControlKind(StrEnum):
     IDLE_CLOSE = "idle-close"
     # On the control topic, after a command's markers are in the turns log (see ``ForgetDone``).
     FORGET_DONE = "forget-done"
+    # On the control topic, for a command the worker refused (see ``CommandRefused``).
+    COMMAND_REFUSED = "command-refused"
 
 
 class ForgetMarker(BaseModel):
@@ -70,6 +72,19 @@ class ForgetDone(BaseModel):
     source_offset: int
     # Turns partition -> offset of this command's marker there.
     markers: dict[int, int] = Field(default_factory=dict)
+
+
+class CommandRefused(BaseModel):
+    """Written to the control topic for a command the worker refused (a redaction of a turn no store holds): the
+    sender (``compassmem redact``) reads it as the answer, and a worker reading the control topic again skips the
+    command as it skips one with a ``ForgetDone``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["command-refused"] = "command-refused"
+    source_partition: int
+    source_offset: int
+    reason: str
 
 
 class IdleCloseMarker(BaseModel):

@@ -39,6 +39,7 @@ from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment
 from compassmem.redaction import redact_stored_turn
 from compassmem.sinks.batching import (
+    CompactingSink,
     ConversationForgotten,
     GraphSink,
     ProvisionalEvent,
@@ -46,6 +47,7 @@ from compassmem.sinks.batching import (
     ProvisionalSink,
     Record,
     Sink,
+    TurnRedacted,
     VectorSink,
 )
 from compassmem.sinks.checkpoint import PipelineObserver, SinkCheckpoint
@@ -235,14 +237,17 @@ class MemoryStreamProcessor:
 
     def __init__(self, embedder: Embedder, stores: Stores, config: PipelineConfig | None = None,
                  clock: Callable[[], float] = time.time, max_cached_conversations: int = 256,
-                 observer: PipelineObserver | None = None, llm: LlmSteps | None = None) -> None:
+                 observer: PipelineObserver | None = None, llm: LlmSteps | None = None,
+                 compact_after_erasure: bool = False) -> None:
         self.stores = stores
         self.feed = ChangeFeed()
+        compacting = [_GuardedSink(CompactingSink(stores.compact), "stores")] if compact_after_erasure else []
         # Step 1 of the batch's commit (checkpoint.py flushes it); the order is the order of the writes.
         self.sinks = SinkCheckpoint(
             [_GuardedSink(VectorSink(stores.vectors), "vector store"),
              _GuardedSink(GraphSink(stores.graph), "graph store"),
              _GuardedSink(ProvisionalSink(stores.vectors), "vector store"),
+             *compacting,
              self.feed],
             observer, on_discard=self._forget_all_live,
         )
@@ -450,7 +455,12 @@ class MemoryStreamProcessor:
             out.stats.replayed_skipped += 1  # already in the state: redelivered after a crash
             return
         if turn.turn_id in entry.header.redacted_turn_ids:
-            out.stats.redacted_dropped += 1  # redacted before it came (again): it must not come back
+            # Redacted before it came (again): it must not come back, nor its words reach the dead-letter topic.
+            out.stats.redacted_dropped += 1
+            out.dead_letters.append(record.dead_letter(
+                DeadLetterStage.ROUTE, DeadLetterReason.REDACTED_TURN,
+                f"turn {turn.turn_id!r} of conversation {turn.conversation_id!r} was redacted before this record "
+                "came, so it is dropped (its text is not kept here)", keep_value=False))
             return
         entry.header.last_offset = entry.header.last_content_offset = record.offset
         entry.header.last_turn_id = turn.turn_id
@@ -568,6 +578,8 @@ class MemoryStreamProcessor:
                 self.feed.upsert_event(stored.event)
             for cluster in stored.clusters:
                 self.feed.add(cluster)
+        self.sinks.add(TurnRedacted(tenant=command.tenant, conversation_id=command.conversation_id,
+                                    turn_id=command.turn_id))
         if command.turn_id not in entry.header.redacted_turn_ids:
             entry.header.redacted_turn_ids.append(command.turn_id)
         entry.header.last_offset = entry.header.last_content_offset = record.offset

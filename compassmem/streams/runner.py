@@ -30,6 +30,7 @@ from compassmem.process_gc import freeze_long_lived_objects
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.topics import ensure_topics, topic_specs
+from compassmem.terminal import echo
 
 log = structlog.get_logger(__name__)
 
@@ -95,7 +96,7 @@ def run_worker(settings: Settings) -> int:
     try:
         server, _ = start_http_server(settings.metrics_port, settings.metrics_host, registry=metrics.registry)
     except OSError as error:
-        print(f"error: COMPASSMEM_METRICS_HOST/COMPASSMEM_METRICS_PORT: cannot serve /metrics on "
+        echo(f"error: COMPASSMEM_METRICS_HOST/COMPASSMEM_METRICS_PORT: cannot serve /metrics on "
               f"{settings.metrics_host}:{settings.metrics_port}: {error.strerror or error}", file=sys.stderr)
         return 2
     log.info("worker.metrics", url=f"http://{settings.metrics_host}:{server.server_port}/metrics")
@@ -112,7 +113,7 @@ def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
     with DevBroker(port=settings.dev_broker_port, log_path=settings.data_dir / "dev-broker.log") as broker:
         # The worker must use this broker whatever COMPASSMEM_KAFKA_BOOTSTRAP says.
         settings = settings.model_copy(update={"kafka_bootstrap": broker.bootstrap})
-        print(f"dev broker on {broker.bootstrap} (memory-only: topics and offsets vanish when `compassmem dev` "
+        echo(f"dev broker on {broker.bootstrap} (memory-only: topics and offsets vanish when `compassmem dev` "
               "stops; the stores keep the memory built)", file=sys.stderr)
         ensure_topics(broker.bootstrap, topic_specs(settings))
         embedder = make_embedder(settings)

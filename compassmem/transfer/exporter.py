@@ -7,11 +7,13 @@ store (the graph store keeps no observations or embeddings), provisional ones (o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from typing import TextIO
 
 import structlog
+from pydantic import ValidationError
 
 from compassmem.models import Cluster, Relation
 from compassmem.retrieval.listing import list_conversations, list_events
@@ -22,7 +24,9 @@ from compassmem.transfer.records import (
     Counts,
     End,
     EventLine,
+    ExportFormatError,
     Header,
+    RecordLine,
     RelationLine,
     TransferSummary,
     TurnLine,
@@ -62,6 +66,18 @@ def _conversation_ids(stores: Stores, tenant: str) -> Iterator[str]:
         cursor = page.next_cursor
 
 
+def _line(make: Callable[[], RecordLine], what: str) -> RecordLine:
+    """A record as a line of the file, held to the rules an import checks (``records``): the stores holding
+    something an import would refuse (a NaN vector) fails the export, rather than writing a file that cannot be
+    restored."""
+    try:
+        return make()
+    except ValidationError as error:
+        problem = "; ".join(item["msg"].removeprefix("Value error, ") for item in error.errors(include_url=False))
+        raise ExportFormatError(f"the stores hold {what}, which an import would refuse ({problem}); nothing was "
+                                "exported") from None
+
+
 def _export_conversation(stores: Stores, out: TextIO, tenant: str, conversation_id: str) -> Counts:
     turns = events = 0
     cursor: str | None = None
@@ -70,9 +86,10 @@ def _export_conversation(stores: Stores, out: TextIO, tenant: str, conversation_
         ids = [node.id for node in page.events]
         turns_by_event: dict[str, list[TurnLine]] = {}
         for turn in stores.vectors.turns_of_events(tenant, ids):
-            turns_by_event.setdefault(turn.event_id, []).append(TurnLine(turn=turn))
+            turns_by_event.setdefault(turn.event_id, []).append(
+                _line(partial(TurnLine, turn=turn), f"turn {turn.turn_id!r} of conversation {conversation_id!r}"))
         for event in stores.vectors.get_events(tenant, ids):
-            out.write(dump(EventLine(event=event)))
+            out.write(dump(_line(partial(EventLine, event=event), f"event {event.event_id!r}")))
             for line in turns_by_event.get(event.event_id, []):
                 out.write(dump(line))
                 turns += 1
@@ -82,9 +99,9 @@ def _export_conversation(stores: Stores, out: TextIO, tenant: str, conversation_
         cursor = page.next_cursor
     relations, clusters = _graph_records(stores, tenant, conversation_id)
     for cluster in clusters:
-        out.write(dump(ClusterLine(cluster=cluster)))
+        out.write(dump(_line(partial(ClusterLine, cluster=cluster), f"topic {cluster.cluster_id!r}")))
     for relation in relations:
-        out.write(dump(RelationLine(relation=relation)))
+        out.write(dump(_line(partial(RelationLine, relation=relation), f"relation {relation.relation_id!r}")))
     return Counts(turns=turns, events=events, relations=len(relations), clusters=len(clusters))
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
+
+from compassmem.transfer.reader import text_lines
 
 Target = str | os.PathLike[str] | TextIO
 
@@ -30,8 +33,17 @@ def writing(target: Target) -> Iterator[TextIO]:
 
 @contextmanager
 def reading(source: Target) -> Iterator[TextIO]:
-    if not isinstance(source, str | os.PathLike):
+    """A stream an import can read twice (it checks the whole file before writing any of it): the file at a path,
+    a seekable stream as it is, and anything else (stdin from a pipe) copied line by line into an unnamed temporary
+    file, deleted when the import ends, so that a large input is not held in memory."""
+    if isinstance(source, str | os.PathLike):
+        with Path(source).open(encoding="utf-8") as lines:
+            yield lines
+    elif source.seekable():
         yield source
-        return
-    with Path(source).open(encoding="utf-8") as lines:
-        yield lines
+    else:
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as copy:
+            for _, text in text_lines(source):
+                copy.write(text)
+            copy.seek(0)
+            yield copy

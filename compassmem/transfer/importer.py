@@ -1,58 +1,163 @@
 """Import: an export file into the stores, through the same sinks the write pipeline uses.
 
-Refused before anything is written when the file's vectors come from another embedder or dimension than the
-target's, or (unless ``replace``) when the target already holds memory where the file would write: the tenant for a
-tenant export, the conversation for a conversation export. A conversation is written only once all of its lines
-have been read and checked; if writing it fails, what was written of it is deleted again, so a conversation is
-either restored whole or absent.
+All of the file is checked before anything is written (``reader.check_file``): a bad line anywhere, a file cut off
+or broken in its last conversation, vectors of another embedder, refuses the whole file. So is memory already where
+the file would write (the tenant for a tenant export, each conversation), unless ``replace``. Then the file is read
+again and written conversation by conversation, a few hundred records at a time, so memory holds a page of records
+however large the file is. Either all of it lands or none of it: if writing fails part-way, what this import wrote
+is deleted again (with ``replace``, the conversations already written stay, having replaced the stored ones, and
+the error says exactly which). The summary counts what was written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
+from typing import TextIO
 
 import structlog
 
 from compassmem.contracts.search import SearchScope
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
-from compassmem.transfer.reader import Conversation, numbered, read_conversations, read_header
-from compassmem.transfer.records import Counts, Header, ImportRefused, TransferSummary
+from compassmem.transfer.reader import FilePlan, check_file, replay
+from compassmem.transfer.records import (
+    ClusterLine,
+    Counts,
+    EventLine,
+    ExportFormatError,
+    ImportFailed,
+    ImportRefused,
+    RecordLine,
+    RelationLine,
+    TransferSummary,
+)
 
 log = structlog.get_logger(__name__)
 
+# Records handed to the stores at a time.
+WRITE_BATCH = 256
+_LISTED = 10
 
-def import_memory(stores: Stores, lines: Iterable[str], *, vector_space: str, dim: int, replace: bool = False,
+
+def import_memory(stores: Stores, source: TextIO, *, vector_space: str, dim: int, replace: bool = False,
                   on_written: Callable[[str, str], None] | None = None) -> TransferSummary:
-    """Restore the export file whose lines are ``lines``; ``replace`` deletes each conversation of the file from
-    the target before writing it (the tenant's other conversations stay). ``on_written(tenant, conversation_id)``
-    runs after each conversation is written."""
-    numbered_lines = numbered(lines)
-    header = read_header(numbered_lines)
-    _check_vectors(header, vector_space, dim)
+    """Restore the export file ``source`` (a seekable text stream, read twice from where it stands); ``replace``
+    deletes each conversation of the file from the target before writing it (the tenant's other conversations
+    stay). ``on_written(tenant, conversation_id)`` runs after each conversation is written."""
+    start = source.tell()
+    try:
+        plan = check_file(source, vector_space=vector_space, dim=dim)
+    except ExportFormatError as error:
+        raise ExportFormatError(f"{error}; nothing of the file was imported") from None
+    tenant = plan.header.tenant
     if not replace:
-        _refuse_existing(stores, header.tenant, header.conversation_id)
-    total, conversations = Counts(), 0
-    for conversation in read_conversations(numbered_lines, header):
-        if replace:
-            _delete(stores, header.tenant, conversation.conversation_id)
+        _refuse_existing(stores, tenant, plan.header.conversation_id)
+        for conversation in plan.conversations:
+            _refuse_existing(stores, tenant, conversation.conversation_id)
+    source.seek(start)
+    writer = _Writer(stores, tenant, replace)
+    try:
+        for conversation_id, line in replay(source, plan):
+            if line is not None:
+                writer.add(conversation_id, line)
+                continue
+            writer.finish(conversation_id)
+            if on_written is not None:
+                on_written(tenant, conversation_id)
+    except BaseException as error:
+        message = writer.undo(plan, error)
+        if not isinstance(error, Exception):  # Ctrl-C, SystemExit: undone, and still what they were
+            raise
+        raise ImportFailed(message) from error
+    return TransferSummary(tenant=tenant, conversations=len(writer.written), counts=writer.counts)
+
+
+class _Writer:
+    """Writes the second pass's records, a conversation at a time, and knows what it wrote (to undo it)."""
+
+    def __init__(self, stores: Stores, tenant: str, replace: bool) -> None:
+        self.stores, self.tenant, self.replace = stores, tenant, replace
+        self.vectors, self.graph = VectorSink(stores.vectors), GraphSink(stores.graph)
+        self.written: list[str] = []
+        self.current: str | None = None
+        self._counts = dict.fromkeys(Counts.model_fields, 0)
+        self._pending = 0
+
+    def add(self, conversation_id: str, line: RecordLine) -> None:
+        if conversation_id != self.current:
+            self.current = conversation_id
+            if self.replace:
+                _delete(self.stores, self.tenant, conversation_id)
+            else:
+                # A writer may have added it since the first pass.
+                _refuse_existing(self.stores, self.tenant, conversation_id)
+        if isinstance(line, EventLine):
+            self.vectors.add(line.event)
+            # An open segment lives in the vector store only, as the pipeline's ProvisionalSink writes it.
+            if not line.event.provisional:
+                self.graph.add(line.event)
+        elif isinstance(line, ClusterLine | RelationLine):
+            self.graph.add(line.record)
         else:
-            # The file may name a conversation twice, or a writer may have added it since the check above.
-            _refuse_existing(stores, header.tenant, conversation.conversation_id)
-        _write(stores, header.tenant, conversation)
-        total, conversations = total + conversation.counts, conversations + 1
-        log.info("import.conversation_written", tenant=header.tenant, conversation_id=conversation.conversation_id,
-                 **conversation.counts.model_dump())
-        if on_written is not None:
-            on_written(header.tenant, conversation.conversation_id)
-    return TransferSummary(tenant=header.tenant, conversations=conversations, counts=total)
+            self.vectors.add(line.turn)
+        self._counts[f"{line.kind}s"] += 1
+        self._pending += 1
+        if self._pending >= WRITE_BATCH:
+            self._flush()
+
+    @property
+    def counts(self) -> Counts:
+        return Counts(**self._counts)
+
+    def finish(self, conversation_id: str) -> None:
+        self._flush()
+        self.vectors.settle()
+        self.written.append(conversation_id)
+        self.current = None
+        log.info("import.conversation_written", tenant=self.tenant, conversation_id=conversation_id)
+
+    def _flush(self) -> None:
+        # Nodes before the edges that need them: every event of the conversation comes before its topics and
+        # relations in the file, and the vector sink's events before the graph's.
+        self.vectors.flush()
+        self.graph.flush()
+        self._pending = 0
+
+    def undo(self, plan: FilePlan, error: BaseException) -> str:
+        """Delete what this import wrote (all of it; with ``replace`` only the conversation it stopped in) and say
+        what the stores hold of the file now."""
+        self.vectors.discard()
+        self.graph.discard()
+        stopped = self.current
+        doomed = ([] if self.replace else list(self.written)) + ([stopped] if stopped is not None else [])
+        failed: list[str] = []
+        for conversation_id in doomed:
+            try:
+                _delete(self.stores, self.tenant, conversation_id)
+            except Exception:  # noqa: BLE001 - the store that failed the write may refuse this too; say so below
+                failed.append(conversation_id)
+        where = f"conversation {stopped!r}" if stopped is not None else "the end of a conversation"
+        told = f"the import stopped in {where}: {error!r}"
+        log.error("import.failed", tenant=self.tenant, stopped_in=stopped, error=repr(error),
+                  written=len(self.written), undo_failed=failed)
+        if failed:
+            return (f"{told}; deleting what it had written failed too, so the stores may still hold these "
+                    f"conversations of the file: {_listed(failed)}; forget them, or import the file again with "
+                    "--replace")
+        if not self.replace:
+            return f"{told}; what it had written was deleted again: the stores hold nothing of the file"
+        parts = [told, f"written whole, replacing what the stores held: {_listed(self.written) or 'none'}"]
+        if stopped is not None:
+            parts.append(f"{stopped!r}: absent (its stored memory was deleted to be replaced)")
+        left = [c.conversation_id for c in plan.conversations if c.conversation_id not in {*self.written, stopped}]
+        if left:
+            parts.append(f"not written, their stored memory unchanged: {_listed(left)}")
+        return "; ".join(parts)
 
 
-def _check_vectors(header: Header, vector_space: str, dim: int) -> None:
-    if header.vector_space != vector_space or header.dim != dim:
-        raise ImportRefused(f"the file's vectors were made by the embedder {header.vector_space!r} ({header.dim}-d) "
-                            f"and the settings choose {vector_space!r} ({dim}-d): their vectors cannot be searched "
-                            f"together (set COMPASSMEM_EMBEDDER and COMPASSMEM_EMBEDDING_MODEL to the file's)")
+def _listed(ids: Sequence[str]) -> str:
+    shown = ", ".join(repr(i) for i in ids[:_LISTED])
+    return shown + (f" and {len(ids) - _LISTED} more" if len(ids) > _LISTED else "")
 
 
 def _refuse_existing(stores: Stores, tenant: str, conversation_id: str | None) -> None:
@@ -66,26 +171,6 @@ def _refuse_existing(stores: Stores, tenant: str, conversation_id: str | None) -
     if in_graph or stores.vectors.count(tenant, conversation_id) or stores.vectors.count_turns(scope):
         raise ImportRefused(f"the target already holds memory for {what}: import into empty stores, or replace the "
                             f"file's conversations (compassmem import --replace, Memory.import_(replace=True))")
-
-
-def _write(stores: Stores, tenant: str, conversation: Conversation) -> None:
-    vectors, graph = VectorSink(stores.vectors), GraphSink(stores.graph)
-    for event in conversation.events:
-        vectors.add(event)
-        # An open segment lives in the vector store only, as the pipeline's ProvisionalSink writes it.
-        if not event.provisional:
-            graph.add(event)
-    for turn in conversation.turns:
-        vectors.add(turn)
-    for record in (*conversation.clusters, *conversation.relations):
-        graph.add(record)
-    try:
-        vectors.flush()
-        graph.flush()
-    except BaseException:
-        # The conversation was absent (or deleted for ``replace``) before: leave it absent, not half written.
-        _delete(stores, tenant, conversation.conversation_id)
-        raise
 
 
 def _delete(stores: Stores, tenant: str, conversation_id: str) -> None:

@@ -1,19 +1,27 @@
-"""Reading an export file: every line validated, conversations handed on whole.
+"""Reading an export file, twice: ``check_file`` validates all of it before anything is written, ``replay`` hands
+its records to the writer.
 
-A conversation is handed on only once its ``conversation`` line has arrived and its counts match, so a file cut
-off or edited in the middle of a conversation is refused before any of that conversation is written. Errors name
-the line (1-based) and what is wrong with it.
+The first pass holds no records, only what the checks need: per conversation the ids and references of its records
+(about a hundred bytes a record), for the whole file the ids that must be unique across conversations and one digest
+per conversation. Every line is checked (``records``), then every conversation as a whole when its closing line
+comes: its counts, no record twice, and every reference inside it (a turn's event holds the turn and the other way
+round, a relation joins events or a topic of the conversation, a topic's members are its events); a file cut off
+or edited anywhere is refused before any of it is written. The second pass reads the same stream again and checks
+each conversation's digest against the first pass's, so a file that changed in between is caught too.
+
+Errors name the line (1-based) and what is wrong with it. A line may hold at most ``MAX_LINE_CHARS`` characters.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from pydantic import ValidationError
 
-from compassmem.models import Cluster, Event, IndexedTurn, Relation
 from compassmem.transfer.records import (
     FORMAT,
     LINE,
@@ -24,38 +32,201 @@ from compassmem.transfer.records import (
     EventLine,
     ExportFormatError,
     Header,
+    ImportRefused,
     RecordLine,
+    RelationLine,
     TurnLine,
 )
 
+# An event of about 350 turns of the largest size a turn may have (thousands of ordinary ones): past this a line is
+# refused unread.
+MAX_LINE_CHARS = 16 * 1024 * 1024
 
-@dataclass
-class Conversation:
-    """One conversation's records, checked against the header and each other."""
 
+@dataclass(frozen=True)
+class PlannedConversation:
     conversation_id: str
-    events: list[Event] = field(default_factory=list)
-    turns: list[IndexedTurn] = field(default_factory=list)
-    relations: list[Relation] = field(default_factory=list)
-    clusters: list[Cluster] = field(default_factory=list)
+    counts: Counts
+    digest: str
 
-    def add(self, line: RecordLine) -> None:
-        if isinstance(line, EventLine):
-            self.events.append(line.event)
-        elif isinstance(line, TurnLine):
-            self.turns.append(line.turn)
-        elif isinstance(line, ClusterLine):
-            self.clusters.append(line.cluster)
-        else:
-            self.relations.append(line.relation)
+
+@dataclass(frozen=True)
+class FilePlan:
+    """What the first pass found: the header and, in file order, each conversation with its counts and digest."""
+
+    header: Header
+    conversations: list[PlannedConversation]
 
     @property
     def counts(self) -> Counts:
-        return Counts(turns=len(self.turns), events=len(self.events), relations=len(self.relations),
-                      clusters=len(self.clusters))
+        return sum((c.counts for c in self.conversations), Counts())
 
 
-def read_header(lines: Iterator[tuple[int, str]]) -> Header:
+@dataclass
+class _Block:
+    """One conversation's records as the first pass sees them: their ids, references and line numbers."""
+
+    conversation_id: str
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(("turns", "events", "relations",
+                                                                          "clusters"), 0))
+    lines: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, id) -> its line
+    turn_events: dict[str, tuple[int, str]] = field(default_factory=dict)  # turn id -> (line, its event id)
+    held: dict[tuple[str, str], int] = field(default_factory=dict)  # (event id, turn id) -> the event's line
+    ends: list[tuple[int, str, str]] = field(default_factory=list)  # (line, relation source, relation target)
+    members: list[tuple[int, str, str]] = field(default_factory=list)  # (line, cluster id, member event id)
+
+    def add(self, number: int, line: RecordLine, unique: set[str]) -> None:
+        record_id = _record_id(line)
+        key = (line.kind, record_id)
+        if key in self.lines:
+            raise ExportFormatError(f"line {number}: {line.kind} {record_id!r} of conversation "
+                                    f"{self.conversation_id!r} again (first on line {self.lines[key]})")
+        if not isinstance(line, TurnLine):
+            # Turn ids repeat across conversations; the others are ids of the whole store.
+            if f"{line.kind}:{record_id}" in unique:
+                raise ExportFormatError(f"line {number}: {line.kind} {record_id!r} again, in another conversation")
+            unique.add(f"{line.kind}:{record_id}")
+        self.lines[key] = number
+        self.counts[f"{line.kind}s"] += 1
+        if isinstance(line, EventLine):
+            self.held.update({(line.event.event_id, turn_id): number for turn_id in line.event.turn_ids})
+        elif isinstance(line, TurnLine):
+            self.turn_events[line.turn.turn_id] = (number, line.turn.event_id)
+        elif isinstance(line, RelationLine):
+            self.ends.append((number, line.relation.source, line.relation.target))
+        else:
+            self.members.extend((number, line.cluster.cluster_id, member) for member in line.cluster.members)
+
+    def close(self, number: int, end: ConversationEnd) -> PlannedConversation:
+        counts = Counts(**self.counts)
+        if counts != end.counts:
+            raise ExportFormatError(f"line {number}: conversation {end.conversation_id!r} should have {end.counts}, "
+                                    f"the file holds {counts}")
+        self._check_references()
+        return PlannedConversation(self.conversation_id, counts, self.digest.hexdigest())
+
+    def _check_references(self) -> None:
+        events = {record_id for kind, record_id in self.lines if kind == "event"}
+        clusters = {record_id for kind, record_id in self.lines if kind == "cluster"}
+        for (event_id, turn_id), number in self.held.items():
+            owner = self.turn_events.get(turn_id)
+            if owner is None:
+                raise ExportFormatError(f"line {number}: event {event_id!r} holds turn {turn_id!r}, which the file "
+                                        "does not hold (its words could never be redacted)")
+            if owner[1] != event_id:
+                raise ExportFormatError(f"line {number}: event {event_id!r} holds turn {turn_id!r}, which line "
+                                        f"{owner[0]} gives to event {owner[1]!r}")
+        for turn_id, (number, event_id) in self.turn_events.items():
+            if (event_id, turn_id) not in self.held:
+                where = "does not hold it" if event_id in events else "the file does not hold"
+                raise ExportFormatError(f"line {number}: turn {turn_id!r} belongs to event {event_id!r}, which "
+                                        f"{where}")
+        for number, source, target in self.ends:
+            for end, allowed in ((source, events), (target, events | clusters)):
+                if end not in allowed:
+                    raise ExportFormatError(f"line {number}: the relation joins {end!r}, which is not an event "
+                                            f"(or a topic) of conversation {self.conversation_id!r} in the file")
+        for number, cluster_id, member in self.members:
+            if member not in events:
+                raise ExportFormatError(f"line {number}: topic {cluster_id!r} lists event {member!r}, which the file "
+                                        "does not hold")
+
+
+def check_file(stream: TextIO, *, vector_space: str, dim: int) -> FilePlan:
+    """The first pass: every line and every conversation checked (see the module), nothing kept but the plan.
+    ExportFormatError at the first problem; ImportRefused for vectors of another embedder or dimension."""
+    lines = _text_lines(stream)
+    header = _read_header(lines)
+    if header.vector_space != vector_space or header.dim != dim:
+        raise ImportRefused(f"the file's vectors were made by the embedder {header.vector_space!r} ({header.dim}-d) "
+                            f"and the settings choose {vector_space!r} ({dim}-d): their vectors cannot be searched "
+                            f"together (set COMPASSMEM_EMBEDDER and COMPASSMEM_EMBEDDING_MODEL to the file's)")
+    planned: list[PlannedConversation] = []
+    closed: dict[str, int] = {}  # conversation id -> the line that closed it
+    unique: set[str] = set()
+    block: _Block | None = None
+    for number, text, line in _records(lines, header):
+        if isinstance(line, End):
+            if block is not None:
+                raise ExportFormatError(f"line {number}: the file ends inside conversation "
+                                        f"{block.conversation_id!r} (no 'conversation' line closed it)")
+            if line.conversations != len(planned):
+                raise ExportFormatError(f"line {number}: the end line counts {line.conversations} conversations, "
+                                        f"the file holds {len(planned)}")
+            for extra, _ in lines:
+                raise ExportFormatError(f"line {extra}: a line after the end line")
+            return FilePlan(header, planned)
+        if isinstance(line, ConversationEnd):
+            if block is None or block.conversation_id != line.conversation_id:
+                raise ExportFormatError(f"line {number}: closes conversation {line.conversation_id!r}, which has "
+                                        "no records before it")
+            block.digest.update(text.encode())
+            planned.append(block.close(number, line))
+            closed[block.conversation_id] = number
+            block = None
+            continue
+        conversation_id = line.record.conversation_id
+        if block is None:
+            if conversation_id in closed:
+                raise ExportFormatError(f"line {number}: conversation {conversation_id!r} again (line "
+                                        f"{closed[conversation_id]} closed it)")
+            block = _Block(conversation_id)
+        elif conversation_id != block.conversation_id:
+            raise ExportFormatError(f"line {number}: a record of conversation {conversation_id!r} inside "
+                                    f"conversation {block.conversation_id!r} (no 'conversation' line closed it)")
+        block.digest.update(text.encode())
+        block.add(number, line, unique)
+    raise ExportFormatError("the file ends without its 'end' line: it was cut off"
+                            + (f" inside conversation {block.conversation_id!r}" if block else ""))
+
+
+def replay(stream: TextIO, plan: FilePlan) -> Iterator[tuple[str, RecordLine | None]]:
+    """The second pass over the same stream, from where the first began: each record with its conversation, then
+    (conversation id, None) once the conversation's lines are all read and match the first pass's digest."""
+    lines = _text_lines(stream)
+    _read_header(lines)
+    planned = iter(plan.conversations)
+    digest = hashlib.sha256()
+    for number, text, line in _records(lines, plan.header):
+        if isinstance(line, End):
+            return
+        digest.update(text.encode())
+        if isinstance(line, ConversationEnd):
+            expected = next(planned, None)
+            if expected is None or expected.conversation_id != line.conversation_id \
+                    or expected.digest != digest.hexdigest():
+                raise ExportFormatError(f"line {number}: the file changed while it was being imported")
+            digest = hashlib.sha256()
+            yield line.conversation_id, None
+        else:
+            yield line.record.conversation_id, line
+
+
+def text_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
+    """Every line with its 1-based number, blank ones too; ExportFormatError for a line over ``MAX_LINE_CHARS`` (it
+    is not read whole) or bytes that are not UTF-8."""
+    number = 0
+    while True:
+        try:
+            text = stream.readline(MAX_LINE_CHARS + 2)
+        except UnicodeDecodeError as error:
+            # A text stream decodes a block at a time: the bad byte is on this line or a little after it.
+            raise ExportFormatError(f"line {number + 1} or soon after: not UTF-8 text ({error.reason})") from None
+        if not text:
+            return
+        number += 1
+        if len(text.rstrip("\r\n")) > MAX_LINE_CHARS:
+            raise ExportFormatError(f"line {number}: longer than {MAX_LINE_CHARS:,} characters, the most a line of "
+                                    "an export may hold")
+        yield number, text
+
+
+def _text_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
+    return ((number, text) for number, text in text_lines(stream) if text.strip())
+
+
+def _read_header(lines: Iterator[tuple[int, str]]) -> Header:
     for number, text in lines:
         line = _parse(number, text)
         if not isinstance(line, Header):
@@ -65,61 +236,16 @@ def read_header(lines: Iterator[tuple[int, str]]) -> Header:
     raise ExportFormatError(f"the file is empty: a {FORMAT} file starts with a header line")
 
 
-def read_conversations(lines: Iterator[tuple[int, str]], header: Header) -> Iterator[Conversation]:
-    """The conversations after the header, each once its closing line has checked it; ExportFormatError at the
-    first bad line, and at the end of a file without its ``end`` line."""
-    current: Conversation | None = None
-    seen = 0
+def _records(lines: Iterator[tuple[int, str]],
+             header: Header) -> Iterator[tuple[int, str, RecordLine | ConversationEnd | End]]:
+    """The lines after the header, parsed, each record checked against the header's scope and dimension."""
     for number, text in lines:
         line = _parse(number, text)
-        if isinstance(line, End):
-            if current is not None:
-                raise ExportFormatError(f"line {number}: the file ends inside conversation "
-                                        f"{current.conversation_id!r} (no 'conversation' line closed it)")
-            if line.conversations != seen:
-                raise ExportFormatError(f"line {number}: the end line counts {line.conversations} conversations, "
-                                        f"the file holds {seen}")
-            _expect_nothing_after(lines)
-            return
         if isinstance(line, Header):
             raise ExportFormatError(f"line {number}: a second header line")
-        if isinstance(line, ConversationEnd):
-            if current is None or current.conversation_id != line.conversation_id:
-                raise ExportFormatError(f"line {number}: closes conversation {line.conversation_id!r}, which has "
-                                        "no records before it")
-            if current.counts != line.counts:
-                raise ExportFormatError(f"line {number}: conversation {line.conversation_id!r} should have "
-                                        f"{line.counts}, the file holds {current.counts}")
-            seen += 1
-            yield current
-            current = None
-            continue
-        conversation_id = _check_scope(number, line, header)
-        if current is None:
-            current = Conversation(conversation_id)
-        elif conversation_id != current.conversation_id:
-            raise ExportFormatError(f"line {number}: a record of conversation {conversation_id!r} inside "
-                                    f"conversation {current.conversation_id!r} (no 'conversation' line closed it)")
-        current.add(line)
-    raise ExportFormatError("the file ends without its 'end' line: it was cut off"
-                            + (f" inside conversation {current.conversation_id!r}" if current else ""))
-
-
-def numbered(text_lines: Iterable[str]) -> Iterator[tuple[int, str]]:
-    """The non-blank lines with their 1-based numbers."""
-    lines = iter(text_lines)
-    number = 0
-    while True:
-        try:
-            text = next(lines)
-        except StopIteration:
-            return
-        except UnicodeDecodeError as error:
-            # A text stream decodes a block at a time: the bad byte is on this line or a little after it.
-            raise ExportFormatError(f"line {number + 1} or soon after: not UTF-8 text ({error.reason})") from None
-        number += 1
-        if text.strip():
-            yield number, text
+        if not isinstance(line, ConversationEnd | End):
+            _check_scope(number, line, header)
+        yield number, text, line
 
 
 def _parse(number: int, text: str) -> Header | RecordLine | ConversationEnd | End:
@@ -134,15 +260,16 @@ def _parse(number: int, text: str) -> Header | RecordLine | ConversationEnd | En
 def _first_problem(error: ValidationError) -> str:
     problems = error.errors(include_url=False)
     first = problems[0]
-    # The first part of a location is the union's tag (the line's kind), which the field path repeats.
+    # The first part of a location is the union's tag (the line's kind), which the field path repeats; the rules
+    # of ``records`` name their field in the message itself.
     where = ".".join(str(part) for part in first["loc"][1:])
+    message = first["msg"].removeprefix("Value error, ")
     more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
-    return f"{where + ': ' if where else ''}{first['msg']}{more}"
+    return f"{where + ': ' if where else ''}{message}{more}"
 
 
-def _check_scope(number: int, line: RecordLine, header: Header) -> str:
-    """The record's conversation, after checking it belongs to the header's tenant (and conversation) and that its
-    vectors have the header's dimension."""
+def _check_scope(number: int, line: RecordLine, header: Header) -> None:
+    """The record belongs to the header's tenant (and conversation), and its vectors have the header's dimension."""
     record = line.record
     if record.tenant != header.tenant:
         raise ExportFormatError(f"line {number}: a {line.kind} of tenant {record.tenant!r} in a file of tenant "
@@ -155,9 +282,13 @@ def _check_scope(number: int, line: RecordLine, header: Header) -> str:
             size = "no" if vector is None else f"a {len(vector)}-d"
             raise ExportFormatError(f"line {number}: {line.kind}.{name}: {size} vector; the header says "
                                     f"{header.dim}-d")
-    return record.conversation_id
 
 
-def _expect_nothing_after(lines: Iterator[tuple[int, str]]) -> None:
-    for number, _ in lines:
-        raise ExportFormatError(f"line {number}: a line after the end line")
+def _record_id(line: RecordLine) -> str:
+    if isinstance(line, EventLine):
+        return line.event.event_id
+    if isinstance(line, TurnLine):
+        return line.turn.turn_id
+    if isinstance(line, ClusterLine):
+        return line.cluster.cluster_id
+    return line.relation.relation_id

@@ -11,22 +11,48 @@
 
 Records of one conversation are contiguous and closed by their ``conversation`` line, so a reader can check and
 write a conversation as a whole; the trailer counts and the ``end`` line tell a cut-off file from a complete one.
-The records inside are the stores' own models (``Event``, ``IndexedTurn``, ``Relation``, ``Cluster``).
+The records inside are the stores' own models (``Event``, ``IndexedTurn``, ``Relation``, ``Cluster``), held to the
+rules of what may enter the stores when a line is read (and written: an export never writes what an import would
+refuse): the ``Turn`` rules on what a store keeps of a turn (ids, speaker, text, session), no control character or
+lone surrogate in any string, at most ``MAX_STRING_BYTES`` in one, and finite vectors of unit length (a topic's
+centroid, a mean of unit vectors: at most unit length).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+import numpy as np
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 from compassmem.errors import CompassmemError
-from compassmem.models import TENANT_PATTERN, Cluster, Event, IndexedTurn, Relation, check_id
+from compassmem.models import (
+    MAX_INDEXED_TEXT_BYTES,
+    TENANT_PATTERN,
+    Cluster,
+    Event,
+    IndexedTurn,
+    Relation,
+    check_id,
+    check_session_id,
+    check_speaker,
+    check_storable,
+    check_text,
+)
 
 FORMAT = "compassmem-export"
 VERSION = 1
 ConversationId = Annotated[str, AfterValidator(check_id)]
+
+
+# The longest string a record may hold: a stored turn's text at its longest (a summary or a relation's evidence is
+# made of pieces of turns).
+MAX_STRING_BYTES = MAX_INDEXED_TEXT_BYTES
+# How far a stored embedding's length may be from 1: the stores keep them normalised, as float32.
+NORM_TOLERANCE = 1e-3
 
 
 class ExportFormatError(CompassmemError, ValueError):
@@ -35,6 +61,64 @@ class ExportFormatError(CompassmemError, ValueError):
 
 class ImportRefused(CompassmemError):
     """The file is valid but does not fit the target: another embedder, or memory already there."""
+
+
+class ImportFailed(CompassmemError):
+    """Writing a checked file failed part-way; the message says what the stores hold of it now."""
+
+
+def _check(where: str, check: Callable[[str], str], value: str | None) -> None:
+    if value is None:
+        return
+    try:
+        check(value)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _check_all(where: str, check: Callable[[str], str], values: Sequence[str]) -> None:
+    for index, value in enumerate(values):
+        _check(f"{where}[{index}]", check, value)
+
+
+def _string(value: str) -> str:
+    """Any string of a record: storable, and not longer than a stored turn's text."""
+    check_storable(value, multiline=True)
+    if len(value) > MAX_STRING_BYTES // 4 and (size := len(value.encode("utf-8"))) > MAX_STRING_BYTES:
+        raise ValueError(f"is {size} bytes; the limit is {MAX_STRING_BYTES} bytes")
+    return value
+
+
+def _every_string(where: str, value: object) -> None:
+    """Every string in a record (lists and objects walked without recursion), checked by ``_string``."""
+    stack: list[tuple[object, str]] = [(value, where)]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            _check(path, _string, node)
+        elif isinstance(node, dict):
+            stack.extend((item, f"{path}.{key}") for key, item in node.items())
+        elif isinstance(node, list):
+            stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node))
+
+
+def check_vector(where: str, vector: Sequence[float] | None, *, unit: bool) -> None:
+    """A stored vector: finite numbers, of length 1 (``unit``; a stored embedding) or at most 1 and not 0 (a topic's
+    centroid). NaN came in through JSON's ``NaN`` and was written back out as ``null``, which no import can read."""
+    if vector is None:
+        return
+    array = np.asarray(vector, dtype=np.float64)
+    if not np.isfinite(array).all():
+        raise ValueError(f"{where}: holds NaN or infinite numbers; a vector must be finite")
+    norm = float(np.linalg.norm(array))
+    if unit and abs(norm - 1.0) > NORM_TOLERANCE:
+        raise ValueError(f"{where}: has length {norm:.6g}; a stored embedding has length 1 (within "
+                         f"{NORM_TOLERANCE:g})")
+    if not unit and not 0.0 < norm <= 1.0 + NORM_TOLERANCE:
+        raise ValueError(f"{where}: has length {norm:.6g}; a topic's centroid has a length above 0 and at most 1")
+
+
+_turn_text = partial(check_text, max_bytes=MAX_INDEXED_TEXT_BYTES)
 
 
 class _Line(BaseModel):
@@ -48,7 +132,8 @@ class Header(_Line):
     tenant: str = Field(pattern=TENANT_PATTERN)
     conversation_id: ConversationId | None = Field(default=None,
                                                    description="Set when the file holds this conversation only.")
-    vector_space: str = Field(description="The embedder that made the vectors (Settings.vector_space).")
+    vector_space: Annotated[str, AfterValidator(_string)] = Field(
+        description="The embedder that made the vectors (Settings.vector_space).")
     dim: int = Field(gt=0)
     exported_at: datetime
 
@@ -56,6 +141,23 @@ class Header(_Line):
 class EventLine(_Line):
     kind: Literal["event"] = "event"
     event: Event
+
+    @model_validator(mode="after")
+    def _rules(self) -> EventLine:
+        event = self.event
+        for field in ("event_id", "conversation_id", "subject_id", "cluster_id"):
+            _check(f"event.{field}", check_id, getattr(event, field))
+        _check_all("event.merged_from", check_id, event.merged_from)
+        _check_all("event.participants", check_speaker, event.participants)
+        for index, observation in enumerate(event.observations):
+            where = f"event.observations[{index}]"
+            _check(f"{where}.turn_id", check_id, observation.turn_id)
+            _check(f"{where}.speaker", check_speaker, observation.speaker)
+            _check(f"{where}.text", _turn_text, observation.text)
+            _check(f"{where}.session_id", check_session_id, observation.session_id)
+        _every_string("event", event.model_dump(exclude={"embedding"}))
+        check_vector("event.embedding", event.embedding, unit=True)
+        return self
 
     @property
     def record(self) -> Event:
@@ -69,6 +171,18 @@ class TurnLine(_Line):
     kind: Literal["turn"] = "turn"
     turn: IndexedTurn
 
+    @model_validator(mode="after")
+    def _rules(self) -> TurnLine:
+        turn = self.turn
+        for field in ("conversation_id", "turn_id", "event_id", "subject_id"):
+            _check(f"turn.{field}", check_id, getattr(turn, field))
+        _check("turn.speaker", check_speaker, turn.speaker)
+        _check("turn.text", _turn_text, turn.text)
+        _check("turn.session_id", check_session_id, turn.session_id)
+        _every_string("turn", turn.model_dump(exclude={"embedding"}))
+        check_vector("turn.embedding", turn.embedding, unit=True)
+        return self
+
     @property
     def record(self) -> IndexedTurn:
         return self.turn
@@ -81,6 +195,16 @@ class ClusterLine(_Line):
     kind: Literal["cluster"] = "cluster"
     cluster: Cluster
 
+    @model_validator(mode="after")
+    def _rules(self) -> ClusterLine:
+        cluster = self.cluster
+        for field in ("cluster_id", "conversation_id"):
+            _check(f"cluster.{field}", check_id, getattr(cluster, field))
+        _check_all("cluster.members", check_id, cluster.members)
+        _every_string("cluster", cluster.model_dump(exclude={"centroid"}))
+        check_vector("cluster.centroid", cluster.centroid, unit=False)
+        return self
+
     @property
     def record(self) -> Cluster:
         return self.cluster
@@ -92,6 +216,14 @@ class ClusterLine(_Line):
 class RelationLine(_Line):
     kind: Literal["relation"] = "relation"
     relation: Relation
+
+    @model_validator(mode="after")
+    def _rules(self) -> RelationLine:
+        relation = self.relation
+        for field in ("relation_id", "conversation_id", "source", "target", "superseded_by"):
+            _check(f"relation.{field}", check_id, getattr(relation, field))
+        _every_string("relation", relation.model_dump())
+        return self
 
     @property
     def record(self) -> Relation:
