@@ -51,6 +51,8 @@ class RankingConfig(BaseModel):
     # 35.9 against 32.5 ms; 35 loaded 1,158, p50 33.2 ms (same process, alternating per question). LoCoMo dev @10
     # of categories 1-4 82.0 -> 82.2, @20 86.9 -> 86.5.
     dense_candidates: int = Field(default=100, ge=1)
+    # The dense list's weight in a turn's fused score (the keyword list's is 1, the window list's window_weight).
+    dense_weight: float = Field(default=1.0, ge=0.0)
     keyword_candidates: int = Field(default=100, ge=1)
     # Event-level dense search; off by default, like the keyword one below: the events of the turns found already
     # cover what it finds (LoCoMo dev recall@10 of categories 1-4 on two builds of the memory: 80.3 and 80.4 with 20
@@ -381,7 +383,7 @@ class QueryEngine:
         ranking = self.config.ranking
         k = ranking.rrf_constant
         dense_turns = view.turn_matrix @ vector
-        turn_rrf = 1.0 / (k + 1 + _rank_scores(dense_turns))
+        turn_rrf = ranking.dense_weight / (k + 1 + _rank_scores(dense_turns))
         for rank, key in enumerate(self._keyword_hits(view, text)):
             row = view.turn_row.get(key)
             if row is not None:
