@@ -11,11 +11,9 @@ import pytest
 
 from compassmem import Memory, Unavailable
 from compassmem.contracts.commands import CONTROL_COMMAND, ForgetCommand, RedactCommand
-from compassmem.sinks.factory import open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
-from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from conftest import StreamRun, interleave, reference_snapshots, stream_conversation, wait_until
-from test_streaming import committed_offsets, graph_matches, true_end_offsets
+from test_streaming import graph_matches, replayed
 
 
 def _gone_and_redacted(stores, redacted: str, kept_turns: int) -> None:  # noqa: ANN001 - Stores
@@ -66,19 +64,8 @@ def test_the_librarys_forget_and_redaction_reach_the_worker_and_survive_a_replay
     with stream_run.open_stores(data_dir) as stores:
         _gone_and_redacted(stores, redacted, len(kept))
 
-    # The replay: a new consumer group with empty tables and empty stores reads the turns topic from the start.
-    group = f"{stream_run.name}-replay"
-    with EmbeddedFalkorDB(stream_run.root / "falkordb-replay") as fresh_graph:
-        replay_dir = stream_run.root / "replay-data"
-        replay = stream_run.start_worker("library-replay", replay_dir, app_id=group,
-                                         COMPASSMEM_FALKORDB_URL=fresh_graph.url)
-        replay.wait_assigned()
-        wait_until(lambda: committed_offsets(stream_run, group, settings.turns_topic)
-                   == true_end_offsets(stream_run, settings.turns_topic), 120, "the replay to reach the end of the log",
-                   0.5, replay.stacks)
-        replay.stop()
-        with open_stores(stream_run.settings(replay_dir, falkordb_url=fresh_graph.url)) as stores:
-            _gone_and_redacted(stores, redacted, len(kept))
+    with replayed(stream_run, "library-replay") as (stores, _):
+        _gone_and_redacted(stores, redacted, len(kept))
 
 
 def test_a_command_the_broker_does_not_take_deletes_nothing(tmp_path: Path, embedder) -> None:  # noqa: ANN001

@@ -30,13 +30,12 @@ from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.redaction import redact_stored_turn
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
-from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, RedactMarker
 from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor
 from compassmem.streams.state import decode_header, decode_record
 from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
-from test_streaming import committed_offsets, graph_matches, true_end_offsets
+from test_streaming import graph_matches, replayed
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 MODEL_CACHE = Path(".compassmem", "models").resolve()
@@ -378,20 +377,9 @@ def test_a_redaction_survives_a_replay_of_the_turns_topic(stream_run: StreamRun,
 
     # The replay: a new consumer group with empty tables and empty stores reads the turns topic from the start;
     # the turn comes in again before the marker, and the marker takes it out again at its position.
-    settings = stream_run.settings()
-    group = f"{stream_run.name}-replay"
-    with EmbeddedFalkorDB(stream_run.root / "falkordb-replay") as fresh_graph:
-        replay_dir = stream_run.root / "replay-data"
-        replay = stream_run.start_worker("redact-replay", replay_dir, app_id=group,
-                                         COMPASSMEM_FALKORDB_URL=fresh_graph.url)
-        replay.wait_assigned()
-        wait_until(lambda: committed_offsets(stream_run, group, settings.turns_topic)
-                   == true_end_offsets(stream_run, settings.turns_topic), 120, "the replay to reach the end of the log",
-                   0.5, replay.stacks)
-        replay.stop()
+    with replayed(stream_run, "redact-replay") as (stores, replay):
         assert replay.batch_totals().get("redactions", 0) >= 1, replay.tail()
-        with open_stores(stream_run.settings(replay_dir, falkordb_url=fresh_graph.url)) as stores:
-            check(stores)
+        check(stores)
 
 
 def test_an_idle_close_requested_before_stale_markers_were_applied_still_closes(

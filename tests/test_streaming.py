@@ -9,10 +9,12 @@ Fixtures and helpers: the "streaming worker" section of conftest.py.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +24,7 @@ from kafka.partitioner.default import murmur2
 from prometheus_client import generate_latest
 
 from compassmem.contracts.commands import ForgetCommand
-from compassmem.sinks.factory import open_stores
+from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 from compassmem.streams.runner import InProcessWorker
@@ -124,6 +126,24 @@ def committed_offsets(run: StreamRun, group: str, topic: str) -> dict[int, int]:
         return {p: consumer.committed(TopicPartition(topic, p)) or 0 for p in range(PARTITIONS)}
     finally:
         consumer.close()
+
+
+@contextlib.contextmanager
+def replayed(run: StreamRun, label: str) -> Iterator[tuple[Stores, WorkerProcess]]:
+    """A replay: a new consumer group with empty tables and empty stores (its own FalkorDB) reads the turns topic
+    from the start to its end; yields what it built (the worker stopped) and the worker, for its log."""
+    settings = run.settings()
+    group = f"{run.name}-{label}"
+    with EmbeddedFalkorDB(run.root / f"falkordb-{label}") as fresh_graph:
+        replay_dir = run.root / f"{label}-data"
+        replay = run.start_worker(label, replay_dir, app_id=group, COMPASSMEM_FALKORDB_URL=fresh_graph.url)
+        replay.wait_assigned()
+        wait_until(lambda: committed_offsets(run, group, settings.turns_topic)
+                   == true_end_offsets(run, settings.turns_topic), 120, "the replay to reach the end of the log",
+                   0.5, replay.stacks)
+        replay.stop()
+        with open_stores(run.settings(replay_dir, falkordb_url=fresh_graph.url)) as stores:
+            yield stores, replay
 
 
 # -- at-least-once delivery, idempotent writes -------------------------------------------------------------------
