@@ -314,7 +314,8 @@ def _repeat_a_turn(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (_edit("turn", lambda t: t.__setitem__("embedding", [2 * x for x in t["embedding"]])), "turn.embedding: has "
                                                                                               "length 2"),
     (_edit("turn", _set("text", "x" * 8_000_000)), "turn.text: is 8000000 bytes; the limit is"),
-    (_edit("turn", _set("speaker", "Z" * 5000)), "turn.speaker: must be at most 100 characters, got 5000"),
+    (_edit("turn", _set("speaker", "Z" * 5000)),
+     r"turn.speaker: must be at most 100 characters once normalised \(NFKC\), got 5000"),
     (_edit("turn", _set("text", "a\x00b")), "turn.text: must not contain control characters such as U\\+0000"),
     (_edit("event", _set("summary", "\x1b[2J cleared")), "event.summary: must not contain control characters such as "
                                                          r"U\+001B"),
