@@ -31,10 +31,21 @@ def test_a_duration_becomes_the_year_it_started() -> None:
     from compassmem.processors.time_resolution import resolve_time_expressions
 
     anchors = resolve_time_expressions("We have been together for three years now", SAID)
-    assert "y:2021" in turn_time_keys(anchors)
+    assert "y:2021" in turn_time_keys("We have been together for three years now", anchors)
     day = TimeAnchor(expression="yesterday", start=date(2024, 10, 20), end=date(2024, 10, 20),
                      granularity=Granularity.DAY)
-    assert turn_time_keys([day]) == ["d:2024-10-20"]
+    assert turn_time_keys("yesterday", [day]) == ["d:2024-10-20"]
+
+
+def test_a_trip_from_one_day_to_another_covers_the_days_between() -> None:
+    from compassmem.processors.time_resolution import resolve_time_expressions
+
+    text = "I was away from October 11 to October 20, hiking in the Alps."
+    keys = turn_time_keys(text, resolve_time_expressions(text, SAID))
+    assert {"d:2024-10-11", "d:2024-10-12", "d:2024-10-20"} <= set(keys)
+    # Two days named apart are two days, not a range.
+    text = "We met on 3 October and again on 12 October."
+    assert "d:2024-10-05" not in turn_time_keys(text, resolve_time_expressions(text, SAID))
 
 
 def _trip(filler: int) -> list[Turn]:

@@ -14,13 +14,15 @@ turns speaking of it, a month those speaking of that month.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Sequence
 from datetime import date, timedelta
 
-from compassmem.models import TimeAnchor
+from compassmem.models import Granularity, TimeAnchor
 
 DAY_SPAN = 16
 MONTH_SPAN = 100
+_JOINED = re.compile(r"\s*(?:to|until|till|through|-|–)\s*", re.IGNORECASE)
 # A question's span is never turned into more keys than this (a span of decades would list every year).
 MAX_KEYS = 64
 
@@ -39,14 +41,36 @@ def span_keys(start: date, end: date) -> list[str]:
     return [f"y:{year}" for year in range(start.year, min(end.year, start.year + MAX_KEYS - 1) + 1)]
 
 
-def turn_time_keys(anchors: Iterable[TimeAnchor]) -> list[str]:
-    """A turn's keys: every time it mentions (sorted, each once). Not the time it was said: the turns of a session
-    said on the day a question names are found by what they say, and as the channel's candidates they were rivals
-    of the turns that speak of that day (LoCoMo development split, recall@10 of questions naming a date: 86.5
-    without the channel, 81.7 with the days said, docs/decisions/)."""
-    keys: set[str] = set()
+def joined_spans(text: str, anchors: Sequence[TimeAnchor]) -> list[tuple[date, date]]:
+    """The spans two consecutive days of a text (in text order, as ``time_resolution`` gives them) make when joined
+    as a range ("from October 11 to October 20", "May 3 - May 9"): a trip from the 11th to the 20th covers the 12th
+    as well."""
+    spans: list[tuple[date, date]] = []
+    position = 0
+    ends: list[tuple[int, int]] = []
     for anchor in anchors:
-        keys.update(span_keys(anchor.start, anchor.end))
+        start = text.find(anchor.expression, position)
+        if start < 0:
+            return spans
+        ends.append((start, start + len(anchor.expression)))
+        position = start + len(anchor.expression)
+    for (first, second), ((_, first_end), (second_start, _)) in zip(zip(anchors, anchors[1:]),
+                                                                      zip(ends, ends[1:])):
+        days = (second.start - first.end).days
+        if (first.granularity is Granularity.DAY and second.granularity is Granularity.DAY and 0 < days <= DAY_SPAN
+                and _JOINED.fullmatch(text[first_end:second_start])):
+            spans.append((first.start, second.end))
+    return spans
+
+
+def turn_time_keys(text: str, anchors: Sequence[TimeAnchor]) -> list[str]:
+    """A turn's keys: every time it mentions, and the ranges two of them make (sorted, each once). Not the time it
+    was said: the turns of a session said on the day a question names are found by what they say, and as the
+    channel's candidates they were rivals of the turns that speak of that day (LoCoMo development split, recall@10
+    of questions naming a date: 86.5 without the channel, 81.7 with the days said, docs/decisions/002)."""
+    keys: set[str] = set()
+    for start, end in [*((anchor.start, anchor.end) for anchor in anchors), *joined_spans(text, anchors)]:
+        keys.update(span_keys(start, end))
     return sorted(keys)
 
 

@@ -170,7 +170,7 @@ def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
                               else {"embedding", "category_labels"})
     payload[KIND_FIELD] = TURN_KIND
     if turn.has_time_expression:
-        payload[TIME_KEYS_FIELD] = turn_time_keys(resolve_time_expressions(turn.text, turn.timestamp))
+        payload[TIME_KEYS_FIELD] = turn_time_keys(turn.text, resolve_time_expressions(turn.text, turn.timestamp))
     return payload
 
 
