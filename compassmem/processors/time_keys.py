@@ -67,7 +67,8 @@ def turn_time_keys(text: str, anchors: Sequence[TimeAnchor]) -> list[str]:
     """A turn's keys: every time it mentions, and the ranges two of them make (sorted, each once). Not the time it
     was said: the turns of a session said on the day a question names are found by what they say, and as the
     channel's candidates they were rivals of the turns that speak of that day (LoCoMo development split, recall@10
-    of questions naming a date: 86.5 without the channel, 81.7 with the days said, docs/decisions/002)."""
+    of questions naming a date: 86.5 without the channel, 81.7 with the days said; see
+    docs/decisions/002-retrieval-across-conversation-styles.md)."""
     keys: set[str] = set()
     for start, end in [*((anchor.start, anchor.end) for anchor in anchors), *joined_spans(text, anchors)]:
         keys.update(span_keys(start, end))
