@@ -99,8 +99,8 @@ SHIFT_FEATURES: tuple[str, ...] = (
     "echo",                      # ... or echoes ("A golden retriever?")
     "asks_you",                  # ... or is asked of the other person ("Do you like ...?")
 )
-SHIFT_BIAS = -1.563
-SHIFT_WEIGHTS: tuple[float, ...] = (-1.486, -0.921, -1.648, -0.949, 0.684, 0.241, 0.640, -0.045, -1.804, 1.040, -1.240, -0.091, 1.072)
+SHIFT_BIAS = -1.815
+SHIFT_WEIGHTS: tuple[float, ...] = (-1.282, -1.186, -1.621, -0.758, 0.419, 0.344, 0.725, -0.130, -1.964, -0.831, -1.216, -0.301, 0.983)
 
 # The request model: logistic regression over ``request_features``, for a requester's turn in a conversation where
 # the other party helps (a service chat, a user with an assistant): does the turn start a new request, or follow up
@@ -133,8 +133,8 @@ REQUEST_FEATURES: tuple[str, ...] = (
 # Which request features are also read relative to the conversation (their indices).
 RELATIVE_REQUEST_FEATURES = tuple(REQUEST_FEATURES.index(name) for name in (
     "similarity_previous", "similarity_left", "similarity_blocks", "similarity_request", "word_overlap"))
-REQUEST_BIAS = -2.911
-REQUEST_WEIGHTS: tuple[float, ...] = (0.0,) * len(REQUEST_FEATURES)
+REQUEST_BIAS = -2.327
+REQUEST_WEIGHTS: tuple[float, ...] = (-3.849, -4.688, -1.633, -1.833, 0.382, -0.033, 1.916, 0.498, -8.264, -6.599, -8.217, 10.812, -0.774, -1.641, -1.913, 0.470, 0.505, 0.244, 0.305, -1.558)
 
 # Turns of context the features read: three before the candidate turn, the turn, and the look-ahead turn.
 CONTEXT_TURNS = 5
@@ -168,7 +168,7 @@ class SegmentationConfig(BaseModel):
     # over the conversation's turns) and the share of it subtracted.
     centre_rate: float = Field(default=0.1, gt=0.0, le=1.0)
     centre_strength: float = Field(default=0.7, ge=0.0, le=1.0)
-    # ... reached in full once the conversation has this many turns.
+    # For the request model, that share grows to the full one over the conversation's first this many turns.
     centre_turns: int = Field(default=8, ge=1)
     # A segment of fewer turns is not cut on the topic-shift score (markers and requests still cut it).
     min_turns: int = Field(default=1, ge=1)
@@ -528,13 +528,15 @@ class BoundaryDetector:
         state.centre = ((1 - rate) * previous + rate * embedding).tolist()
         state.centre_weight = (1 - rate) * state.centre_weight + rate
 
-    def centre_offset(self, state: SegmenterState) -> np.ndarray | None:
+    def centre_offset(self, state: SegmenterState, ramp: bool = False) -> np.ndarray | None:
+        """The share of the running mean to take off the embeddings; with ``ramp`` (the request model's), a share
+        that grows over the conversation's first ``centre_turns`` turns."""
         if state.centre is None or state.centre_weight <= 0:
             return None
-        # The mean of a conversation's first few turns is mostly those turns themselves: taking it off whole would
-        # set them against each other, so its share grows with the turns seen.
-        ramp = min(1.0, state.turns / self.config.centre_turns)
-        return np.asarray(state.centre, dtype=np.float32) * (self.config.centre_strength * ramp / state.centre_weight)
+        # The mean of a chat's first few turns is mostly those turns themselves: taken off whole, it sets a short
+        # question and its long answer against each other.
+        share = min(1.0, state.turns / self.config.centre_turns) if ramp else 1.0
+        return np.asarray(state.centre, dtype=np.float32) * (self.config.centre_strength * share / state.centre_weight)
 
     def limits(self, state: SegmenterState) -> tuple[float, float]:
         """The soft and hard token limits of this conversation's events (see ``SegmentationConfig``). Where a
@@ -559,7 +561,7 @@ class BoundaryDetector:
             return False, shift_features(state.context, following, self.centre_offset(state))
         request = state.open_turns[0]
         features = request_features(state.context, following, request, self._tokens(request.turn), state.resolving,
-                                     self.centre_offset(state))
+                                     self.centre_offset(state, ramp=True))
         return True, features + state.request_moments.relative([features[i] for i in RELATIVE_REQUEST_FEATURES])
 
     def _hard_boundary(self, state: SegmenterState, turn: Turn, tokens: int) -> BoundaryReason | None:

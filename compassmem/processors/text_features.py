@@ -320,10 +320,11 @@ def resolves_request(text: str) -> bool:
 
 
 def closes(text: str) -> bool:
-    """"No, thanks", "That will be all", "I appreciate your help.": a reply that ends a request rather than making
-    one (opens with a closing, or is short and thanks)."""
-    return _CLOSING.match(text) is not None or (len(text) <= _SHORT_CHARS and len(words(text)) <= _SHORT_WORDS
-                                                 and _GRATITUDE.search(text) is not None)
+    """"No, thanks", "That will be all", "I appreciate your help.": a short reply that ends a request rather than
+    making one (it opens with a closing, or thanks)."""
+    if len(text) > _SHORT_CHARS or len(words(text)) > _SHORT_WORDS:
+        return False
+    return _CLOSING.match(text) is not None or _GRATITUDE.search(text) is not None
 
 
 # A request of one's own, said early in a turn: "I'm trying to ...", "Can you help me find ...", "I need a taxi".
