@@ -133,8 +133,8 @@ REQUEST_FEATURES: tuple[str, ...] = (
 # Which request features are also read relative to the conversation (their indices).
 RELATIVE_REQUEST_FEATURES = tuple(REQUEST_FEATURES.index(name) for name in (
     "similarity_previous", "similarity_left", "similarity_blocks", "similarity_request", "word_overlap"))
-REQUEST_BIAS = -2.327
-REQUEST_WEIGHTS: tuple[float, ...] = (-3.849, -4.688, -1.633, -1.833, 0.382, -0.033, 1.916, 0.498, -8.264, -6.599, -8.217, 10.812, -0.774, -1.641, -1.913, 0.470, 0.505, 0.244, 0.305, -1.558)
+REQUEST_BIAS = -2.306
+REQUEST_WEIGHTS: tuple[float, ...] = (-3.820, -4.684, -1.657, -1.855, 0.378, -0.039, 1.910, 0.480, -8.289, -6.556, -8.161, 10.780, -0.789, -1.629, -1.908, 0.469, 0.506, 0.247, 0.309, -1.559)
 
 # Turns of context the features read: three before the candidate turn, the turn, and the look-ahead turn.
 CONTEXT_TURNS = 5
