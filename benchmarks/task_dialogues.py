@@ -28,6 +28,7 @@ import argparse
 import json
 import random
 from collections.abc import Sequence
+from itertools import pairwise
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ def single_task_dialogues(corpus: Path, split: str) -> list[TaskDialogue]:
             if len(item["services"]) != 1:
                 continue
             speakers = [turn["speaker"] for turn in item["turns"]]
-            if speakers[0] != "USER" or speakers[-1] != "SYSTEM" or any(a == b for a, b in zip(speakers, speakers[1:])):
+            if speakers[0] != "USER" or speakers[-1] != "SYSTEM" or any(a == b for a, b in pairwise(speakers)):
                 continue  # keeps user and system alternating across the joins
             found.append(TaskDialogue(item["dialogue_id"], item["services"][0].split("_")[0],
                                       tuple(turn["utterance"] for turn in item["turns"])))

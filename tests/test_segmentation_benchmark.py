@@ -4,6 +4,7 @@ at each join, BEAM sessions with a gold boundary at each request, and every data
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def test_task_dialogues_are_joined_whole_with_a_gold_boundary_at_each_join(tmp_p
     for dialogue in joined:
         sources = [source.rsplit("-", 1) for source in dialogue["sources"]]
         assert 3 <= len(sources) <= 4 and "99" not in [n for _, n in sources]  # single-service dialogues only
-        assert all(a[0] != b[0] for a, b in zip(sources, sources[1:]))  # adjacent domains differ
+        assert all(a[0] != b[0] for a, b in pairwise(sources))  # adjacent domains differ
         # Each segment is one whole source dialogue: its size, and its utterances in order.
         at = 0
         for (service, number), size in zip(sources, dialogue["segments"], strict=True):

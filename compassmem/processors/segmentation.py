@@ -1,37 +1,49 @@
-"""Event boundary detection (Event Segmentation Theory): cut the turn stream where the conversation moves on.
+"""Event boundary detection (Event Segmentation Theory): cut the turn stream where the conversation moves on. An event
+is a topic between peers and a request where one party helps (a service chat, a user with an assistant).
 
 Streaming with one turn of look-ahead: the boundary before a turn is decided when the next turn arrives (or on
 arrival, for the rules below that need no look-ahead), and a decision is final; the past is never re-segmented.
 Until then the turn sits in the open segment like any other, so the open segment (what a stream processor shows
 as a provisional event) always holds every turn received.
 
+Who helps is learnt per session, from the turns so far: a speaker named as an assistant (``HELPER_NAMES``), one who
+offers more help ("Anything else I can help you with?") without having opened the session, one who sees the other
+off after their thanks, or one who answers the session's opening request.
+
 Rules, in order:
 
 1. Hard boundaries, decided on arrival: a new session, a long silence (``max_gap``), a new participant once two
-   have spoken, the length limit, and a time shift ("the next day", "last week", ...) past ``min_tokens``. At the
-   length limit the pending boundary before the previous turn is taken instead when the rules below allow a cut
-   there, so the limit does not part a question from its answer.
-2. A helper's offer of more help ("Is there anything else I can help you with?") followed by a turn that is not a
-   closing ("No, thanks"): the turn starts a new request. The offer itself closes the request before it.
-3. A sentence opening with a topic-shift or new-request phrase ("By the way", "Speaking of", "Any plans for",
-   "One more thing", "I also need", ...): the turn starts a new topic (not within the session's first two turns,
-   which the topic-shift score below never parts either).
-4. An answer continues its question: a turn after another speaker's question is never cut on meaning.
-5. A comment continues what it comments on: a turn that opens with an anaphor or a reaction ("That's two more
-   weeks of work", "Wow, congrats!") and asks nothing is not cut, until the segment passes ``soft_max_tokens``.
-6. A topic-shift score: a logistic model over what the turns *say* on a short window around the candidate gap
-   (the turn and the next against the two before the gap, the turn against the three before it), the depth of
-   the similarity dip (how coherent the turns just before and just after the gap are, against the gap itself),
-   shared content words, and the question structure (a new question opens a topic, one that points back with a
-   pronoun or echoes what was said does not). Past ``soft_max_tokens`` the threshold falls to a quarter.
-   With a ``BoundaryJudge`` (an LLM asked "does this turn start a new topic?", off by default), a probability
-   within ``llm_band`` of the threshold, where the model is little better than chance, is decided by the judge's
-   answer instead; no answer (a failure, an unclear reply, the conversation's budget spent) leaves the score's.
+   have spoken, the length limit, and a time shift ("the next day", "last week", ...) past ``min_tokens``. The
+   limits count each turn's tokens up to ``turn_token_cap`` (what the embedder reads of it) and scale with the
+   conversation's mean turn; the hard limit never cuts before a helper's turn, and at the limit the pending boundary
+   before the previous turn is taken instead when the rules below allow a cut there, so the limit does not part a
+   question from its answer.
+2. A helper's turn never opens an event: it answers the request it follows.
+3. A resolution ("Have a great day!", "You're welcome") followed by a turn that is not a closing ("No, thanks"):
+   the turn starts a new request.
+4. A helper's offer of more help followed by a turn that asks for something of its own and does not point back
+   ("Yes, I need to change my address"): a new request.
+5. A sentence opening with a topic-shift or new-request phrase ("By the way", "Speaking of", "Any plans for",
+   "One more thing", "I also need", ...): the turn starts a new topic (not within the session's first two turns).
+6. Between peers: an answer continues its question (a turn after another speaker's question is never cut on
+   meaning), and a comment continues what it comments on (a turn that opens with an anaphor or a reaction and asks
+   nothing, until the segment passes the soft limit).
+7. A score: with a helper, the request model (``REQUEST_FEATURES``: is the other party's turn a new request or a
+   follow-up, a clarification, a confirmation, thanks?); between peers, the topic-shift model (``SHIFT_FEATURES``:
+   what the turns *say* on a short window around the gap, the depth of the similarity dip, shared content words,
+   question structure). Past the soft limit (peers only) the threshold falls to a quarter. With a
+   ``BoundaryJudge`` (an LLM asked "does this turn start a new topic?", off by default), a probability within
+   ``llm_band`` of the threshold, where the model is little better than chance, is decided by the judge's answer
+   instead; no answer (a failure, an unclear reply, the conversation's budget spent) leaves the score's.
 
 The embeddings compared are the ones the pipeline computes for retrieval, which carry the speaker and the date
 (``Turn.search_text``): every turn of a session shares that part. The detector compares them after taking off a
 share of the conversation's running mean (``centre_strength`` of an exponential moving average), which removes
-most of what all turns share, so no second embedding per turn is needed.
+most of what all turns share, so no second embedding per turn is needed. The request model also reads its
+similarities relative to the conversation's own (``RunningMoments``): a chat whose requests all concern one
+project is similar throughout, and what marks a new request there is a dip below its usual.
+
+Why it is built this way, with the measurements: ``docs/decisions/001-event-boundaries.md``.
 
 The state is a pydantic model so a stream processor can keep it in a table and resume after a restart.
 """
@@ -81,9 +93,10 @@ class BoundaryReason(StrEnum):
     END = "end_of_input"
 
 
-# The topic-shift model: logistic regression over ``shift_features``, fitted on the `train` split of TIAGE
-# (PersonaChat dialogues with human topic-shift labels) by `python -m benchmarks.segmentation --fit`, which prints
-# these numbers; the turns were fed as the pipeline feeds them (search-text embeddings, two alternating speakers).
+# The topic-shift model: logistic regression over ``shift_features``, fitted on the gaps it decides in the `train`
+# splits of TIAGE (PersonaChat dialogues with human topic-shift labels) and of the joined task dialogues (their
+# turns before a helper is known) by `python -m benchmarks.segmentation --fit`, which prints these numbers; the turns
+# were fed as the pipeline feeds them (search-text embeddings, two alternating speakers).
 SHIFT_FEATURES: tuple[str, ...] = (
     "similarity_previous",       # the turn against the turn before it
     "similarity_left",           # the turn against the three turns before it
@@ -100,7 +113,8 @@ SHIFT_FEATURES: tuple[str, ...] = (
     "asks_you",                  # ... or is asked of the other person ("Do you like ...?")
 )
 SHIFT_BIAS = -1.815
-SHIFT_WEIGHTS: tuple[float, ...] = (-1.282, -1.186, -1.621, -0.758, 0.419, 0.344, 0.725, -0.130, -1.964, -0.831, -1.216, -0.301, 0.983)
+SHIFT_WEIGHTS: tuple[float, ...] = (-1.282, -1.186, -1.621, -0.758, 0.419, 0.344, 0.725, -0.130, -1.964, -0.831,
+                                    -1.216, -0.301, 0.983)
 
 # The request model: logistic regression over ``request_features``, for a requester's turn in a conversation where
 # the other party helps (a service chat, a user with an assistant): does the turn start a new request, or follow up
@@ -121,7 +135,7 @@ REQUEST_FEATURES: tuple[str, ...] = (
     "word_overlap",              # share of its content words said in the two turns before
     "after_offer",               # the helper offered more help just before ("Anything else?")
     "after_question",            # the helper's turn before it ended on a question ("Which city?")
-    "resolving",                 # a turn of the session has resolved a request aloud ("Have a great day!")
+    "resolving",                 # the session has closed a request aloud ("That's all." -> "Have a great day!")
     # The same similarities and word overlap relative to this conversation's own: their z-scores against the
     # requester's earlier turns (a chat whose requests all concern one project is similar throughout).
     "similarity_previous_relative",
@@ -133,8 +147,9 @@ REQUEST_FEATURES: tuple[str, ...] = (
 # Which request features are also read relative to the conversation (their indices).
 RELATIVE_REQUEST_FEATURES = tuple(REQUEST_FEATURES.index(name) for name in (
     "similarity_previous", "similarity_left", "similarity_blocks", "similarity_request", "word_overlap"))
-REQUEST_BIAS = -2.306
-REQUEST_WEIGHTS: tuple[float, ...] = (-3.820, -4.684, -1.657, -1.855, 0.378, -0.039, 1.910, 0.480, -8.289, -6.556, -8.161, 10.780, -0.789, -1.629, -1.908, 0.469, 0.506, 0.247, 0.309, -1.559)
+REQUEST_BIAS = -1.198
+REQUEST_WEIGHTS: tuple[float, ...] = (-3.011, -4.121, -1.250, -1.221, 0.292, 0.014, 2.259, 0.407, -7.533, -5.961,
+                                      -7.819, 6.635, -0.830, -1.536, -4.514, 0.315, 0.424, 0.170, 0.264, -0.993)
 
 # Turns of context the features read: three before the candidate turn, the turn, and the look-ahead turn.
 CONTEXT_TURNS = 5
@@ -147,7 +162,7 @@ class SegmentationConfig(BaseModel):
     # Pk with the number of cuts within 15% of the human count).
     shift_threshold: float = Field(default=0.30, ge=0.0, le=1.0)
     # Cut before a requester's turn when the request model's probability reaches this.
-    request_threshold: float = Field(default=0.50, ge=0.0, le=1.0)
+    request_threshold: float = Field(default=0.55, ge=0.0, le=1.0)
     # Below this size a segment is not cut on a time-shift phrase ("the next day"): a story's own steps.
     min_tokens: int = Field(default=60, ge=0)
     # Past the soft limit the shift threshold falls (``soft_factor``); past the hard limit the segment closes at the
@@ -320,8 +335,8 @@ class SegmenterState(BaseModel):
     # The party that helps (an assistant, a service agent), once known: its turns answer and never open an event,
     # and the other party's turns are decided by the request model.
     helper: str | None = None
-    # Who spoke first in the current session, and whether a turn of the session resolved a request ("Have a great
-    # day!"): a conversation that closes its requests aloud starts few without a closing.
+    # Who spoke first in the current session, and whether the session has closed a request aloud ("That's all,
+    # thanks." -> "Have a great day!"): a conversation that does starts few requests without such a closing.
     session_opener: str | None = None
     resolving: bool = False
     # The requester's turns so far, as the request model's relative features read them.
@@ -390,7 +405,7 @@ def request_features(context: list[ContextTurn], following: ContextTurn, request
                      resolving: bool, centre: np.ndarray | None) -> list[float]:
     """The features (``REQUEST_FEATURES``) of the gap before ``context[-1]``, a requester's turn, with ``following``
     as look-ahead; ``request`` is the open event's first turn (``request_tokens`` long), ``resolving`` whether the
-    session has resolved a request aloud."""
+    session has closed a request aloud."""
     turns = [*context[-4:], following]
     *before, here, after, opening = list(_centred([*(t.embedding for t in turns), request.embedding], centre))
     turn, previous = turns[-2], turns[-3]
@@ -509,18 +524,19 @@ class BoundaryDetector:
         """Who helps: a speaker named as an assistant; one who offers more help ("Anything else I can help you
         with?") and did not open the session (the one who did, asking "Anything else?", wants more options); one who
         sees the other off ("That's all, thanks." -> "Have a great day!"); one who answers a session's opening request
-        ("Can you help me find a dentist?"). Also notes whether the session resolves its requests aloud."""
+        ("Can you help me find a dentist?"). Also notes whether the session closes its requests aloud."""
         if turn.position == 0:
             state.session_opener = turn.speaker
             state.resolving = False
         previous = state.context[-2] if len(state.context) >= 2 else None
         answers = previous is not None and previous.speaker != turn.speaker
+        sees_off = turn.resolves and answers and previous is not None and previous.closing
         if (turn.speaker.casefold() in HELPER_NAMES
                 or (turn.offers_help and turn.speaker != state.session_opener)
-                or (turn.resolves and answers and previous is not None and previous.closing)
+                or sees_off
                 or (turn.position == 1 and answers and previous is not None and previous.requests)):
             state.helper = turn.speaker
-        state.resolving = state.resolving or turn.resolves
+        state.resolving = state.resolving or sees_off
 
     def _update_centre(self, state: SegmenterState, embedding: np.ndarray) -> None:
         rate = self.config.centre_rate

@@ -259,9 +259,10 @@ _RESOLUTION = re.compile(
 # A short reply that ends a request instead of starting one ("No, thanks", "That will be all", "Not right now").
 _CLOSING = re.compile(
     r"\W*+(?:(?:ok|okay|great|perfect|alright|awesome|cool|good|sounds\s+good|many|well)\b\W{0,3}){0,2}"
-    r"(?:no|nope|nah|nothing|you\s+(?:too|as\s+well|do\s+the\s+same)|not\s+(?:right\s+)?(?:now|today|at\s+(?:the|this)\s+(?:moment|time))|"
+    r"(?:no|nope|nah|nothing|you\s+(?:too|as\s+well|do\s+the\s+same)|"
+    r"not\s+(?:right\s+)?(?:now|today|at\s+(?:the|this)\s+(?:moment|time))|"
     r"that\s+(?:is|'s|s|will\s+be|would\s+be)\s+(?:all|it|everything)|thanks|thank\s+you|thx|all\s+good|"
-    r"i'?m\s+(?:good|fine|all\s+set)|bye|goodbye|you\s+too)\b",
+    r"i'?m\s+(?:good|fine|all\s+set)|bye|goodbye)\b",
     re.IGNORECASE,
 )
 _GRATITUDE = re.compile(r"\b(?:thanks|thank\s+you|appreciate|that(?:'s|\s+is|\s+will\s+be|\s+would\s+be)\s+"
