@@ -283,6 +283,11 @@ class ContextTurn(BaseModel):
                    stems=sorted(set(keyword_stems(text[:4096]))))
 
 
+# How fast the running statistics follow a long conversation, and the least variance they divide by.
+MOMENTS_RATE = 0.05
+MOMENTS_MIN_VAR = 0.05 ** 2
+
+
 class RunningMoments(BaseModel):
     """Running means and variances of a few values over a conversation: a plain average over the first turns, an
     exponential one (``MOMENTS_RATE``) later, so that a long conversation's drift is followed."""
@@ -307,10 +312,6 @@ class RunningMoments(BaseModel):
             self.mean = [m + rate * d for m, d in zip(self.mean, deltas, strict=True)]
             self.var = [(1 - rate) * (var + rate * d * d) for var, d in zip(self.var, deltas, strict=True)]
         return scores
-
-
-MOMENTS_RATE = 0.05
-MOMENTS_MIN_VAR = 0.05 ** 2
 
 
 class SegmenterState(BaseModel):
@@ -572,7 +573,8 @@ class BoundaryDetector:
         return probability_of_request(features) if by_request else probability_of_shift(features)
 
     def features(self, state: SegmenterState, following: ContextTurn) -> tuple[bool, list[float]]:
-        """Whether the request model decides the gap before the last open turn, and that model's features."""
+        """Whether the request model decides the gap before the last open turn, and that model's features; the
+        request model's turn is taken into the conversation's running statistics (call once per decided gap)."""
         if state.helper is None:
             return False, shift_features(state.context, following, self.centre_offset(state))
         request = state.open_turns[0]
