@@ -24,12 +24,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from compassmem.models import MAX_TEXT_BYTES
+from benchmarks.beam import (
+    HELD_OUT,
+    HELD_OUT_MESSAGE,
+    chat_numbers,
+    load_batches,
+    message_text,
+    numbered_chats,
+)
 
 # Ability -> LoCoMo category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
 ABILITY_CATEGORY: dict[str, int] = {
@@ -44,25 +50,12 @@ ABILITY_CATEGORY: dict[str, int] = {
     "instruction_following": 3,
     "abstention": 5,
 }
-_MARKER = re.compile(r"\s*->->\s*[\d,\s]+$")
 
 
 def _session_date(anchor: str) -> str:
     """'January-05-2024' as LoCoMo writes a session's date_time."""
     day = datetime.strptime(anchor, "%B-%d-%Y")
     return f"12:00 pm on {day.day} {day.strftime('%B')}, {day.year}"
-
-
-def _fit(text: str) -> tuple[str, bool]:
-    """The text within the turn limit, cut at the last paragraph break (or line, or space) that fits."""
-    if len(text.encode("utf-8")) <= MAX_TEXT_BYTES:
-        return text, False
-    head = text.encode("utf-8")[:MAX_TEXT_BYTES].decode("utf-8", errors="ignore")
-    for separator in ("\n\n", "\n", " "):
-        cut = head.rfind(separator)
-        if cut > MAX_TEXT_BYTES // 2:
-            return head[:cut].rstrip(), True
-    return head, True
 
 
 def _evidence_ids(source: Any) -> list[int]:
@@ -77,8 +70,7 @@ def _evidence_ids(source: Any) -> list[int]:
 
 
 def convert_chat(chat_dir: Path, sample_id: str) -> tuple[dict[str, Any], dict[str, int]]:
-    batches = json.loads((chat_dir / "chat.json").read_text(encoding="utf-8"))
-    messages = [m for batch in batches for exchange in batch["turns"] for m in exchange]
+    messages = [m for batch in load_batches(chat_dir) for exchange in batch["turns"] for m in exchange]
     first_anchor = next(m["time_anchor"] for m in messages if m.get("time_anchor"))
     conversation: dict[str, Any] = {"speaker_a": "user", "speaker_b": "assistant"}
     dia_of: dict[int, str] = {}
@@ -90,10 +82,7 @@ def convert_chat(chat_dir: Path, sample_id: str) -> tuple[dict[str, Any], dict[s
             conversation[f"session_{session}_date_time"] = _session_date(message.get("time_anchor") or first_anchor)
             conversation[f"session_{session}"] = []
         position += 1
-        text = message["content"]
-        if message["role"] == "user":
-            text = _MARKER.sub("", text)
-        text, was_cut = _fit(text)
+        text, was_cut = message_text(message)
         cut += was_cut
         dia_id = f"D{session}:{position}"
         dia_of[int(message["id"])] = dia_id
@@ -114,27 +103,16 @@ def convert_chat(chat_dir: Path, sample_id: str) -> tuple[dict[str, Any], dict[s
                     "questions": len(qa)}
 
 
-def _chat_numbers(spec: str | None, available: list[int]) -> list[int]:
-    if not spec:
-        return available
-    chosen: list[int] = []
-    for part in spec.split(","):
-        low, _, high = part.partition("-")
-        chosen.extend(range(int(low), int(high or low) + 1))
-    return [n for n in chosen if n in available]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--beam", type=Path, required=True, help="a BEAM chats folder, e.g. BEAM/chats/500K")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--chats", help="which chats, e.g. '1-8' or '1,3,5' (default: all)")
+    parser.add_argument("--chats", type=chat_numbers, help="which chats, e.g. '1-8' or '1,3,5' (default: all)")
     args = parser.parse_args(argv)
-    if args.beam.name == "100K":
-        parser.error("BEAM's 100K chats are held out for the team's own measurement: convert the 500K ones")
-    available = sorted(int(p.name) for p in args.beam.iterdir() if p.name.isdigit())
+    if args.beam.name == HELD_OUT:
+        parser.error(HELD_OUT_MESSAGE)
     samples = []
-    for number in _chat_numbers(args.chats, available):
+    for number in numbered_chats(args.beam, args.chats):
         sample, counts = convert_chat(args.beam / str(number), f"beam-{number}")
         samples.append(sample)
         print(f"beam-{number}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))

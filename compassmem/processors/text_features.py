@@ -243,6 +243,32 @@ _OFFER = re.compile(
     r"\bhelp\s+(?:you\s+)?with\s+anything\s+else\b|\bwhat\s+else\s+can\s+(?:i|we)\s+(?:do|help)\b",
     re.IGNORECASE,
 )
+# A request's resolution, read at a turn's end: a farewell ("Have a great day!", "Goodbye") or the acknowledgement
+# of thanks ("You're welcome"). What follows it, unless another closing, is a new request.
+_RESOLUTION = re.compile(
+    r"\b(?:have\s+an?\s+(?:(?:very|really|truly)\s+)?(?:good|great|nice|wonderful|lovely|pleasant|fantastic|safe|fun|"
+    r"happy|awesome|terrific|excellent|blessed|beautiful|relaxing|productive|amazing|enjoyable)\s+(?:rest\s+of\s+"
+    r"(?:the|your)\s+)?(?:day|one|evening|night|afternoon|morning|weekend|week|time|trip|flight|stay|meal)|"
+    r"(?:^|[.!,;]\s*|\b(?:and|please|just)\s+)enjoy\s+(?:your|the)\s+(?:rest\s+of\s+(?:the|your)\s+)?[a-z]+|"
+    r"good\s*-?bye|bye|take\s+care(?!\s+of)|"
+    r"see\s+you(?:\s+(?:soon|later|around|next\s+time))?|until\s+next\s+time|pleasure\s+(?:is|was)\s+(?:all\s+)?mine|"
+    r"you'?re\s+(?:very\s+|most\s+|so\s+)?welcome|glad\s+(?:i|we)\s+(?:could|was\s+able\s+to)\s+help|"
+    r"(?:it\s+was\s+)?my\s+pleasure)\b[^?]{0,40}$",
+    re.IGNORECASE,
+)
+# A short reply that ends a request instead of starting one ("No, thanks", "That will be all", "Not right now").
+_CLOSING = re.compile(
+    r"\W*+(?:(?:ok|okay|great|perfect|alright|awesome|cool|good|sounds\s+good|many|well)\b\W{0,3}){0,2}"
+    r"(?:no|nope|nah|nothing|you\s+(?:too|as\s+well|do\s+the\s+same)|"
+    r"not\s+(?:right\s+)?(?:now|today|at\s+(?:the|this)\s+(?:moment|time))|"
+    r"that\s+(?:is|'s|s|will\s+be|would\s+be)\s+(?:all|it|everything)|thanks|thank\s+you|thx|all\s+good|"
+    r"i'?m\s+(?:good|fine|all\s+set)|bye|goodbye)\b",
+    re.IGNORECASE,
+)
+_GRATITUDE = re.compile(r"\b(?:thanks|thank\s+you|appreciate|that(?:'s|\s+is|\s+will\s+be|\s+would\s+be)\s+"
+                        r"(?:all|it|everything)|done\s+for\s+now)\b", re.IGNORECASE)
+_SHORT_WORDS = 14
+_SHORT_CHARS = 200
 # Marker matching looks at the first sentences only: a topic change is announced early in a turn.
 _MARKER_SENTENCES = 4
 _MARKER_PREFIX_CHARS = 80
@@ -298,6 +324,36 @@ def offers_more_help(text: str) -> bool:
     return _OFFER.search(text[-2 * MAX_SENTENCE_CHARS:]) is not None
 
 
+def resolves_request(text: str) -> bool:
+    """"Have a great day!", "You're welcome": the turn ends the request it closes."""
+    return _RESOLUTION.search(text[-MAX_SENTENCE_CHARS // 2:].rstrip(_QUESTION_TAIL)) is not None
+
+
+def closes(text: str) -> bool:
+    """"No, thanks", "That will be all", "I appreciate your help.": a short reply that ends a request rather than
+    making one (it opens with a closing, or thanks)."""
+    if len(text) > _SHORT_CHARS or len(words(text)) > _SHORT_WORDS:
+        return False
+    return _CLOSING.match(text) is not None or _GRATITUDE.search(text) is not None
+
+
+# A request of one's own, said early in a turn: "I'm trying to ...", "Can you help me find ...", "I need a taxi".
+_REQUEST = re.compile(
+    r"\b(?:(?:can|could|would|will)\s+you(?!\s+(?:believe|imagine|guess))|help\s+me|please\s+(?:find|book|get|"
+    r"search|show|tell|check|reserve|make|add|set|help|play|buy|send|review|explain)|"
+    r"i\s+(?:want|need|would\s+like|'d\s+like|wanted|wish)(?!\s+to\s+(?:tell|say|share|let\s+you))|"
+    r"i'?m\s+(?:trying|looking|having\s+(?:some\s+)?(?:trouble|issues?|problems?)|planning|wondering|getting\s+an?\s+"
+    r"error)|how\s+(?:do|can|should)\s+i|i\s+(?:have|had)\s+(?:a|an|another)\s+(?:question|issue|problem|trip))\b",
+    re.IGNORECASE,
+)
+_REQUEST_PREFIX_CHARS = 240
+
+
+def makes_request(text: str) -> bool:
+    """The turn asks for something of its own early on ("Can you help me find a dentist?")."""
+    return _REQUEST.search(text, 0, _REQUEST_PREFIX_CHARS) is not None
+
+
 # A turn that opens with an anaphor points back at what was just said ("That's two more weeks of work"); one that
 # opens with a reaction ("Wow", "Yes", "Cool") answers it, though it may go on to something else.
 _REFERRING_OPENERS = frozenset(
@@ -309,6 +365,16 @@ _REACTING_OPENERS = frozenset(
     glad good""".split()
 )
 _FIRST_WORD = re.compile(r"[^\W\d_][\w']*")
+
+
+# A turn that carries on from what was said: a follow-up, not a request of its own.
+_CONTINUING = re.compile(r"\W*+(?:hmm+|hm+|so|but|and|then|in\s+that\s+case|what\s+if|what\s+about|how\s+about|"
+                         r"ok(?:ay)?,?\s+so|wait)\b", re.IGNORECASE)
+
+
+def continues(text: str) -> bool:
+    """"hmm, what if ...", "So how do I ...", "But what about ...": the turn opens by carrying on."""
+    return _CONTINUING.match(text) is not None
 
 
 def opener(text: str) -> str | None:
