@@ -1,7 +1,7 @@
 """Build user <-> assistant segmentation data from BEAM chats: one dialogue per session, a gold boundary at every
 user message that starts a new request.
 
-    python -m benchmarks.beam_requests --beam PATH/BEAM/chats/500K --out /work/data/beam_requests.json
+    python -m benchmarks.beam_requests --beam PATH/BEAM/chats/500K --out beam_requests.json
 
 BEAM (Tavakoli et al., github mohammadtavakoli78/BEAM) holds LLM-generated chats between a user and an assistant
 (coding, maths, planning; answers of thousands of characters). Each chat is a list of batches (a batch is one

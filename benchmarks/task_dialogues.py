@@ -1,7 +1,7 @@
 """Build task-dialogue segmentation data: single-task dialogues of the Schema-Guided Dialogue corpus joined into
 conversations of several requests, with a gold boundary where one task ends and the next starts.
 
-    python -m benchmarks.task_dialogues --sgd PATH/dstc8-schema-guided-dialogue --out /work/data/sgd_joined.json
+    python -m benchmarks.task_dialogues --sgd PATH/dstc8-schema-guided-dialogue --out sgd_joined.json
 
 The Schema-Guided Dialogue corpus (Rastogi et al., AAAI 2020; github google-research-datasets/dstc8-schema-guided-
 dialogue) is licensed CC BY-SA 4.0: the joined file is a derived work under the same licence (see

@@ -26,6 +26,15 @@ from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keywor
 from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
+from compassmem.retrieval.ranking_model import (
+    BASE_FEATURES,
+    SPEAKER,
+    RankingModel,
+    conversation_shape,
+    hand_model,
+    rank_feature,
+    shipped_model,
+)
 from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, TurnLocator, VectorStore
 
 log = structlog.get_logger(__name__)
@@ -127,11 +136,27 @@ class RankingConfig(BaseModel):
     # 0.3 gave categories 1-4 recall@10 81.2 and 81.3 against 80.5 (@5 72.7 and 72.3 against 71.1; adversarial
     # @5 62.7 and 63.5 against 59.3).
     question_penalty: float = Field(default=0.25, ge=0.0)
+    # The final score of a turn: the weights shipped with the package (ranking_model.py: the hand-chosen ones below
+    # as they were when it was fitted, plus fitted terms for long turns), or the hand-chosen ones alone
+    # (turn_weight, context_weight, question_penalty, time_boost, date_boost, speaker_boost; changing them changes
+    # the shipped model only when benchmarks/fit_ranking.py is run again). docs/decisions/003-fitted-ranking.md.
+    fitted: bool = True
 
 
 class EngineConfig(BaseModel):
     ranking: RankingConfig = Field(default_factory=RankingConfig)
     navigation: NavigationConfig = Field(default_factory=NavigationConfig)
+    # Weights to rank by instead of those ``ranking.fitted`` chooses (the fitting script's folds).
+    model: RankingModel | None = None
+
+    def ranking_model(self) -> RankingModel:
+        if self.model is not None:
+            return self.model
+        if self.ranking.fitted:
+            return shipped_model()
+        r = self.ranking
+        return hand_model(r.turn_weight, r.context_weight, r.question_penalty, r.time_boost, r.date_boost,
+                          r.speaker_boost)
 
 
 def _rank_scores(scores: np.ndarray) -> np.ndarray:
@@ -178,6 +203,25 @@ class SubgoalScores(BaseModel, arbitrary_types_allowed=True):
     turns: np.ndarray
     events: np.ndarray
     best_similarity: float
+    # Per turn, what each channel said of it (ranking_model.FEATURES: dense, dense_rank, keyword_rank, ...).
+    channels: dict[str, np.ndarray]
+
+    def combined(self, other: SubgoalScores, how: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                 best_similarity: float) -> SubgoalScores:
+        return SubgoalScores(text=self.text, turns=how(self.turns, other.turns), events=how(self.events, other.events),
+                             best_similarity=best_similarity,
+                             channels={name: how(values, other.channels[name]) for name, values in self.channels.items()})
+
+
+class Gathered(BaseModel, arbitrary_types_allowed=True):
+    """What a question found before its final order: the candidates' view and their scores."""
+
+    analysis: QuestionAnalysis
+    view: MemoryView
+    scored: list[SubgoalScores]
+    event_scores: np.ndarray
+    reached: dict[str, Reached]
+    best_subgoal: dict[str, str]
 
 
 class QueryEngine:
@@ -190,6 +234,7 @@ class QueryEngine:
         self.vectors = vectors
         self.hot = hot
         self.config = config or EngineConfig()
+        self.model = self.config.ranking_model()
         self.answerer = answerer
         load_in_background()  # question analysis reads it (the category a question asks for)
 
@@ -199,6 +244,35 @@ class QueryEngine:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         deadline = _Deadline(deadline_s)
+        found = self._gather(request, deadline, timings)
+        if found.view.empty:
+            timings["total"] = _elapsed(started)
+            return QueryResponse(turn_ids=[], evidence=[], subgoals=[s.text for s in found.analysis.subgoals],
+                                 timings_ms=timings)
+        refs, evidence = self._rank(found, request.budget_turns)
+        answer = None
+        if self.answerer is not None and not deadline.passed:
+            mark = time.perf_counter()
+            answer = self.answerer(request.question, evidence)
+            timings["answer"] = _elapsed(mark)
+        timings["total"] = _elapsed(started)
+        return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
+                             subgoals=[s.text for s in found.analysis.subgoals], answer=answer, timings_ms=timings)
+
+    def candidate_features(self, request: QueryRequest) -> tuple[list[TurnRef], dict[str, np.ndarray]]:
+        """Every candidate turn of a question with the features the ranking model weighs (what a model is fitted
+        on: benchmarks/fit_ranking.py)."""
+        found = self._gather(request, _Deadline(None), {})
+        if found.view.empty:
+            return [], {}
+        view = found.view
+        refs = [TurnRef(conversation_id=c, turn_id=t) for c, t in zip(view.turn_conversations, view.turn_ids,
+                                                                     strict=True)]
+        return refs, turn_features(view, found.analysis, found.scored, found.event_scores,
+                                   asked_speakers(found.analysis.question, view.speakers))
+
+    def _gather(self, request: QueryRequest, deadline: _Deadline, timings: dict[str, float]) -> Gathered:
+        """Subgoals, candidates, their scores per subgoal and the walk's event scores: all but the final order."""
         analysis = analyse(request.question)
         if self.decomposer is not None:
             mark = time.perf_counter()
@@ -212,9 +286,8 @@ class QueryEngine:
         view = self._candidates(request.scope, analysis, vectors, timings)
         timings["load"] = _elapsed(mark)
         if view.empty:
-            timings["total"] = _elapsed(started)
-            return QueryResponse(turn_ids=[], evidence=[], subgoals=[s.text for s in analysis.subgoals],
-                                 timings_ms=timings)
+            return Gathered(analysis=analysis, view=view, scored=[], event_scores=np.zeros(0), reached={},
+                            best_subgoal={})
         deadline.check("load")
         mark = time.perf_counter()
         scored = []
@@ -234,16 +307,8 @@ class QueryEngine:
                                                              deadline)
         timings["navigate"] = _elapsed(mark)
         deadline.check("navigate")
-        refs, evidence = self._rank(view, analysis, scored, event_scores, reached, best_subgoal,
-                                    request.budget_turns)
-        answer = None
-        if self.answerer is not None and not deadline.passed:
-            mark = time.perf_counter()
-            answer = self.answerer(request.question, evidence)
-            timings["answer"] = _elapsed(mark)
-        timings["total"] = _elapsed(started)
-        return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
-                             subgoals=[s.text for s in analysis.subgoals], answer=answer, timings_ms=timings)
+        return Gathered(analysis=analysis, view=view, scored=scored, event_scores=event_scores, reached=reached,
+                        best_subgoal=best_subgoal)
 
     def _candidates(self, scope: SearchScope, analysis: QuestionAnalysis, vectors: np.ndarray,
                     timings: dict[str, float]) -> MemoryView:
@@ -383,15 +448,19 @@ class QueryEngine:
         ranking = self.config.ranking
         k = ranking.rrf_constant
         dense_turns = view.turn_matrix @ vector
-        turn_rrf = ranking.dense_weight / (k + 1 + _rank_scores(dense_turns))
-        for rank, key in enumerate(self._keyword_hits(view, text)):
-            row = view.turn_row.get(key)
-            if row is not None:
-                turn_rrf[row] += 1.0 / (k + 1 + rank)
-        for rank, key in enumerate(view.time_hits):
-            row = view.turn_row.get(key)
-            if row is not None:
-                turn_rrf[row] += ranking.time_weight / (k + 1 + rank)
+        dense_ranks = _rank_scores(dense_turns)
+        turn_rrf = ranking.dense_weight / (k + 1 + dense_ranks)
+        channels = {"dense": dense_turns - (dense_turns.max() if len(dense_turns) else 0.0),
+                    "dense_rank": rank_feature(dense_ranks)}
+        for channel, weight, keys in (("keyword_rank", 1.0, self._keyword_hits(view, text)),
+                                      ("time_rank", ranking.time_weight, view.time_hits)):
+            listed = np.zeros(len(dense_turns), dtype=np.float64)
+            for rank, key in enumerate(keys):
+                row = view.turn_row.get(key)
+                if row is not None:
+                    turn_rrf[row] += weight / (k + 1 + rank)
+                    listed[row] = max(listed[row], float(rank_feature(np.float64(rank))))
+            channels[channel] = listed
         dense_events = view.event_matrix @ vector
         event_rrf = 1.0 / (k + 1 + _rank_scores(dense_events))
         if ranking.event_keyword_candidates:
@@ -408,18 +477,24 @@ class QueryEngine:
             rows = view.labelled_rows
             order = np.argsort(-(dense_turns[rows] * view.label_strength), kind="stable")
             turn_rrf[rows[order]] += ranking.category_weight / (k + 1 + np.arange(len(order)))
-        if ranking.window_weight > 0:
-            window = view.window_scores(text)
-            # Only windows that match count: a rank among tied zeros is the turn's place in time, and gave the
-            # conversation's first turns up to two dense lists' weight for sharing no word with the question.
-            turn_rrf += np.where(window > 0, ranking.window_weight / (k + 1 + _rank_scores(window)), 0.0)
+            channels["label_rank"] = np.zeros(len(dense_turns), dtype=np.float64)
+            channels["label_rank"][rows[order]] = rank_feature(np.arange(len(order), dtype=np.float64))
+        else:
+            channels["label_rank"] = np.zeros(len(dense_turns), dtype=np.float64)
+        window = view.window_scores(text)
+        # Only windows that match count: a rank among tied zeros is the turn's place in time, and gave the
+        # conversation's first turns up to two dense lists' weight for sharing no word with the question.
+        window_ranks = _rank_scores(window)
+        turn_rrf += np.where(window > 0, ranking.window_weight / (k + 1 + window_ranks), 0.0)
+        channels["window_rank"] = np.where(window > 0, rank_feature(window_ranks), 0.0)
         turns = _normalised(turn_rrf)
         best_turn_of_event = np.zeros(len(view.event_ids), dtype=np.float64)
         valid = view.turn_event >= 0
         np.maximum.at(best_turn_of_event, view.turn_event[valid], turns[valid])
         events = 0.5 * _normalised(event_rrf) + 0.5 * best_turn_of_event
         return SubgoalScores(text=text, turns=turns, events=events,
-                             best_similarity=float(dense_events.max()) if len(dense_events) else 0.0)
+                             best_similarity=float(dense_events.max()) if len(dense_events) else 0.0,
+                             channels=channels)
 
     def _with_feedback(self, view: MemoryView, result: SubgoalScores, vector: np.ndarray) -> SubgoalScores:
         ranking = self.config.ranking
@@ -427,8 +502,10 @@ class QueryEngine:
         expanded = vector + ranking.feedback_weight * view.turn_matrix[best].mean(axis=0)
         expanded = expanded / max(float(np.linalg.norm(expanded)), 1e-9)
         again = self._score_subgoal(view, result.text, expanded)
-        return SubgoalScores(text=result.text, turns=0.5 * (result.turns + again.turns),
-                             events=0.5 * (result.events + again.events), best_similarity=result.best_similarity)
+        # The channels stay those of the subgoal as asked: the expansion's effect is in the fused scores, and the
+        # ranking model keeps a plain dense search among its features.
+        averaged = result.combined(again, lambda a, b: 0.5 * (a + b), result.best_similarity)
+        return averaged.model_copy(update={"channels": result.channels})
 
     def _retry_unmet(self, view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
                      deadline: _Deadline | None = None) -> list[SubgoalScores]:
@@ -445,9 +522,7 @@ class QueryEngine:
             vector = self.embedder.embed([rewrite])[0]
             again = self._score_subgoal(view, rewrite, vector)
             if again.best_similarity > result.best_similarity:
-                retried[index] = SubgoalScores(text=result.text, turns=np.maximum(result.turns, again.turns),
-                                               events=np.maximum(result.events, again.events),
-                                               best_similarity=again.best_similarity)
+                retried[index] = result.combined(again, np.maximum, again.best_similarity)
         return retried
 
     def _navigate(self, view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
@@ -481,27 +556,14 @@ class QueryEngine:
             event_scores = np.maximum(event_scores, combined)
         return event_scores, reached_all, best_subgoal
 
-    def _rank(self, view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
-              event_scores: np.ndarray, reached: dict[str, Reached], best_subgoal: dict[str, str],
-              budget: int) -> tuple[list[TurnRef], list[EvidenceItem]]:
+    def _rank(self, found: Gathered, budget: int) -> tuple[list[TurnRef], list[EvidenceItem]]:
         ranking = self.config.ranking
-        turn_scores = np.max(np.vstack([s.turns for s in scored]), axis=0)
-        event_part = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
-        context = np.zeros_like(turn_scores)
-        context[1:] = np.where(view.same_session_as_previous, turn_scores[:-1], 0.0)
-        context[:-1] = np.maximum(context[:-1], np.where(view.same_session_as_previous, turn_scores[1:], 0.0))
-        event_weight = max(0.0, 1 - ranking.turn_weight - ranking.context_weight)
-        final = ranking.turn_weight * turn_scores + ranking.context_weight * context + event_weight * event_part
-        final = final - ranking.question_penalty * view.question_share
-        if analysis.temporal:
-            final = final + ranking.time_boost * view.has_time
-        spans = question_spans(analysis.question, view.latest_time())
-        if spans:
-            final = final + ranking.date_boost * view.dated_within(spans)
+        view, analysis, scored, event_scores = found.view, found.analysis, found.scored, found.event_scores
         asked = asked_speakers(analysis.question, view.speakers)
-        unboosted = final
-        if asked and len(asked) < len(view.speakers):
-            final = final + ranking.speaker_boost * np.isin(view.turn_speakers, sorted(asked))
+        features = turn_features(view, analysis, scored, event_scores, asked)
+        final = self.model.score(features, view.turn_count)
+        speaker_term = self.model.weights.get(SPEAKER, 0.0) * features[SPEAKER]
+        unboosted = final - speaker_term if speaker_term.any() else final
         diversity = ranking.aggregate_session_diversity if analysis.aggregate else ranking.session_diversity
         redundancy = ranking.aggregate_redundancy if analysis.aggregate else 0.0
         order = _diversified(view, final, budget, diversity, redundancy)
@@ -509,9 +571,9 @@ class QueryEngine:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
         order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
         refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
-        return refs, self._evidence(view, order, final, event_scores, reached, best_subgoal, analysis)
+        return refs, self._evidence(view, order, event_scores, found.reached, found.best_subgoal, analysis)
 
-    def _evidence(self, view: MemoryView, order: np.ndarray, final: np.ndarray, event_scores: np.ndarray,
+    def _evidence(self, view: MemoryView, order: np.ndarray, event_scores: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],
                   analysis: QuestionAnalysis) -> list[EvidenceItem]:
         grouped: dict[str, list[int]] = {}
@@ -534,6 +596,31 @@ class QueryEngine:
                 cluster_id=event.cluster_id if event is not None else None,
             ))
         return evidence
+
+
+def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
+                  event_scores: np.ndarray, asked: set[str]) -> dict[str, np.ndarray]:
+    """Per candidate turn, every feature a ranking model weighs (ranking_model.FEATURES), each the most any subgoal
+    gave it."""
+    fused = np.max(np.vstack([s.turns for s in scored]), axis=0)
+    context = np.zeros_like(fused)
+    context[1:] = np.where(view.same_session_as_previous, fused[:-1], 0.0)
+    context[:-1] = np.maximum(context[:-1], np.where(view.same_session_as_previous, fused[1:], 0.0))
+    features = {name: np.max(np.vstack([s.channels[name] for s in scored]), axis=0) for name in scored[0].channels}
+    features["fused"] = fused
+    features["context"] = context
+    features["event"] = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
+    features["asks"] = view.question_share
+    features["temporal_time"] = view.has_time.astype(np.float64) if analysis.temporal else np.zeros_like(fused)
+    spans = question_spans(analysis.question, view.latest_time())
+    features["dated"] = view.dated_within(spans).astype(np.float64) if spans else np.zeros_like(fused)
+    named = bool(asked) and len(asked) < len(view.speakers)
+    features[SPEAKER] = np.isin(view.turn_speakers, sorted(asked)).astype(np.float64) if named else np.zeros_like(fused)
+    features["length"] = view.length_feature
+    shape = conversation_shape(view.length_feature)
+    for name in BASE_FEATURES:
+        features[f"{name}*long"] = features[name] * shape
+    return features
 
 
 def _diversified(view: MemoryView, final: np.ndarray, budget: int, session_penalty: float,

@@ -63,6 +63,9 @@ class MemoryView:
         self._turn_counts: list[Mapping[str, int]] = counts if in_order else [counts[i] for i in rows]
         self._turn_lengths = lengths if in_order else lengths[rows]
         self.question_share = shares if in_order else shares[rows]
+        # Length as a ranking feature (ranking_model.py): log of the turn's keyword tokens over log of 4,096 (a turn
+        # at the 16 KiB limit holds about 3,000), so a one-line turn is near 0.2 and a long answer near 1.
+        self.length_feature = np.log1p(self._turn_lengths) / np.log1p(4096.0)
         self.turn_row: dict[TurnKey, int] = dict(zip(kept, range(len(rows)), strict=True))
         self.turn_event = np.asarray([self.event_row.get(e, -1) for e in self.turn_event_ids], dtype=np.int64)
         self.has_time = np.asarray(column(h.has_time for h in entries), dtype=bool)
