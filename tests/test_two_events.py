@@ -35,7 +35,7 @@ def test_each_event_keeps_its_best_turns_in_the_top_places() -> None:
     def subgoal(text: str, best: list[int]) -> SubgoalScores:
         turns = np.zeros(20)
         turns[best] = [1.0 - 0.1 * i for i in range(len(best))]
-        return SubgoalScores(text=text, turns=turns, events=np.zeros(1), best_similarity=1.0)
+        return SubgoalScores(text=text, turns=turns, events=np.zeros(1), best_similarity=1.0, channels={})
 
     order = np.arange(10)  # rows 0-9 ranked; the second event's turns (15, 16) are not among them
     scored = [subgoal("whole", [0, 1]), subgoal("A", [0, 1]), subgoal("B", [15, 16])]
