@@ -22,7 +22,6 @@ over the turn limit (16 KiB of UTF-8) keeps its head up to the last paragraph br
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from benchmarks.beam import (
     message_text,
     numbered_chats,
 )
+from benchmarks.common import write_dataset
 
 
 def chat_sessions(chat_dir: Path, number: int, split: str) -> list[dict[str, Any]]:
@@ -76,9 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         chosen = [d for d in out if d["set"] == split]
         print(f"{split}: {len(chosen)} sessions, {sum(len(d['utterances']) for d in chosen)} messages, "
               f"{sum(len(d['segments']) for d in chosen)} requests")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out), encoding="utf-8")
-    print(f"{len(out)} dialogues written to {args.out}")
+    write_dataset(args.out, out, "dialogues")
     return 0
 
 

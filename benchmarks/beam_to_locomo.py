@@ -36,6 +36,7 @@ from benchmarks.beam import (
     message_text,
     numbered_chats,
 )
+from benchmarks.common import write_dataset
 
 # Ability -> LoCoMo category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adversarial).
 ABILITY_CATEGORY: dict[str, int] = {
@@ -116,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         sample, counts = convert_chat(args.beam / str(number), f"beam-{number}")
         samples.append(sample)
         print(f"beam-{number}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(samples), encoding="utf-8")
-    print(f"{len(samples)} chats written to {args.out}")
+    write_dataset(args.out, samples, "chats")
     return 0
 
 

@@ -111,3 +111,10 @@ def cached_vectors(embed: Callable[[list[str]], np.ndarray], dim: int, texts: li
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, vectors)
     return vectors
+
+
+def write_dataset(out: Path, records: list[Any], what: str) -> None:
+    """Write a recipe's records as one JSON document and say how many (``what``: "dialogues", "chats")."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(records), encoding="utf-8")
+    print(f"{len(records)} {what} written to {out}")

@@ -28,10 +28,12 @@ import argparse
 import json
 import random
 from collections.abc import Sequence
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import write_dataset
 
 SPLITS = ("train", "dev", "test")
 
@@ -106,9 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tasks = sum(len(d) for d in joined)
         print(f"{split}: {len(pool)} single-task dialogues, {len(joined)} joined from {tasks} of them "
               f"({tasks / max(1, len(joined)):.2f} tasks each)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out), encoding="utf-8")
-    print(f"{len(out)} dialogues written to {args.out}")
+    write_dataset(args.out, out, "dialogues")
     return 0
 
 

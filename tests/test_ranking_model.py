@@ -15,7 +15,12 @@ from compassmem.evaluation.locomo_questions import Question
 from compassmem.importers import read_turns
 from compassmem.memory import Memory
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
-from compassmem.retrieval.ranking_model import FEATURES, RankingModel, conversation_shape, shipped_model
+from compassmem.retrieval.ranking_model import (
+    FEATURES,
+    RankingModel,
+    conversation_shape,
+    shipped_model,
+)
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 

@@ -384,11 +384,8 @@ def shift_features(context: list[ContextTurn], following: ContextTurn, centre: n
     turns = [*context[-4:], following]
     *before, here, after = list(_centred([t.embedding for t in turns], centre))
     turn, previous = turns[-2], turns[-3]
-    earlier = before[-2] if len(before) >= 2 else before[-1]
     return [
-        float(here @ before[-1]),
-        _cos(here, np.sum(before, axis=0)),
-        _cos(here + after, before[-1] + earlier),
+        *_against_before(here, after, before),
         float(after @ before[-1]),
         float(before[-1] @ before[-2]) if len(before) >= 2 else 0.0,
         float(after @ here),
@@ -402,6 +399,12 @@ def shift_features(context: list[ContextTurn], following: ContextTurn, centre: n
     ]
 
 
+def _against_before(here: np.ndarray, after: np.ndarray, before: list[np.ndarray]) -> list[float]:
+    """The turn against what came before it: the previous turn, all of them, and (with the next turn) the last two."""
+    earlier = before[-2] if len(before) >= 2 else before[-1]
+    return [float(here @ before[-1]), _cos(here, np.sum(before, axis=0)), _cos(here + after, before[-1] + earlier)]
+
+
 def request_features(context: list[ContextTurn], following: ContextTurn, request: SegmentTurn, request_tokens: int,
                      resolving: bool, centre: np.ndarray | None) -> list[float]:
     """The features (``REQUEST_FEATURES``) of the gap before ``context[-1]``, a requester's turn, with ``following``
@@ -410,11 +413,8 @@ def request_features(context: list[ContextTurn], following: ContextTurn, request
     turns = [*context[-4:], following]
     *before, here, after, opening = list(_centred([*(t.embedding for t in turns), request.embedding], centre))
     turn, previous = turns[-2], turns[-3]
-    earlier = before[-2] if len(before) >= 2 else before[-1]
     return [
-        float(here @ before[-1]),
-        _cos(here, np.sum(before, axis=0)),
-        _cos(here + after, before[-1] + earlier),
+        *_against_before(here, after, before),
         float(here @ opening),
         math.log((turn.tokens + 1) / (request_tokens + 1)),
         float(turn.asks),
