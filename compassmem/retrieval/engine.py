@@ -28,6 +28,7 @@ from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
 from compassmem.retrieval.ranking_model import (
     BASE_FEATURES,
+    RANK_SCALE,
     SPEAKER,
     RankingModel,
     conversation_shape,
@@ -459,7 +460,8 @@ class QueryEngine:
                 row = view.turn_row.get(key)
                 if row is not None:
                     turn_rrf[row] += weight / (k + 1 + rank)
-                    listed[row] = max(listed[row], float(rank_feature(np.float64(rank))))
+                    if not listed[row]:  # the lists are best first: a turn listed twice keeps its better place
+                        listed[row] = RANK_SCALE / (RANK_SCALE + rank)
             channels[channel] = listed
         dense_events = view.event_matrix @ vector
         event_rrf = 1.0 / (k + 1 + _rank_scores(dense_events))
@@ -471,16 +473,14 @@ class QueryEngine:
                 row = view.event_row.get(event_hit.event_id)
                 if row is not None:
                     event_rrf[row] += 1.0 / (k + 1 + rank)
+        channels["label_rank"] = np.zeros(len(dense_turns), dtype=np.float64)
         if len(view.labelled_rows) and ranking.category_weight > 0:
             # The labelled turns as one more ranked list, ordered by how close they are to the subgoal (and how
             # strongly they carry the label): the instances of the category that fit the question come first.
             rows = view.labelled_rows
             order = np.argsort(-(dense_turns[rows] * view.label_strength), kind="stable")
             turn_rrf[rows[order]] += ranking.category_weight / (k + 1 + np.arange(len(order)))
-            channels["label_rank"] = np.zeros(len(dense_turns), dtype=np.float64)
             channels["label_rank"][rows[order]] = rank_feature(np.arange(len(order), dtype=np.float64))
-        else:
-            channels["label_rank"] = np.zeros(len(dense_turns), dtype=np.float64)
         window = view.window_scores(text)
         # Only windows that match count: a rank among tied zeros is the turn's place in time, and gave the
         # conversation's first turns up to two dense lists' weight for sharing no word with the question.
