@@ -455,6 +455,25 @@ class IndexedTurn(BaseModel):
     category_labels: list[str] = Field(default_factory=list)
 
 
+class TurnPassage(BaseModel):
+    """One passage of a long turn after its first (processors/passages.py), as the vector store keeps it: its span
+    of the turn's indexed text and its own embedding. It points at the turn, not at the turn's event, so it is
+    written once, when the turn is embedded, and outlives the turn's moves between events."""
+
+    tenant: str = DEFAULT_TENANT
+    conversation_id: str
+    turn_id: str
+    subject_id: str | None = None
+    index: int = Field(ge=1)
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    embedding: list[float]
+
+
+def passage_point_id(tenant: str, conversation_id: str, turn_id: str, index: int) -> str:
+    return stable_uuid("passage", tenant, conversation_id, turn_id, str(index))
+
+
 def turn_point_id(tenant: str, conversation_id: str, turn_id: str) -> str:
     return stable_uuid("turn", tenant, conversation_id, turn_id)
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from compassmem.config import Settings
 from compassmem.embedding import Embedder
-from compassmem.models import RelationType, Turn, partition_key
+from compassmem.models import RelationType, Turn, TurnPassage, partition_key, search_text
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import (
     DEFAULT_HOT_EVENTS,
@@ -28,6 +28,7 @@ from compassmem.processors.conversation_memory import (
 )
 from compassmem.processors.event_frames import EventSummariser, TurnLabeller
 from compassmem.processors.merging import EventMerger, MergeConfig
+from compassmem.processors.passages import passage_spans
 from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryJudge, SegmentationConfig
 from compassmem.sinks.batching import Sink
@@ -137,10 +138,20 @@ class MemoryPipeline:
         whoever owns the commit flushes (``ingest`` after each batch, the streaming worker's checkpoint)."""
         for batch in _batches(turns, self.config.batch_turns):
             mark = time.perf_counter()
-            vectors = self.embedder.embed([t.search_text() for t in batch])
+            # The passages of long turns after their first in the same call: the embedder's batches stay full.
+            later = [(turn, index, span) for turn in batch
+                     for index, span in enumerate(passage_spans(turn.indexed_text())) if index]
+            embedded = self.embedder.embed([t.search_text() for t in batch] + [
+                search_text(turn.speaker, turn.indexed_text()[start:end], turn.timestamp)
+                for turn, _, (start, end) in later])
+            vectors = embedded[: len(batch)]
             if self.observer is not None:
                 self.observer.stage("embed", time.perf_counter() - mark, len(batch))
-            update = MemoryUpdate()
+            update = MemoryUpdate(passages=[
+                TurnPassage(tenant=turn.tenant, conversation_id=turn.conversation_id, turn_id=turn.turn_id,
+                            subject_id=turn.subject_id, index=index, start=start, end=end,
+                            embedding=vector.tolist())
+                for (turn, index, (start, end)), vector in zip(later, embedded[len(batch):], strict=True)])
             for turn, vector in zip(batch, vectors, strict=True):
                 update.extend(self.memory_for(turn.tenant, turn.conversation_id).add_turn(turn, vector))
             if self.observer is not None:

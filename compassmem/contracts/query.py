@@ -108,8 +108,12 @@ class TurnOut(BaseModel):
     conversation_id: str
     turn_id: str
     speaker: str
-    text: str
+    text: str = Field(description="What the turn said; for a long turn (a written answer), only its passage that "
+                                  "answers, which lies at `span` in the whole text.")
     timestamp: datetime
+    span: tuple[int, int] | None = Field(
+        default=None, description="[start, end) character offsets of `text` in the turn's whole text, when only a "
+                                  "passage of a long turn is shown; null when `text` is the whole turn.")
 
 
 class PathStep(BaseModel):

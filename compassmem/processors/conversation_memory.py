@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
-from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn
+from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn, TurnPassage
 from compassmem.processors.clustering import ClusterState, Reclusterer
 from compassmem.processors.event_index import EventIndex
 from compassmem.processors.event_frames import (
@@ -52,6 +52,8 @@ class MemoryUpdate(BaseModel):
     turns: list[IndexedTurn] = Field(default_factory=list)
     relations: list[Relation] = Field(default_factory=list)
     clusters: list[Cluster] = Field(default_factory=list)
+    # The later passages of long turns, written once, when their turn is embedded (models.TurnPassage).
+    passages: list[TurnPassage] = Field(default_factory=list)
     segments_closed: int = 0
     merges: list[MergeDecision] = Field(default_factory=list)
     rejected_relations: int = 0
@@ -65,6 +67,7 @@ class MemoryUpdate(BaseModel):
         self.turns.extend(other.turns)
         self.relations.extend(other.relations)
         self.clusters.extend(other.clusters)
+        self.passages.extend(other.passages)
         self.segments_closed += other.segments_closed
         self.merges.extend(other.merges)
         self.rejected_relations += other.rejected_relations

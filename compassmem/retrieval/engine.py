@@ -19,6 +19,7 @@ from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder
 from compassmem.processors.categories import category_term
 from compassmem.processors.lexicon import load_in_background
+from compassmem.processors.passages import passage_spans
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.processors.time_keys import question_time_keys
 from compassmem.processors.time_resolution import resolve_time_expressions
@@ -61,6 +62,9 @@ class RankingConfig(BaseModel):
     # 35.9 against 32.5 ms; 35 loaded 1,158, p50 33.2 ms (same process, alternating per question). LoCoMo dev @10
     # of categories 1-4 82.0 -> 82.2, @20 86.9 -> 86.5.
     dense_candidates: int = Field(default=100, ge=1)
+    # Nearest passages of long turns (processors/passages.py), per subgoal: a turn found by a later passage is a
+    # candidate, and its dense score is its best passage's.
+    passage_candidates: int = Field(default=50, ge=0)
     # The dense list's weight in a turn's fused score (the keyword list's is 1, the window list's window_weight).
     dense_weight: float = Field(default=1.0, ge=0.0)
     keyword_candidates: int = Field(default=100, ge=1)
@@ -337,6 +341,7 @@ class QueryEngine:
         for vector in vectors:
             dense.append(HitSearch("turn", vector, ranking.dense_candidates))
             dense.append(HitSearch("event", vector, ranking.event_candidates))
+            dense.append(HitSearch("passage", vector, ranking.passage_candidates))
         # Only questions that gather instances search by category: on single-fact questions the labels only
         # add rivals to the turn that answers.
         by_category = analysis.aggregate and bool(analysis.categories) and ranking.category_candidates > 0
@@ -385,6 +390,8 @@ class QueryEngine:
         mark = time.perf_counter()
         view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)
         view.keyword_hits.update(keyword_hits)
+        for text, hits in zip(texts, dense_results[2::3], strict=True):
+            view.take_passage_hits(text, [hit for hit in hits if isinstance(hit, TurnHit)])
         view.time_hits = [(hit.conversation_id, hit.turn_id) for hit in time_hits]
         top = max((hit.score for hit in category_hits), default=0.0)
         if top > 0:
@@ -444,11 +451,13 @@ class QueryEngine:
                 scope, sparse, self.config.ranking.keyword_candidates)]
         return view.keyword_hits[text]
 
-    def _score_subgoal(self, view: MemoryView, text: str, vector: np.ndarray) -> SubgoalScores:
-        """Hybrid (dense + keyword, reciprocal-rank fused) scores of every turn and event for one subgoal."""
+    def _score_subgoal(self, view: MemoryView, text: str, vector: np.ndarray,
+                       passages: bool = True) -> SubgoalScores:
+        """Hybrid (dense + keyword, reciprocal-rank fused) scores of every turn and event for one subgoal; with
+        ``passages``, a turn's dense score is its best passage's where the passage search of ``text`` found one."""
         ranking = self.config.ranking
         k = ranking.rrf_constant
-        dense_turns = view.turn_matrix @ vector
+        dense_turns = view.dense_scores(text, vector) if passages else view.turn_matrix @ vector
         dense_ranks = _rank_scores(dense_turns)
         turn_rrf = ranking.dense_weight / (k + 1 + dense_ranks)
         channels = {"dense": dense_turns - (dense_turns.max() if len(dense_turns) else 0.0),
@@ -501,7 +510,8 @@ class QueryEngine:
         best = np.argsort(-result.turns)[: ranking.feedback_turns]
         expanded = vector + ranking.feedback_weight * view.turn_matrix[best].mean(axis=0)
         expanded = expanded / max(float(np.linalg.norm(expanded)), 1e-9)
-        again = self._score_subgoal(view, result.text, expanded)
+        # The passages were searched with the subgoal's own vector, not the expanded one.
+        again = self._score_subgoal(view, result.text, expanded, passages=False)
         # The channels stay those of the subgoal as asked: the expansion's effect is in the fused scores, and the
         # ranking model keeps a plain dense search among its features.
         averaged = result.combined(again, lambda a, b: 0.5 * (a + b), result.best_similarity)
@@ -579,6 +589,7 @@ class QueryEngine:
         grouped: dict[str, list[int]] = {}
         for row in order:
             grouped.setdefault(view.turn_event_ids[row], []).append(int(row))
+        stems = set(_search_stems(analysis.question, view.speakers))
         evidence = []
         for event_id, rows in grouped.items():
             event = view.events.get(event_id)
@@ -589,13 +600,35 @@ class QueryEngine:
                 event_id=event_id,
                 score=round(float(event_scores[view.event_row[event_id]]) if event_id in view.event_row else 0.0, 4),
                 subgoal=best_subgoal.get(event_id, analysis.question),
-                turns=[TurnOut(conversation_id=t.conversation_id, turn_id=t.turn_id, speaker=t.speaker, text=t.text,
-                               timestamp=t.timestamp) for t in turns],
+                turns=[_turn_out(view, row, stems) for row in rows],
                 path=hit.path if hit is not None else [],
                 time_anchors=list(event.time_anchors) if event is not None else [],
                 cluster_id=event.cluster_id if event is not None else None,
             ))
         return evidence
+
+
+def _turn_out(view: MemoryView, row: int, stems: set[str]) -> TurnOut:
+    """A turn as evidence: a long one shows only its passage that answers (``shown_span``)."""
+    turn = view.turn(row)
+    span = shown_span(view, row, stems)
+    return TurnOut(conversation_id=turn.conversation_id, turn_id=turn.turn_id, speaker=turn.speaker,
+                   text=turn.text if span is None else turn.text[span[0]: span[1]], timestamp=turn.timestamp,
+                   span=span)
+
+
+def shown_span(view: MemoryView, row: int, stems: set[str]) -> tuple[int, int] | None:
+    """The passage of a long turn its evidence shows (None for a turn of one passage): the one closer to a subgoal
+    than the turn's opening, else the one holding most of the question's words, else the opening."""
+    spans = passage_spans(view.turn_texts[row])
+    if len(spans) == 1:
+        return None
+    closest = view.closest_passage.get(row)
+    if closest is not None and closest[1] < len(spans):
+        return spans[closest[1]]
+    text = view.turn_texts[row]
+    shared = [len(stems.intersection(keyword_stems(text[start:end]))) for start, end in spans]
+    return spans[max(range(len(spans)), key=lambda index: (shared[index], -index))]
 
 
 def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],

@@ -16,7 +16,7 @@ import numpy as np
 from compassmem.retrieval.bm25_index import bm25_tokens, window_bm25
 from compassmem.retrieval.hot_tier import HotEvent
 from compassmem.sinks.graph_store import EdgeFields
-from compassmem.sinks.vector_store import HotTurnRow
+from compassmem.sinks.vector_store import HotTurnRow, TurnHit
 
 T = TypeVar("T")
 
@@ -93,6 +93,11 @@ class MemoryView:
         # The time channel's turns (engine._time_channel), nearest to the question first: one more ranked list.
         self.time_hits: list[TurnKey] = []
         self._window_scores: dict[str, np.ndarray] = {}
+        # Per query text, the rows found by a later passage of theirs (processors/passages.py): rows, the passages'
+        # similarities and indexes; and per row the passage closer than the turn's opening to any subgoal, with its
+        # similarity: the passage its evidence shows.
+        self._passage_rows: dict[str, tuple[np.ndarray, np.ndarray, list[int]]] = {}
+        self.closest_passage: dict[int, tuple[float, int]] = {}
         # Rows of the turns labelled with the category a question asks for, and their label score relative to the
         # best one (``label``).
         self.labelled_rows = np.zeros(0, dtype=np.int64)
@@ -116,6 +121,28 @@ class MemoryView:
                           event_id=self.turn_event_ids[row], speaker=str(self.turn_speakers[row]),
                           text=self.turn_texts[row], timestamp=self.turn_timestamps[row],
                           session_id=self.turn_session_ids[row], has_time_expression=bool(self.has_time[row]))
+
+    def take_passage_hits(self, text: str, hits: Sequence[TurnHit]) -> None:
+        """The passage search's hits for a query text (best first; each turn once, by its best passage)."""
+        found = [(self.turn_row[key], hit.score, hit.passage) for hit in hits
+                 if (key := (hit.conversation_id, hit.turn_id)) in self.turn_row]
+        self._passage_rows[text] = (np.asarray([row for row, _, _ in found], dtype=np.int64),
+                                    np.asarray([score for _, score, _ in found], dtype=np.float32),
+                                    [index for _, _, index in found])
+
+    def dense_scores(self, text: str, vector: np.ndarray) -> np.ndarray:
+        """Every turn's similarity to ``vector`` (a subgoal's, searched for ``text``): its own vector's, or its best
+        passage's when the passage search found a closer one."""
+        own = self.turn_matrix @ vector
+        rows, similarities, indexes = self._passage_rows.get(text, (None, None, []))
+        if rows is None or not len(rows):
+            return own
+        scores = own.copy()
+        np.maximum.at(scores, rows, similarities)
+        for row, similarity, index in zip(rows.tolist(), similarities.tolist(), indexes, strict=True):
+            if similarity > own[row] and similarity > self.closest_passage.get(row, (-np.inf, 0))[0]:
+                self.closest_passage[row] = (similarity, index)
+        return scores
 
     def _build_windows(self) -> None:
         """Every run of up to WINDOW_TURNS turns of a session, one starting at each turn: the words of a question

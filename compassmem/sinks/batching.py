@@ -18,7 +18,16 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from compassmem.contracts.search import SparseVector
-from compassmem.models import Cluster, Event, IndexedTurn, Relation, search_text, turn_point_id
+from compassmem.models import (
+    Cluster,
+    Event,
+    IndexedTurn,
+    Relation,
+    TurnPassage,
+    passage_point_id,
+    search_text,
+    turn_point_id,
+)
 from compassmem.processors.categories import category_terms
 from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector, tie_break
 from compassmem.sinks.graph_store import GraphStore
@@ -60,8 +69,8 @@ class TurnRedacted:
     turn_id: str
 
 
-Record = (Event | IndexedTurn | Relation | Cluster | ConversationForgotten | ProvisionalEvent | ProvisionalRetired
-          | TurnRedacted)
+Record = (Event | IndexedTurn | TurnPassage | Relation | Cluster | ConversationForgotten | ProvisionalEvent
+          | ProvisionalRetired | TurnRedacted)
 
 
 class Sink(ABC):
@@ -93,7 +102,7 @@ def turn_keyword_vector(turn: IndexedTurn) -> SparseVector:
                                  scale=tie_break(f"{turn.conversation_id}/{turn.turn_id}"))
 
 
-def _of(record: Event | IndexedTurn | Relation | Cluster, forgotten: ConversationForgotten) -> bool:
+def _of(record: Event | IndexedTurn | TurnPassage | Relation | Cluster, forgotten: ConversationForgotten) -> bool:
     return record.tenant == forgotten.tenant and record.conversation_id == forgotten.conversation_id
 
 
@@ -104,6 +113,7 @@ class VectorSink(Sink):
         self._store = store
         self._events: dict[str, Event] = {}
         self._turns: dict[str, IndexedTurn] = {}
+        self._passages: dict[str, TurnPassage] = {}
         self._forgotten: dict[tuple[str, str], None] = {}
         self._syncing: Future[None] | None = None
         self._syncer: ThreadPoolExecutor | None = None
@@ -113,14 +123,18 @@ class VectorSink(Sink):
             self._events[record.event_id] = record
         elif isinstance(record, IndexedTurn):
             self._turns[turn_point_id(record.tenant, record.conversation_id, record.turn_id)] = record
+        elif isinstance(record, TurnPassage):
+            self._passages[passage_point_id(record.tenant, record.conversation_id, record.turn_id,
+                                            record.index)] = record
         elif isinstance(record, ConversationForgotten):
             # Whatever is still here was added after the forget: writing it after the delete keeps the log's order.
             self._events = {k: e for k, e in self._events.items() if not _of(e, record)}
             self._turns = {k: t for k, t in self._turns.items() if not _of(t, record)}
+            self._passages = {k: p for k, p in self._passages.items() if not _of(p, record)}
             self._forgotten[(record.tenant, record.conversation_id)] = None
 
     def flush(self) -> None:
-        if not self._events and not self._turns and not self._forgotten:
+        if not self._events and not self._turns and not self._passages and not self._forgotten:
             return
         for tenant, conversation_id in self._forgotten:
             self._store.delete_conversation(tenant, conversation_id)
@@ -130,6 +144,8 @@ class VectorSink(Sink):
         if self._turns:
             turns = list(self._turns.values())
             self._store.upsert_turns(turns, [turn_keyword_vector(t) for t in turns])
+        if self._passages:
+            self._store.upsert_passages(list(self._passages.values()))
         self.settle()  # the previous batch's flush, if nobody waited for it
         # The store's flush waits on the disk (25-100 ms a batch on qdrant-edge, which lets go of the GIL meanwhile):
         # it runs while the sinks after this one write, and the checkpoint settles it before the batch counts as
@@ -155,6 +171,7 @@ class VectorSink(Sink):
     def _clear(self) -> None:
         self._events.clear()
         self._turns.clear()
+        self._passages.clear()
         self._forgotten.clear()
 
 

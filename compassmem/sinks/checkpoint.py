@@ -60,7 +60,7 @@ class SinkCheckpoint:
 
     def add_update(self, update: MemoryUpdate) -> None:
         """Every record of an update, nodes before the edges that need them; the update is reported once flushed."""
-        for record in [*update.events, *update.turns, *update.clusters, *update.relations]:
+        for record in [*update.events, *update.turns, *update.passages, *update.clusters, *update.relations]:
             self.add(record)
         self._updates.append(update)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from abc import abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,7 +30,15 @@ import numpy as np
 import structlog
 
 from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import Event, IndexedTurn, TimeAnchor, turn_point_id
+from compassmem.models import (
+    Event,
+    IndexedTurn,
+    TimeAnchor,
+    TurnPassage,
+    passage_point_id,
+    turn_point_id,
+    turn_point_key,
+)
 from compassmem.processors.time_keys import turn_time_keys
 from compassmem.processors.time_resolution import resolve_time_expressions
 from compassmem.sinks.vector_store import (
@@ -65,6 +73,10 @@ OPEN_SEGMENT, CLOSED_SEGMENT = "open", "closed"
 SUBJECT_FIELD = "subject_id"
 EVENT_KIND = "event"
 TURN_KIND = "turn"
+# The later passages of a long turn (models.TurnPassage): a dense vector, no keywords (the turn's own keywords cover
+# its whole text), and where in the turn's text it lies.
+PASSAGE_KIND = "passage"
+PASSAGE_FIELD = "passage"
 # Keyword payload indexes besides the tenant one (which the backends create with is_tenant=True).
 # A turn's times as keys (processors/time_keys.py): derived from its text and timestamp when it is written, dropped
 # on the way back, searched by the time channel of a query (HitSearch.time_keys).
@@ -80,6 +92,8 @@ _SCROLL_PAGE = 256
 
 # What a search hit (TurnHit, EventHit) reads of a point's payload, and what equal scores are ordered by.
 HIT_FIELDS = (CONVERSATION_FIELD, "turn_id", EVENT_ID_FIELD, "speaker")
+# What a passage hit reads: its turn, found by key afterwards like a turn hit whose payload was not read.
+PASSAGE_HIT_FIELDS = (CONVERSATION_FIELD, "turn_id", PASSAGE_FIELD)
 
 # What the hot tier reads of an event's and a turn's payload (HotEventRow, HotTurnRow): an event's payload also holds
 # its observations (every turn's text again), frame and summary, which a query does not read from there.
@@ -212,9 +226,15 @@ class PointData:
 
     id: str
     dense: list[float]
-    sparse_name: str
-    sparse: SparseVector
+    sparse_name: str | None
+    sparse: SparseVector | None
     payload: dict[str, Any]
+
+    def vectors(self, sparse: Callable[[SparseVector], Any]) -> dict[str, Any]:
+        """The point's named vectors, its sparse one converted by ``sparse`` (a passage has none)."""
+        if self.sparse_name is None or self.sparse is None:
+            return {DENSE_VECTOR: self.dense}
+        return {DENSE_VECTOR: self.dense, self.sparse_name: sparse(self.sparse)}
 
 
 def _check_batch(
@@ -244,6 +264,19 @@ def check_upsert_batch(events: Sequence[Event], sparse: Sequence[SparseVector], 
 def check_turn_batch(turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector], dim: int) -> None:
     labels = [f"turn {t.turn_id} of {t.tenant}/{t.conversation_id}" for t in turns]
     _check_batch("turn", labels, [t.embedding for t in turns], sparse, dim)
+
+
+def passage_points(passages: Sequence[TurnPassage], dim: int) -> list[PointData]:
+    for passage in passages:
+        if len(passage.embedding) != dim:
+            raise ValueError(f"passage {passage.index} of turn {passage.turn_id} of {passage.tenant}/"
+                             f"{passage.conversation_id} has a {len(passage.embedding)}-d embedding; the store holds "
+                             f"{dim}-d vectors")
+    return [PointData(passage_point_id(p.tenant, p.conversation_id, p.turn_id, p.index), list(p.embedding), None,
+                      None, {TENANT_FIELD: p.tenant, CONVERSATION_FIELD: p.conversation_id, "turn_id": p.turn_id,
+                             SUBJECT_FIELD: p.subject_id, KIND_FIELD: PASSAGE_KIND, PASSAGE_FIELD: p.index,
+                             "start": p.start, "end": p.end})
+            for p in passages]
 
 
 def check_query_vector(vector: Sequence[float], dim: int) -> None:
@@ -319,7 +352,7 @@ def search_scope(where: SearchScope, kind: str) -> Scope:
 
 def _hit_scope(where: SearchScope, search: HitSearch) -> Scope:
     """A search's points: its kind within the scope, and only those meeting its time keys when it has some."""
-    points = search_scope(where, TURN_KIND if search.kind == "turn" else EVENT_KIND)
+    points = search_scope(where, {"turn": TURN_KIND, "event": EVENT_KIND, "passage": PASSAGE_KIND}[search.kind])
     if not search.time_keys:
         return points
     return Scope({**points.match, TIME_KEYS_FIELD: tuple(search.time_keys)})
@@ -332,6 +365,12 @@ def turns_of(tenant: str, event_ids: Sequence[str]) -> Scope:
 def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> Scope:
     return Scope(scope(tenant, conversation_id, TURN_KIND).match,
                  point_ids=(turn_point_id(tenant, conversation_id, turn_id),))
+
+
+def _turn_and_its_passages(tenant: str, conversation_id: str, turn_id: str) -> Scope:
+    passages = Scope({KIND_FIELD: PASSAGE_KIND, "turn_id": turn_id})
+    return Scope(scope(tenant, conversation_id).match,
+                 any_of=(_one_turn(tenant, conversation_id, turn_id), passages))
 
 
 def events_by_id(tenant: str, event_ids: Sequence[str]) -> Scope:
@@ -447,6 +486,9 @@ class PointStore(VectorStore):
     def upsert_turns(self, turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector]) -> None:
         self._upsert_nonempty(turn_points(turns, sparse, self.dim))
 
+    def upsert_passages(self, passages: Sequence[TurnPassage]) -> None:
+        self._upsert_nonempty(passage_points(passages, self.dim))
+
     def conversation_turns(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:
         records = self._scroll(scope(tenant, conversation_id, TURN_KIND))
         return in_turn_order([turn_from_point(*record) for record in records])
@@ -475,12 +517,16 @@ class PointStore(VectorStore):
                    for search in searches]
         asked = [(search, query) for search, query in zip(searches, queries, strict=True) if query is not None]
         # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
-        answers = self._query_keys([query for _, query in asked], [
-            None if locate is not None and search.kind == "turn" else HIT_FIELDS for search, _ in asked]) if asked else []
-        unread = {key for answer in answers for key, payload, _ in answer if payload is None}
+        answers = self._query_keys([query for _, query in asked], [_hit_fields(search, locate) for search, _ in asked]
+                                   ) if asked else []
+        # A passage hit stands for its turn: (turn key, passage index, score), the turn located like an unread hit.
+        answers = [_as_turn_keys(scope.tenant, answer) if search.kind == "passage" else answer
+                   for (search, _), answer in zip(asked, answers, strict=True)]
+        unread = {key for answer in answers for key, payload, _ in answer
+                  if payload is None or isinstance(payload, _PassageOf)}
         located: Mapping[int, TurnLocation] = {}
-        if unread and locate is not None:
-            located = locate(unread)
+        if unread:
+            located = locate(unread) if locate is not None else {}
             missing = [key for key in unread if key not in located]
             if missing:
                 read = self._payloads(missing, HIT_FIELDS)
@@ -489,14 +535,19 @@ class PointStore(VectorStore):
         answered = iter(answers)
         for search, query in zip(searches, queries, strict=True):
             rows = next(answered) if query is not None else []
-            if search.kind == "turn":
-                turns = []
+            if search.kind in ("turn", "passage"):
+                turns: dict[int, TurnHit] = {}
                 for key, payload, score in rows:
+                    passage = 0
+                    if isinstance(payload, _PassageOf):
+                        passage, payload = payload.index, None
                     where = _turn_location(payload) if payload is not None else located.get(key)
-                    if where is not None:  # None: the point was deleted between the search and the read
-                        turns.append(TurnHit(where.conversation_id, where.turn_id, where.event_id, score,
-                                             where.speaker))
-                found.append(sorted(turns, key=_turn_hit_order))
+                    # None: the point was deleted between the search and the read. A turn is listed once, by its
+                    # best passage.
+                    if where is not None and key not in turns:
+                        turns[key] = TurnHit(where.conversation_id, where.turn_id, where.event_id, score,
+                                             where.speaker, passage)
+                found.append(sorted(turns.values(), key=_turn_hit_order))
             else:
                 events = [EventHit(p[CONVERSATION_FIELD], p[EVENT_ID_FIELD], score)
                           for p, score in ((_required(payload), score) for _, payload, score in rows)]
@@ -519,7 +570,7 @@ class PointStore(VectorStore):
             self._delete(events_and_their_turns(tenant, event_ids))
 
     def delete_turn(self, tenant: str, conversation_id: str, turn_id: str) -> None:
-        self._delete(_one_turn(tenant, conversation_id, turn_id))
+        self._delete(_turn_and_its_passages(tenant, conversation_id, turn_id))
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> None:
         self._delete(scope(tenant, conversation_id))
@@ -566,6 +617,30 @@ class PointStore(VectorStore):
             found.extend(page)
             if offset is None:
                 return found
+
+
+def _hit_fields(search: HitSearch, locate: TurnLocator | None) -> tuple[str, ...] | None:
+    """What a search reads of its hits' payloads: nothing for turns the hot tier can locate."""
+    if search.kind == "passage":
+        return PASSAGE_HIT_FIELDS
+    return None if locate is not None and search.kind == "turn" else HIT_FIELDS
+
+
+@dataclass(frozen=True, slots=True)
+class _PassageOf:
+    """In place of a payload: the hit was this passage of the turn whose key it is listed under."""
+
+    index: int
+
+
+def _as_turn_keys(tenant: str, answer: list[tuple[int, Payload | None, float]]
+                  ) -> list[tuple[int, Any, float]]:
+    rows: list[tuple[int, Any, float]] = []
+    for _, payload, score in answer:
+        fields = _required(payload)
+        key = turn_point_key(tenant, fields[CONVERSATION_FIELD], fields["turn_id"])
+        rows.append((key, _PassageOf(int(fields[PASSAGE_FIELD])), score))
+    return rows
 
 
 def _vector_name(search: HitSearch) -> str:

@@ -231,7 +231,7 @@ class EdgeVectorStore(PointStore):
                 [
                     Point(
                         id=p.id,
-                        vector={layout.DENSE_VECTOR: p.dense, p.sparse_name: _sparse(p.sparse)},
+                        vector=p.vectors(_sparse),
                         payload=p.payload,
                     )
                     for p in points

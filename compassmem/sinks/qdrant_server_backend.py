@@ -129,7 +129,7 @@ class QdrantServerVectorStore(PointStore):
         structs = [
             models.PointStruct(
                 id=p.id,
-                vector={layout.DENSE_VECTOR: p.dense, p.sparse_name: _sparse(p.sparse)},
+                vector=p.vectors(_sparse),
                 payload=p.payload,
             )
             for p in points

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import Event, IndexedTurn, TimeAnchor
+from compassmem.models import Event, IndexedTurn, TimeAnchor, TurnPassage
 
 
 class ScoredEvent(BaseModel):
@@ -40,6 +40,8 @@ class TurnHit(NamedTuple):
     event_id: str
     score: float
     speaker: str
+    # Which passage of the turn matched (processors/passages.py): 0 for the turn's own vector, its opening.
+    passage: int = 0
 
 
 class TurnLocation(NamedTuple):
@@ -99,9 +101,10 @@ class HotRecords:
 
 
 class HitSearch(NamedTuple):
-    """One search of a batch (``VectorStore.hits``): turns or events, by a dense vector or a keyword one."""
+    """One search of a batch (``VectorStore.hits``): turns or events, by a dense vector or a keyword one; or the
+    later passages of long turns by a dense vector, each hit reported as its turn (``TurnHit.passage``)."""
 
-    kind: Literal["turn", "event"]
+    kind: Literal["turn", "event", "passage"]
     query: Sequence[float] | SparseVector
     limit: int
     # Turns only: when given, only turns whose time keys (processors/time_keys.py) include one of these.
@@ -160,6 +163,10 @@ class VectorStore(ABC):
     @abstractmethod
     def upsert_turns(self, turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector]) -> None:
         """Insert or replace turns (point id from tenant, conversation and turn id); each needs its embedding."""
+
+    @abstractmethod
+    def upsert_passages(self, passages: Sequence[TurnPassage]) -> None:
+        """Insert or replace the later passages of long turns (their turn's redaction or forget deletes them)."""
 
     @abstractmethod
     def conversation_turns(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:

@@ -1,0 +1,143 @@
+"""Long messages as passages: each passage of a long turn is searchable by meaning, a turn ranks by its best
+passage, and evidence shows that passage, not the whole message (real embedded stores, built by ``Memory.add``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from compassmem.config import Settings
+from compassmem.contracts.query import QueryRequest
+from compassmem.contracts.search import SearchScope
+from compassmem.memory import Memory
+from compassmem.models import Turn
+from compassmem.processors.passages import PASSAGE_WORDS, passage_spans
+from compassmem.retrieval.engine import EngineConfig, RankingConfig
+from compassmem.sinks import event_payload as layout
+from compassmem.sinks.vector_store import HitSearch
+
+# Short words, so that 3,000 of them fit in one turn (16 KiB).
+TOPICS = {
+    "testing": ["A test should check one thing and say in its name what that is.",
+                "A test that fails now and then is worse than none, as we learn to not look at red.",
+                "Tests of the whole app talk to real parts that the test sets up on its own.",
+                "To know what ran is not to know if it was right."],
+    "gardening": ["Beans want six hours of sun and a deep drink of water once a week.",
+                  "A layer of bark on the bed keeps the soil cool and wet in the hot months.",
+                  "Cut off the low leaves once the first pods set, to keep rot away.",
+                  "Peel and core from the kitchen make a rich mix for next year's beds."],
+    "trains": ["The first line for the public ran in the north of England two ages ago.",
+               "One gauge won out, as most lands in the west took it in the end.",
+               "Night trains with beds are back on a few long routes.",
+               "New signals let more trains use the same track with no risk."],
+    "cooking": ["A good stock cooks slow and is not let to boil hard.",
+                "Salt the pot of water well, then save a cup of it for the sauce.",
+                "Let the roast rest a bit so the juice stays in when you cut it.",
+                "Warm the seeds in a dry pan till they smell of nuts."],
+    "sleep": ["Most of us need from seven to nine hours of rest each night.",
+              "A bright screen late at night can hold off the pull of sleep.",
+              "A cool, dark room helps you drift off much more quickly.",
+              "A cup of tea or coffee in the late day can keep you up at night."],
+}
+FACT = ("For the office itself, the finance team reserved 48,000 euros every quarter to renovate the Lisbon "
+        "branch, covering new desks, better lighting and a quieter meeting room.")
+
+
+def _paragraph(topic: str, words: int = 140) -> str:
+    sentences, out = TOPICS[topic], []
+    while len(" ".join(out).split()) < words:
+        out.append(sentences[len(out) % len(sentences)])
+    return " ".join(out)
+
+
+def _long_answer(fact_paragraph: int | None) -> str:
+    """About 3,000 words in 22 paragraphs; the fact, when given, is the paragraph at that index."""
+    topics = list(TOPICS)
+    paragraphs = [_paragraph(topics[n % len(topics)]) for n in range(22)]
+    if fact_paragraph is not None:
+        paragraphs[fact_paragraph] = f"{FACT} {_paragraph('sleep', 110)}"
+    return "\n\n".join(paragraphs)
+
+
+def _chat() -> list[Turn]:
+    exchanges = [
+        ("Can you give me a long overview of practical advice for everyday life and work?", _long_answer(4)),
+        ("And another overview like that, please, for my team's newsletter.", _long_answer(None)),
+        ("Thanks. One more, covering the same ground but shorter if you can.", _long_answer(None)),
+    ]
+    start = datetime(2024, 5, 2, 18, 0, tzinfo=UTC)
+    turns = []
+    for n, (ask, answer) in enumerate(exchanges):
+        for offset, (speaker, text) in enumerate((("user", ask), ("assistant", answer))):
+            turns.append(Turn(conversation_id="advice", turn_id=f"m{2 * n + offset}", speaker=speaker, text=text,
+                              timestamp=start + timedelta(minutes=10 * n + offset), session_id="1"))
+    return turns
+
+
+def test_a_long_text_is_cut_into_passages_that_cover_every_word_at_paragraph_ends() -> None:
+    text = _long_answer(4)
+    spans = passage_spans(text)
+    assert 3_000 <= len(text.split()) <= 3_500
+    assert len(spans) >= 20
+    assert all(len(text[start:end].split()) <= PASSAGE_WORDS for start, end in spans)
+    # In order, no overlap, every word in exactly one passage.
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False))
+    assert sum(len(text[start:end].split()) for start, end in spans) == len(text.split())
+    # A paragraph of fewer words than a passage is never split.
+    assert any(text[start:end].startswith(FACT) for start, end in spans)
+    assert passage_spans("A short reply.") == [(0, len("A short reply."))]
+    # One sentence longer than a passage is cut by words.
+    run_on = " ".join(["word"] * (2 * PASSAGE_WORDS + 5))
+    assert [len(run_on[s:e].split()) for s, e in passage_spans(run_on)] == [PASSAGE_WORDS, PASSAGE_WORDS, 5]
+
+
+def test_a_fact_in_the_fifth_paragraph_of_a_3000_word_answer_is_found_and_shown(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    question = "How much money was set aside each quarter to refurbish the Portuguese office?"
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_chat())
+        answer = memory.query(QueryRequest(conversation_id="advice", question=question, budget_turns=3))
+        without = Memory(memory.settings, stores=memory.stores, embedder=memory.embedder,
+                         engine_config=EngineConfig(ranking=RankingConfig(passage_candidates=0)))
+        # The store's passage search finds the passage and reports it as its turn, with its index.
+        vector = memory.embedder.embed([question])[0]
+        hits = memory.stores.vectors.hits(SearchScope(tenant="default", conversation_ids=("advice",)),
+                                          [HitSearch("passage", vector, 3)])[0]
+        own = memory.engine.candidate_features(QueryRequest(conversation_id="advice", question=question))
+        plain = without.engine.candidate_features(QueryRequest(conversation_id="advice", question=question))
+    assert hits[0].turn_id == "m1" and hits[0].passage >= 1
+    assert answer.turn_ids[0] == "m1"
+    shown = next(t for item in answer.evidence for t in item.turns if t.turn_id == "m1")
+    whole = _chat()[1].text
+    # The evidence is the passage holding the fact, where its span says, not the 3,000 words.
+    assert shown.span is not None and whole[shown.span[0]: shown.span[1]] == shown.text
+    assert "48,000 euros" in shown.text
+    assert len(shown.text.split()) <= PASSAGE_WORDS
+    # Without the passages the answer's dense similarity is its opening's, about gardening and tests.
+    refs, features = own
+    row = [ref.turn_id for ref in refs].index("m1")
+    plain_row = [ref.turn_id for ref in plain[0]].index("m1")
+    assert features["dense"][row] > plain[1]["dense"][plain_row]
+
+
+def test_forgetting_a_turn_or_a_conversation_takes_its_passages(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    turns = _chat()
+    scope = SearchScope(tenant="default", conversation_ids=("advice",))
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+        vector = memory.embedder.embed(["practical advice"])[0]
+
+        def found(turn_id: str) -> bool:
+            hits = memory.stores.vectors.hits(scope, [HitSearch("passage", vector, 500)])[0]
+            return any(hit.turn_id == turn_id for hit in hits)
+
+        def stored() -> int:  # every passage point of the conversation, searched or not
+            return memory.stores.vectors._count(layout.scope("default", "advice", layout.PASSAGE_KIND))  # noqa: SLF001
+
+        later = [len(passage_spans(turn.indexed_text())) - 1 for turn in turns]
+        assert stored() == sum(later) and later[3] >= 20
+        assert found("m3") and found("m1")
+        memory.redact_turn("advice", "m3")
+        assert stored() == sum(later) - later[3]
+        assert not found("m3") and found("m1")
+        memory.forget("advice")
+        assert stored() == 0
