@@ -57,7 +57,7 @@ bench: install
 	$(BIN)/python -m benchmarks.ingest_throughput $(if $(DATA),--data $(DATA))
 	$(BIN)/python -m benchmarks.memory_report $(if $(DATA),--data $(DATA))
 
-# The figures of the Grafana dashboard over a streamed development conversation, as a PNG (README: Monitoring).
+# The figures of the Grafana dashboard over a streamed development conversation, as a PNG (docs/monitoring.md).
 dashboard-plot: install
 	$(BIN)/python -m benchmarks.dashboard_plot --out docs/dashboard.png $(if $(DATA),--data $(DATA))
 

@@ -46,6 +46,7 @@ def _text(page: Path) -> str:
 
 def test_the_http_reference_lists_every_path_and_method(site: Path) -> None:
     reference = _text(site / "reference" / "http" / "index.html")
+    assert "This page is written when" not in reference, "the placeholder was not replaced by the generated page"
     document = _hook().openapi_document()
     operations = [f"{method.upper()} {path}" for path, item in document["paths"].items()
                   for method in _METHODS if method in item]
@@ -70,3 +71,13 @@ def test_the_site_loads_no_web_fonts(site: Path) -> None:
                for url in re.findall(r"(?:src|href)=\"(https?://[^\"]+)\"", page.read_text(encoding="utf-8"))
                if "fonts.g" in url or url.endswith((".css", ".js", ".woff", ".woff2"))]
     assert not fetched, "the site loads assets from the network:\n" + "\n".join(fetched)
+
+
+def test_the_decision_index_lists_every_record() -> None:
+    decisions = ROOT / "docs" / "decisions"
+    index = (decisions / "README.md").read_text(encoding="utf-8")
+    records = sorted(path.name for path in decisions.glob("[0-9][0-9][0-9]-*.md"))
+    assert records
+    assert not [name for name in records if f"]({name})" not in index], "records missing from docs/decisions/README.md"
+    numbers = [name[:3] for name in records]
+    assert numbers == [f"{n:03d}" for n in range(1, len(numbers) + 1)], f"records are numbered in order: {numbers}"

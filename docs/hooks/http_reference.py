@@ -125,5 +125,9 @@ def render(document: dict[str, Any]) -> str:
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
+    # The repository holds a placeholder of the page (so that links to it resolve outside the site): replaced here.
+    placeholder = files.get_file_from_path(PAGE)
+    if placeholder is not None:
+        files.remove(placeholder)
     files.append(File.generated(config, PAGE, content=render(openapi_document())))
     return files
