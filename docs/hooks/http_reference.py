@@ -82,8 +82,8 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> list[str]:
     body = operation.get("requestBody")
     if body:
         for media, content in body.get("content", {}).items():
-            lines += [f"Request body ({'required' if body.get('required') else 'optional'}, `{media}`): "
-                      f"{_type(content.get('schema', {}))}", ""]
+            required = "required" if body.get("required") else "optional"
+            lines += [f"Request body ({required}, `{media}`): {_type(content.get('schema', {}))}", ""]
     lines += ["| status | meaning | body |", "|---|---|---|"]
     for status, response in operation.get("responses", {}).items():
         bodies = ", ".join(f"{_type(content.get('schema', {}))} (`{media}`)"
@@ -109,11 +109,11 @@ def _schema(name: str, schema: dict[str, Any]) -> list[str]:
 
 def render(document: dict[str, Any]) -> str:
     info = document.get("info", {})
-    lines = ["# HTTP reference", "",
-             f"{info.get('title', 'compassmem')} {info.get('version', '')}, OpenAPI {document.get('openapi', '')}. "
+    about = (f"{info.get('title', 'compassmem')} {info.get('version', '')}, OpenAPI {document.get('openapi', '')}. "
              "Generated when the site is built from the FastAPI app itself (`docs/hooks/http_reference.py`); a "
              "running API serves the same document at `/openapi.json` and an interactive page at `/docs`. How to "
-             "use it: [Querying memory](../querying.md).", "", "## Paths", ""]
+             "use it: [Querying memory](../querying.md).")
+    lines = ["# HTTP reference", "", about, "", "## Paths", ""]
     for path, item in document.get("paths", {}).items():
         for method in _METHODS:
             if method in item:
