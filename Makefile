@@ -1,12 +1,13 @@
 # Two commands do everything on a fresh machine with Python 3.11 and pip:
 #   make demo   installs, builds memory from the sample conversation, answers questions with evidence
 #   make test   installs and runs the whole test suite
+#   make docs   builds the documentation site from docs/ into site/
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_DIR ?= .compassmem-demo
 
-.PHONY: install tools demo test bench dashboard-plot clean
+.PHONY: install tools demo test docs bench dashboard-plot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -16,7 +17,7 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	# torch first, pinned: the CPU wheel lies on local disk; letting a resolver choose pulls a CUDA build.
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[test,bench]"
+	$(BIN)/pip install --quiet -e ".[test,bench,docs]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -48,13 +49,17 @@ demo: install
 test: install tools
 	$(BIN)/python -m pytest -q
 
+# The documentation site (mkdocs.yml); --strict: a broken link or a missing page fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: install
 	$(BIN)/python -m benchmarks.ingest_throughput $(if $(DATA),--data $(DATA))
 	$(BIN)/python -m benchmarks.memory_report $(if $(DATA),--data $(DATA))
 
-# The figures of the Grafana dashboard over a streamed development conversation, as a PNG (README: Monitoring).
+# The figures of the Grafana dashboard over a streamed development conversation, as a PNG (docs/monitoring.md).
 dashboard-plot: install
 	$(BIN)/python -m benchmarks.dashboard_plot --out docs/dashboard.png $(if $(DATA),--data $(DATA))
 
 clean:
-	rm -rf $(DEMO_DIR) results
+	rm -rf $(DEMO_DIR) results site

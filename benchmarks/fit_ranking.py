@@ -39,11 +39,9 @@ from compassmem.retrieval.ranking_model import BASE_FEATURES, FEATURES, RankingM
 
 CATEGORIES = (1, 2, 3, 4)
 BUDGET = 20
-# The weights of the features themselves are the hand-chosen ones (RankingConfig), not fitted: they hold on chats
-# between people, where the hand weights beat fitted ones held out (LoCoMo development split, recall@10 81.6
-# against 81.2), and the few questions naming a day there fit the date's weight too small for the hand-made cases
-# of tests/test_time_channel.py. What is fitted is how each weight changes with the length of the turns (the
-# NAME*long features): an assistant's answers are not ranked like chat lines.
+# The weights of the features themselves are the hand-chosen ones (RankingConfig), not fitted: on chats between
+# people they beat fitted ones held out (docs/decisions/003-fitted-ranking.md). What is fitted is how each weight
+# changes with the length of the turns (the NAME*long features): an assistant's answers are not ranked like chat lines.
 _HAND = EngineConfig(ranking=RankingConfig(fitted=False)).ranking_model().weights
 FIXED: dict[str, float] = {name: _HAND.get(name, 0.0) for name in BASE_FEATURES}
 

@@ -66,9 +66,8 @@ class Settings(BaseSettings):
         "model, weights and tool versions); unset = $XDG_CACHE_HOME/compassmem/models, else ~/.cache/compassmem/models. "
         "Processes may share it; one that cannot write it builds the model in a temporary folder at every start."
     )
-    # 16, not 64: a call is sorted by length and cut into batches of this size, each padded to its longest text, so
-    # smaller batches waste less on padding. Measured on 2 cores: 120 vs 67 turns/s for 60-turn calls (the worker's
-    # batches), 140 vs 129 for 600-turn calls.
+    # 16, not 64: each batch is padded to its longest text, so smaller ones waste less
+    # (docs/decisions/006-embedder-runs.md).
     embedding_batch_size: int = Field(default=16, ge=1, le=4096, description="Texts per batch of the torch "
                                       "embedder (onnx-int8 runs each text alone).")
     compact_after_erasure: bool = Field(
@@ -388,7 +387,8 @@ def check_environment(environ: Mapping[str, str]) -> None:
     known = {f"{ENV_PREFIX}{name}".upper() for name in Settings.model_fields} | {CONFIG_FILE_VARIABLE}
     unknown = sorted(name for name in environ if name.upper().startswith(ENV_PREFIX) and name.upper() not in known)
     if unknown:
-        raise SettingsFileError(f"unknown setting {unknown[0]} in the environment (known: see the README's table)")
+        raise SettingsFileError(f"unknown setting {unknown[0]} in the environment "
+                                "(known: see the table of docs/settings.md)")
 
 
 class CheckedTomlSource(TomlConfigSettingsSource):

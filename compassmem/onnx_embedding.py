@@ -6,14 +6,9 @@ changes with the weights, the recipe and the versions of the tools that made it,
 (well under a second: torch is not even imported). Processes starting together each build into a temporary file and
 rename it into place, so a reader never sees half a model; a cache file that does not load is rebuilt with a warning.
 
-Quantisation recipe, measured against the torch reference on LoCoMo turns (cosine of the two vectors of a text):
-per-tensor int8 weights lose too much (mean 0.955, worst 0.92); per output channel keeps mean 0.992, worst 0.977 at
-about twice the reference's speed. Keeping the feed-forward output projections in float32 would raise the mean to
-0.996 but keep only ~1.5x of the speed, so they are quantised too. The embedding lookup stays float32.
-
-Activations are quantised per run (one scale per tensor), so in a padded batch a text's vector would depend on the
-texts batched with it (cosine down to 0.976 against the same text alone). Each text therefore runs alone, on
-parallel threads: a text's vector is the same however the stream batches it, and a replay rebuilds the same memory.
+Weights are quantised per output channel, the feed-forward projections too (the embedding lookup stays float32).
+Activations are quantised per run, so each text runs alone, on parallel threads: a text's vector is the same however
+the stream batches it, and a replay rebuilds the same memory. Why, measured: docs/decisions/006-embedder-runs.md.
 """
 
 from __future__ import annotations
@@ -223,13 +218,12 @@ class OnnxInt8Embedder:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        # One thread per run: a single short text gains nothing from a second (2.0 vs 2.8 ms per question measured
-        # on 2 cores); parallelism comes from running texts side by side instead (embed).
+        # One thread per run; parallelism comes from running texts side by side (embed). See
+        # docs/decisions/006-embedder-runs.md.
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle threads sleep instead of spinning: on a busy machine spinning threads fight each other (as torch's
-        # did: 10 ms -> 500 ms per question with two threads on two loaded cores).
+        # Idle threads sleep instead of spinning: on a busy machine spinning threads fight each other.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         width = session.get_outputs()[0].shape[-1]
@@ -294,9 +288,7 @@ class OnnxInt8Embedder:
             return np.zeros((0, self._dim), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
         # One text per run: int8 activations are quantised with one scale per run, so a batch would make a text's
-        # vector depend on its neighbours (and a replay after a restart, batched differently, would cut events
-        # differently). Runs of single texts on parallel threads are also faster than padded batches (measured on
-        # 2 cores: 607 vs 428 turns/s).
+        # vector depend on its neighbours (docs/decisions/006-embedder-runs.md).
         if len(encodings) == 1 or self._parallel_runs == 1:
             rows = [self._embed_one(e.ids) for e in encodings]
         else:

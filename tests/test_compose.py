@@ -1,5 +1,5 @@
-"""docker-compose.yml, the Dockerfile and the README's settings table, checked without a Docker engine: the stack
-is wired the way the settings model and `compassmem api` expect, and the files it mounts exist."""
+"""docker-compose.yml, the Dockerfile and the settings table of docs/settings.md, checked without a Docker engine:
+the stack is wired the way the settings model and `compassmem api` expect, and the files it mounts exist."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def test_prometheus_reaches_the_alertmanager_service_which_reads_the_mounted_con
     assert config_flag.removeprefix("--config.file=") in dict(bind_mounts(alertmanager)).values()
 
 
-def test_grafana_provisions_the_dashboard_the_readme_names(compose: dict[str, Any]) -> None:
+def test_grafana_provisions_the_dashboard_the_docs_name(compose: dict[str, Any]) -> None:
     mounts = dict(bind_mounts(compose["services"]["grafana"]))
     dashboards = next(host for host, target in mounts.items() if target == "/var/lib/grafana/dashboards")
     titles = {json.loads(path.read_text()).get("title") for path in (ROOT / dashboards).glob("*.json")}
@@ -206,19 +206,18 @@ def test_dockerfile_pins_cpu_torch_and_runs_compassmem() -> None:
     assert {defaults["api_port"].default, defaults["metrics_port"].default} <= exposed
 
 
-def readme_settings_rows() -> dict[str, str]:
-    """Variable -> default cell of the settings table in the docker compose section of the README."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Running the full stack with docker compose", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `(COMPASSMEM_[A-Z0-9_]+)` \| ([^|]*) \|", section, re.M)
+def documented_settings_rows() -> dict[str, str]:
+    """Variable -> default cell of the settings table of the documentation (docs/settings.md)."""
+    text = (ROOT / "docs" / "settings.md").read_text()
+    rows = re.findall(r"^\| `(COMPASSMEM_[A-Z0-9_]+)` \| ([^|]*) \|", text, re.M)
     return {name: default.strip() for name, default in rows}
 
 
-def test_readme_table_lists_every_setting_with_its_default() -> None:
-    rows = readme_settings_rows()
+def test_settings_page_lists_every_setting_with_its_default() -> None:
+    rows = documented_settings_rows()
     assert set(rows) == KNOWN_VARIABLES, (f"missing: {sorted(KNOWN_VARIABLES - set(rows))}, "
                                           f"not settings: {sorted(set(rows) - KNOWN_VARIABLES)}")
     for name, field in Settings.model_fields.items():
         cell = rows[f"{ENV_PREFIX}{name.upper()}"]
         expected = "unset" if field.default is None or field.default_factory else f"`{field.default}`"
-        assert cell == expected, f"{ENV_PREFIX}{name.upper()}: README says {cell}, Settings says {expected}"
+        assert cell == expected, f"{ENV_PREFIX}{name.upper()}: docs/settings.md says {cell}, Settings says {expected}"

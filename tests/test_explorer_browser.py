@@ -80,7 +80,7 @@ def _wait_until_built(url: str, expected: dict[str, int], log: Path, timeout_s: 
 def dev_conversation(dev: dict[str, Any]) -> str:
     if DEV_CONVERSATION not in dev["conversations"]:
         pytest.skip(f"LoCoMo data not found: set LOCOMO_DATA to a LoCoMo JSON file holding {DEV_CONVERSATION} "
-                    "(the repository does not ship it; see README, Benchmarks)")
+                    "(the repository does not ship it; see docs/benchmarks.md)")
     return DEV_CONVERSATION
 
 

@@ -1,6 +1,7 @@
-"""The README's "Use from Python" and "Use from an agent (MCP)" sections stay true: their code blocks are run
-against real stores (the library), a real server (the clients, see ``served_memory``) and a spawned
-``compassmem mcp`` (the agent configuration)."""
+"""The usage pages stay true: the code blocks of "Use from Python" (docs/library.md) and "Use from an agent (MCP)"
+(docs/mcp.md), and the README's own snippet, are run against real stores (the library), a real server (the clients,
+see ``served_memory``) and a spawned ``compassmem mcp`` (the agent configuration). The README stays a front door:
+at most 250 lines."""
 
 from __future__ import annotations
 
@@ -17,26 +18,45 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from test_library import MODEL_CACHE
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-# The address the README's client snippets use: `compassmem dev`'s default.
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+README_MAX_LINES = 250
+# The page each title's section lives on.
+PAGES = {"Use from Python": ROOT / "docs" / "library.md", "Use from an agent (MCP)": ROOT / "docs" / "mcp.md"}
+# The address the client snippets use: `compassmem dev`'s default.
 README_URL = "http://127.0.0.1:8080"
 
 
 def section(title: str) -> str:
-    text = README.read_text()
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end != -1 else len(text)]
+    text = PAGES[title].read_text()
+    assert text.startswith(f"# {title}\n"), f"{PAGES[title]} is no longer the page of {title!r}"
+    return text
 
 
 def blocks(title: str, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```$", section(title), flags=re.MULTILINE | re.DOTALL)
 
 
-def run_snippet(code: str) -> dict[str, object]:
+def run_snippet(code: str, source: Path = PAGES["Use from Python"]) -> dict[str, object]:
     namespace: dict[str, object] = {"__name__": "readme_snippet"}
-    exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 - the README's own code, on purpose
+    exec(compile(code, str(source), "exec"), namespace)  # noqa: S102 - the documentation's own code, on purpose
     return namespace
+
+
+def test_the_readme_is_a_front_door() -> None:
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; move detail into docs/"
+
+
+def test_the_readme_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    [snippet] = re.findall(r"^```python\n(.*?)^```$", README.read_text(), flags=re.MULTILINE | re.DOTALL)
+    for name in [key for key in os.environ if key.startswith("COMPASSMEM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("COMPASSMEM_EMBEDDER_CACHE_DIR", str(MODEL_CACHE))
+    monkeypatch.chdir(tmp_path)  # Memory() keeps its stores in ./.compassmem
+    run_snippet(snippet, README)
+    assert "['1']" in capsys.readouterr().out.splitlines()
 
 
 def test_the_python_section_has_the_library_and_client_snippets() -> None:

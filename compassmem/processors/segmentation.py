@@ -193,8 +193,7 @@ class SegmentationConfig(BaseModel):
     # rules allow that shows some shift, rather than running on to the hard limit (which cuts anywhere).
     soft_factor: float = Field(default=0.25, ge=0.0, le=1.0)
     # With a boundary judge: probabilities closer than this to the threshold are the judge's to decide (the band
-    # shrinks with the threshold past ``soft_max_tokens``). On TIAGE dev, 0.10 (0.20 to 0.40) holds 27% of the
-    # gaps the score decides (12% of turns), where the score is right 53% of the time against 83% outside it.
+    # shrinks with the threshold past ``soft_max_tokens``): docs/decisions/009-llm-boundary-band.md.
     llm_band: float = Field(default=0.10, ge=0.0, le=1.0)
     # A conversation's judge calls stay within this share of its turns (one call per turn at most in any case).
     llm_max_share: float = Field(default=0.25, gt=0.0, le=1.0)

@@ -121,8 +121,7 @@ def _timeless(text: str) -> str:
     """A subgoal that names a time, searched once more without it: the indexed text of every turn carries the day
     it was said, so "in March 2023" matches every turn said in March and crowds out the turn that tells what
     happened (told in April as "last month"). The time itself is scored by the date boost (engine.question_spans).
-    On the LoCoMo development split: temporal recall@10 92.4 -> 93.1, no category lower at @10. Without the time
-    only (the subgoal replaced) lost 0.6 points of categories 1-4: the date words help some questions too."""
+    Added beside the subgoal, not in its place: docs/decisions/005-ranking-adjustments.md."""
     timeless = without_time_expressions(text)
     return timeless if timeless != text and keyword_stems(timeless) else text
 

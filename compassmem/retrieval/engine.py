@@ -47,20 +47,7 @@ class RankingConfig(BaseModel):
     # Candidates come from the stores, per subgoal: nearest turns, best keyword turns, nearest events. Their events
     # (at most max_candidate_events, best first) and the events one relation away from them (at most
     # neighbour_events) are what is ranked, so a query's cost follows these numbers, not the memory's size.
-    # A cold hot-tier load costs about 60 us per point read (an event or a turn) inside qdrant-edge, so these caps are
-    # the tail of latency over big scopes, where hits spread over many conversations and most loads are cold. 60 and
-    # 20 (were 100 and 50): on the LoCoMo development split recall@10 of categories 1-4 stays within its rebuild-to-
-    # rebuild spread (80.4 -> 80.3 to 80.5; multi-hop 49.3 -> 48.6 to 49.4, each cap measured alone too), and on a
-    # 170k-turn tenant the p99 of a query asked once cold and once warm fell from 243-267 ms to 143-154 ms (same run).
-    # 40 candidate events (were 60): on two builds of the development memory recall@10 of categories 1-4 went
-    # 80.8 -> 80.9 and 80.3 -> 80.4, @20 86.0 -> 85.8 and 86.3 -> 85.9, open-domain @10 -1.2 on both (44 questions:
-    # half of one question's evidence), adversarial @5 -0.4 and 0; on the 20,000-turn conversation of
-    # benchmarks.scale the p99 went 90-92 -> 79-85 ms and the p50 31 -> 26-29 ms (alternating runs; a cold load
-    # reads every turn of every candidate). 35 (were 40), once the participants' names left the keyword search: the
-    # candidates became more particular to each question, and on the 20,000-turn conversation of benchmarks.scale
-    # (a 10,000-turn hot tier) 150 questions loaded 1,244 events with their turns against 1,058 with the names, p50
-    # 35.9 against 32.5 ms; 35 loaded 1,158, p50 33.2 ms (same process, alternating per question). LoCoMo dev @10
-    # of categories 1-4 82.0 -> 82.2, @20 86.9 -> 86.5.
+    # Cold loads over big scopes make these caps the tail of latency: docs/decisions/004-query-candidate-caps.md.
     dense_candidates: int = Field(default=100, ge=1)
     # Nearest passages of long turns (processors/passages.py), per subgoal: a turn found by a later passage is a
     # candidate, and its dense score is its best passage's.
@@ -68,15 +55,13 @@ class RankingConfig(BaseModel):
     # The dense list's weight in a turn's fused score (the keyword list's is 1, the window list's window_weight).
     dense_weight: float = Field(default=1.0, ge=0.0)
     keyword_candidates: int = Field(default=100, ge=1)
-    # Event-level dense search; off by default, like the keyword one below: the events of the turns found already
-    # cover what it finds (LoCoMo dev recall@10 of categories 1-4 on two builds of the memory: 80.3 and 80.4 with 20
-    # of them, 80.4 and 80.1 without, inside the rebuild-to-rebuild spread of 80.0-80.7), and within one
-    # 20,000-turn conversation it was the dearest search of the batch (3.8 ms each, per subgoal: the filter leaves
-    # a few thousand events, scored one by one).
+    # Event-level dense search; off by default, like the keyword one below: the turns' events already cover what it
+    # finds, at a high cost (docs/decisions/004-query-candidate-caps.md).
     event_candidates: int = Field(default=0, ge=0)
     max_candidate_events: int = Field(default=35, ge=1)
     # ... taken in that many at a time until they hold this many turns, up to max_candidate_events_total events:
-    # 35 LoCoMo events hold about 190 turns, 35 one-message events of an assistant chat 35 (docs/decisions/).
+    # 35 LoCoMo events hold about 190 turns, 35 one-message events of an assistant chat 35
+    # (docs/decisions/002-retrieval-across-conversation-styles.md).
     max_candidate_turns: int = Field(default=200, ge=1)
     max_candidate_events_total: int = Field(default=200, ge=1)
     # Turns said at, or speaking of, the time a question names, nearest to the question first (the time channel).
@@ -84,7 +69,7 @@ class RankingConfig(BaseModel):
     time_weight: float = Field(default=1.0, ge=0.0)
     neighbour_events: int = Field(default=20, ge=0)
     # Event-level keyword search (sparse over whole events); off by default: turn-level keyword hits already
-    # reach their events, and it cost a third of the query time for no recall on the dev split.
+    # reach their events (docs/decisions/004-query-candidate-caps.md).
     event_keyword_candidates: int = Field(default=0, ge=0)
     seeds_per_subgoal: int = Field(default=5, ge=1)
     # A turn's score mixes its own hybrid score with its event's score: context is evidence too.
@@ -101,15 +86,12 @@ class RankingConfig(BaseModel):
     # Aggregating questions gather distinct instances ("What activities does Melanie do?"): each turn is also
     # lowered by this much times its similarity to the most similar turn already taken, so that five turns about
     # one pottery class do not fill the places of the camping trip and the concert (maximal marginal relevance).
-    # On the LoCoMo development split, with the question penalty: multi-hop recall@10 49.5 -> 50.3 / 51.2 / 50.7
-    # with 0.05 / 0.15 / 0.3, list questions 47.6 -> 50.2 with 0.15, categories 1-4 81.1 -> 81.1 (single-hop
-    # 90.7 -> 90.2: single facts asked as aggregating questions).
+    # Weight: docs/decisions/005-ranking-adjustments.md.
     aggregate_redundancy: float = Field(default=0.15, ge=0.0)
     # Every subgoal is scored twice, the second time expanded with its best turns (pseudo-relevance feedback),
     # and the two averaged: the turns found first say how the conversation words what was asked, and find the
     # same kind of fact told in other words or other sessions. Once only for aggregating questions; for every
-    # question, on the LoCoMo development split: categories 1-4 recall@10 81.1 -> 81.4, @5 72.3 -> 72.9, each
-    # category up or level (adversarial @5 63.5 -> 64.8).
+    # question: docs/decisions/005-ranking-adjustments.md.
     feedback_turns: int = Field(default=3, ge=0)
     feedback_weight: float = Field(default=1.0, ge=0.0)
     # Temporal questions: turns that carry a time expression are where dates are said.
@@ -137,9 +119,7 @@ class RankingConfig(BaseModel):
     # A turn that asks ("Got any paintings to show?") shares the words of a question put to the memory but
     # rarely holds its answer: its score is lowered by this much times the share of its text that asks. Its
     # neighbours keep the context it gives (context_weight uses the unlowered scores). On the LoCoMo development
-    # split, 12% of the evidence turns end on a question against 26% of the other turns in the top 10; 0.2 and
-    # 0.3 gave categories 1-4 recall@10 81.2 and 81.3 against 80.5 (@5 72.7 and 72.3 against 71.1; adversarial
-    # @5 62.7 and 63.5 against 59.3).
+    # split asking turns are half as common among the evidence as elsewhere (docs/decisions/005-ranking-adjustments.md).
     question_penalty: float = Field(default=0.25, ge=0.0)
     # The final score of a turn: the weights shipped with the package (ranking_model.py: the hand-chosen ones below
     # as they were when it was fitted, plus fitted terms for long turns), or the hand-chosen ones alone
@@ -382,9 +362,7 @@ class QueryEngine:
         nearby = sorted(links, key=lambda e: (-links[e], e))[: ranking.neighbour_events]
         # A far end that is no event (a part_of edge's cluster id) loads as nothing. Neighbours come without their
         # turns: the walk passes through them (their vector and relations) to reach and lift candidates, but their
-        # turns were only rivals of the candidates' own. On two builds of the LoCoMo development memory, recall@10 of
-        # categories 1-4 went 80.1 -> 80.8 and 80.4 -> 80.7 (adversarial @5 57.2 -> 57.6 and 58.4 -> 57.6), and a
-        # cold query reads about a fifth fewer points.
+        # turns were only rivals of the candidates' own (docs/decisions/004-query-candidate-caps.md).
         hot.update(self.hot.events(scope.tenant, nearby, with_turns=False))
         timings["load_hot"] = _elapsed(mark)
         mark = time.perf_counter()
@@ -734,15 +712,12 @@ def _search_stems(text: str, speakers: Collection[str]) -> tuple[str, ...]:
     names (unless nothing else is left).
 
     The auxiliaries of a question ("did", "does", "has") are in most turns: searching them walked long posting
-    lists for hits that ranked turns by the grammar they share with the question. On the LoCoMo development split,
-    against the whole question's stems: categories 1-4 @10 80.3 -> 80.5, adversarial @5 58.0 -> 59.3, and a
-    question of a 20,000-turn conversation makes one store search fewer in most cases.
+    lists for hits that ranked turns by the grammar they share with the question.
 
     A participant's name is in half the turns of a two-person conversation (a turn is indexed with who said it):
     when no other word of "What breed is Ann's dog?" is in the turn that answers ("He is a golden retriever"), the
     name alone ranked Ann's shortest turns first, and that list counts as much as the dense one in the fusion. Who
-    asks about whom is the speaker boost's job. On the development split: categories 1-4 @10 81.4 -> 81.7,
-    multi-hop 51.5 -> 52.9, @20 86.2 -> 86.9."""
+    asks about whom is the speaker boost's job. Measured: docs/decisions/005-ranking-adjustments.md."""
     stems = keyword_stems(keyword_query(text) or text)
     names = {stem for speaker in speakers for stem in keyword_stems(speaker)}
     return tuple(stem for stem in stems if stem not in names) or tuple(stems)

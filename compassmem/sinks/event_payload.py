@@ -116,10 +116,8 @@ def point_id(event_id: str) -> str:
 
 # What of an event stays a payload field of its own: what filters, the hot tier (HOT_FIELDS) and the order of hits
 # read. The rest (observations, summary, frame lists) travels as one JSON text, EVENT_BODY_FIELD: qdrant-edge
-# converts every string of a payload separately, at about 4 us each, so an event's few hundred strings cost
-# 0.5 ms per upsert against 0.06 ms for the packed form (measured on LoCoMo events): the event upserts of the
-# development turns took 0.59 s against 0.26 s. Stores written before the body existed hold every field on its
-# own; both read back the same.
+# converts every payload string separately (docs/decisions/007-store-access-shapes.md). Stores written before the
+# body existed hold every field on its own; both read back the same.
 EVENT_OWN_FIELDS = frozenset({TENANT_FIELD, EVENT_ID_FIELD, CONVERSATION_FIELD, SUBJECT_FIELD, "cluster_id",
                               "temporal_info", "time_anchors", "version", "provisional"})
 EVENT_BODY_FIELD = "body"

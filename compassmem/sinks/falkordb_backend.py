@@ -122,7 +122,7 @@ RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
 """
 # Relations around some events, as a walk needs them (fields, not properties(r): parsing whole property maps costs
 # more than the query). Filters stay out of the Cypher: a WHERE on the far end made FalkorDB's planner start from a
-# scan of every Event (680 ms instead of 13 ms for 130 events of a 1,570-event graph); the caller filters instead.
+# scan of every Event (docs/decisions/007-store-access-shapes.md); the caller filters instead.
 _EDGE_FIELDS = "r.relation_id, r.type, r.subtype, r.confidence, r.evidence, r.superseded_by"
 _OUT_EDGES = f"""
 UNWIND $ids AS id

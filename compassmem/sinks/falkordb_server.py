@@ -202,9 +202,8 @@ class EmbeddedFalkorDB:
             "--appendonly", "yes",
             # The AOF is the durable record; RDB snapshots on top would only duplicate it.
             "--save", "",
-            # Replaying the AOF re-runs every graph query ever written (~2 s per MB: a 64 MB file, redis's default
-            # first rewrite size, did not load in 120 s). A rewrite stores the graph itself (RDB preamble), which
-            # loads in a blink, so rewrite early and whenever the log has grown by half of that.
+            # Replaying the AOF re-runs every graph query ever written; a rewrite stores the graph itself (RDB
+            # preamble), so rewrite early and often (docs/decisions/007-store-access-shapes.md).
             "--aof-use-rdb-preamble", "yes",
             # Uncompressed (LZF would cut a string into runs of 32 bytes), so that an erasure can be verified by
             # searching the files for the erased words.

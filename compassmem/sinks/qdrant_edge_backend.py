@@ -254,8 +254,7 @@ class EdgeVectorStore(PointStore):
     @_sharing
     def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
         # Whole payloads and vectors are fetched by id afterwards, once for every search of the batch: asking the
-        # search for them cost 5 ms more per 100 hits than the search itself (measured on a 100k-point shard:
-        # 7.3 ms with payloads, 2.3 + 0.6 ms this way).
+        # search for them cost more than the search (docs/decisions/007-store-access-shapes.md).
         answers = self._run([self._request(query, None) for query in queries])
         # Each .id access builds a new uuid.UUID: read every id once.
         ids = [[hit.id for hit in hits] for hits in answers]

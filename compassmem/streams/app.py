@@ -96,10 +96,9 @@ _STORE_RETRY_MAX_S = 30.0
 # A turns partition behind the broker's end offset that has not moved this long (with no batch running) is sought
 # back to its next offset (positions.py).
 _STALL_S = 3.0
-# ... or this long while another turns partition moves. Under a 150,000-turn backlog three partitions at a time
-# sat still for 3 s while the fourth was being applied, and the seeks back (which throw away what was fetched for
-# every partition) repeated four times before the records came. Records really lost on the way are still found,
-# later: a stall only delays them, since nothing past the partition's next offset is applied meanwhile.
+# ... or this long while another turns partition moves: under a backlog partitions wait their turn
+# (docs/decisions/008-worker-fetching-and-seeks.md). A stall only delays records really lost: nothing past the
+# partition's next offset is applied meanwhile.
 _BUSY_STALL_S = 30.0
 _ANSWER_KINDS = frozenset({ControlKind.FORGET_DONE.value.encode(), ControlKind.COMMAND_REFUSED.value.encode()})
 
@@ -372,9 +371,8 @@ class StreamingWorker:
         # silently drops re-fetched records below its read offset.
         # Stopping the flow drops the rest of the batch Faust is delivering for *every* partition (their fetch
         # positions have already moved past it), so every assigned partition goes back to its own next offset to
-        # apply, in the same seek, not only the ones being repaired. Seeking one at a time opened gaps on the
-        # others, and under a backlog the seeks cascaded: 5,000 conversations through one worker made 9,633 gaps,
-        # each throwing away thousands of fetched records, and the worker ran at 136 turns/s instead of about 300.
+        # apply, in the same seek, not only the ones being repaired: seeking one at a time opened gaps on the others
+        # and the seeks cascaded (docs/decisions/008-worker-fetching-and-seeks.md).
         sought = {TP(topic, partition): offset for partition, offset in targets.items()}
         for other in self.assigned_partitions:
             offset = self.positions.next_offset(other)
@@ -419,8 +417,7 @@ class StreamingWorker:
         # Faust pauses fetching a partition whose records would overfill the stream's buffer and resumes the paused
         # ones one at a time as the buffer drains; under a backlog one partition can wait many seconds for its
         # turn. That is not a stall: nothing was lost, and a seek (which stops the flow of every partition and
-        # throws away what was fetched) only made it worse. 5,000 conversations through one worker sought back a
-        # paused partition up to fifteen times in a row, and the seeks opened hundreds of gaps on the others.
+        # throws away what was fetched) only made it worse (docs/decisions/008-worker-fetching-and-seeks.md).
         paused = self._paused_by_flow_control()
         self.positions.paused(paused)
         stalled = [partition for partition in self.positions.stalled(end_offsets, _STALL_S, _BUSY_STALL_S)

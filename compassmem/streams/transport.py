@@ -2,9 +2,9 @@
 
 Faust builds its consumer with ``fetch_max_wait_ms=1500`` and offers no setting for it. A broker answers a fetch
 as soon as data arrives, up to that wait; Tansu does so for a fetch of one partition, but for a fetch spanning
-several partitions it holds the request the whole wait (measured: ~480 ms per record with 1500 ms, ~12 ms with
-100 ms). The worker always fetches several partitions (turns, control), so the wait went straight into freshness.
-A short wait costs a few idle fetch requests per second against a real Kafka cluster, where it changes nothing else.
+several partitions it holds the request the whole wait. The worker always fetches several partitions (turns,
+control), so the wait went straight into freshness: a short one costs a few idle fetch requests per second against a
+real Kafka cluster (docs/decisions/008-worker-fetching-and-seeks.md).
 
 The second fix (``_seek_to_committed_or_start``) keeps a rebalance from losing records; see its docstring.
 
