@@ -20,7 +20,7 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
@@ -58,6 +58,8 @@ class MemoryRetriever:
         self.budget = budget
         self.latencies_ms: list[float] = []
         self.ranked: dict[tuple[str, str], list[str]] = {}
+        # What the last answer showed of each turn: a long turn's evidence is one passage of it.
+        self.shown: dict[tuple[str, str], str] = {}
 
     def rank(self, conversation_id: str, question: str) -> list[str]:
         started = time.perf_counter()
@@ -65,7 +67,14 @@ class MemoryRetriever:
                                                   budget_turns=self.budget))
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
         self.ranked[(conversation_id, question)] = response.turn_ids
+        self.shown.update({(turn.conversation_id, turn.turn_id): turn.text
+                           for item in response.evidence for turn in item.turns})
         return response.turn_ids
+
+    def text_shown(self, whole_text: Callable[[str, str], str]) -> Callable[[str, str], str]:
+        """The text of a turn as the last answer showed it (its tokens are what a reader pays for), else whole."""
+        return lambda conversation_id, turn_id: (self.shown.get((conversation_id, turn_id))
+                                                 or whole_text(conversation_id, turn_id))
 
 
 def _without(steps: set[str]) -> EngineConfig:
@@ -120,8 +129,9 @@ def compassmem_with(embedder_name: str, data: Path, questions: Sequence[Question
     with tempfile.TemporaryDirectory() as scratch, \
             Memory(memory_settings(Path(scratch), embedder_name), embedder=embedder) as memory:
         build_memory(data, memory)
-        return evaluate_retriever(f"compassmem ({embedder_name})", MemoryRetriever(memory, budget=max(BUDGETS)),
-                                  questions, text_of=corpus.text_of)
+        retriever = MemoryRetriever(memory, budget=max(BUDGETS))
+        return evaluate_retriever(f"compassmem ({embedder_name})", retriever, questions,
+                                  text_of=retriever.text_shown(corpus.text_of))
 
 
 def print_embedder_comparison(measured: MethodResult, reference: MethodResult) -> None:
@@ -201,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Queries stay offline: an endpoint given for the labels must not also decompose questions.
             memory = built if building is settings else Memory(settings, stores=built.stores, embedder=embedder)
             retriever = MemoryRetriever(memory, budget=max(BUDGETS))
-            results = [evaluate_retriever("compassmem", retriever, questions, text_of=corpus.text_of)]
+            results = [evaluate_retriever("compassmem", retriever, questions,
+                                          text_of=retriever.text_shown(corpus.text_of))]
             # Each variant reads the same stores with its own engine (and hot tier); only its recall is reported.
             ablation = ([evaluate_retriever(name, MemoryRetriever(
                 Memory(settings, stores=memory.stores, embedder=embedder, engine_config=config),
