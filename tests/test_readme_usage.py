@@ -1,6 +1,6 @@
-"""The README's "Use from Python" and "Use from an agent (MCP)" sections stay true: their code blocks are run
-against real stores (the library), a real server (the clients, see ``served_memory``) and a spawned
-``compassmem mcp`` (the agent configuration)."""
+"""The README's "Use from Python", "LangGraph and LangChain" and "Use from an agent (MCP)" sections stay true: their
+code blocks are run against real stores (the library, the LangGraph and LangChain adapters), a real server (the
+clients, see ``served_memory``) and a spawned ``compassmem mcp`` (the agent configuration)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,21 @@ def test_the_library_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert set(namespace["response"].turn_ids) == {"1", "2"}  # type: ignore[attr-defined]
     assert (tmp_path / ".compassmem" / "qdrant").is_dir()
     assert "no memory for conversation 'ana-ben'" in capsys.readouterr().out
+
+
+def test_the_langgraph_and_langchain_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    for name in [key for key in os.environ if key.startswith("COMPASSMEM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("COMPASSMEM_EMBEDDER_CACHE_DIR", str(MODEL_CACHE))
+    monkeypatch.chdir(tmp_path)
+    [snippet] = blocks("LangGraph and LangChain", "python")
+    run_snippet(snippet)
+    out = capsys.readouterr().out
+    assert "We moved the Lisbon trip to May because Ben's passport expired." in out
+    assert "[('default', 'ana', 'trip')]" in out
+    assert "Booked: Lisbon, May 3 to 10." in out
+    assert "['Book Lisbon for May.', 'Booked: Lisbon, May 3 to 10.']" in out
 
 
 @pytest.mark.parametrize("index", [1, 2], ids=["Client", "AsyncClient"])
