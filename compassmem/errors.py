@@ -3,6 +3,8 @@ HTTP (``Client``, ``AsyncClient``), so a caller handles "no such conversation" o
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from compassmem.contracts.records import FieldError
 
 
@@ -42,3 +44,9 @@ class Unavailable(CompassmemError):
 
 class ServerError(CompassmemError):
     """The server failed (another 5xx); its log has the traceback."""
+
+
+def field_rules(error: ValidationError) -> str:
+    """Each broken rule as 'field: rule' (pydantic's own text also repeats the input and a documentation link)."""
+    return "; ".join(f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: "
+                     f"{item['msg'].removeprefix('Value error, ')}" for item in error.errors())

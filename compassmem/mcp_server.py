@@ -38,7 +38,7 @@ from compassmem.api_keys import TenantKeys
 from compassmem.config import ENV_PREFIX, Settings
 from compassmem.contracts.query import QueryResponse
 from compassmem.contracts.records import MAX_TURNS_PER_REQUEST, ConversationPage, DeleteResult, RedactResult
-from compassmem.errors import CompassmemError, Forbidden
+from compassmem.errors import CompassmemError, Forbidden, field_rules
 from compassmem.loopback import LOOPBACK_NAME, is_loopback_host
 from compassmem.memory import Memory
 from compassmem.models import DEFAULT_TENANT, Turn
@@ -100,13 +100,9 @@ class Recall(BaseModel):
 
     @classmethod
     def of(cls, response: QueryResponse) -> Recall:
-        by_key = {(item.conversation_id, turn.turn_id): (item.event_id, turn)
-                  for item in response.evidence for turn in item.turns}
-        turns = []
-        for ref in response.turn_refs:
-            event_id, turn = by_key[(ref.conversation_id, ref.turn_id)]
-            turns.append(RecalledTurn(conversation_id=turn.conversation_id, turn_id=turn.turn_id, event_id=event_id,
-                                      speaker=turn.speaker, text=turn.text, timestamp=turn.timestamp))
+        turns = [RecalledTurn(conversation_id=turn.conversation_id, turn_id=turn.turn_id, event_id=item.event_id,
+                              speaker=turn.speaker, text=turn.text, timestamp=turn.timestamp)
+                 for turn, item in response.ranked_turns()]
         events = [RecalledEvent(conversation_id=item.conversation_id, event_id=item.event_id, score=item.score,
                                 turn_ids=[turn.turn_id for turn in item.turns],
                                 path=[step.type + (f"/{step.subtype}" if step.subtype else "") for step in item.path])
@@ -123,17 +119,11 @@ def _as_tool_errors(function: Callable[P, R]) -> Callable[P, R]:
         try:
             return function(*args, **kwargs)
         except ValidationError as error:
-            raise ToolError(_rules(error)) from error
+            raise ToolError(field_rules(error)) from error
         except (CompassmemError, ValueError) as error:
             raise ToolError(str(error)) from error
 
     return call
-
-
-def _rules(error: ValidationError) -> str:
-    """Each broken rule as 'field: rule' (pydantic's own text also repeats the input and a documentation link)."""
-    return "; ".join(f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: "
-                     f"{item['msg'].removeprefix('Value error, ')}" for item in error.errors())
 
 
 def new_turns(conversation_id: str, turns: Sequence[NewTurn], tenant: str, subject_id: str | None,

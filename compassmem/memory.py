@@ -36,6 +36,7 @@ from compassmem.contracts.query import QueryRequest, QueryResponse
 from compassmem.contracts.records import (
     ConversationPage,
     DeleteResult,
+    EventOut,
     EventPage,
     LimitedConversationGraph,
     RedactResult,
@@ -301,6 +302,14 @@ class Memory:
         if graph is None:
             raise NotFound(_no_memory(tenant, conversation_id))
         return graph
+
+    def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
+        """One event with its source turns (observations), as ``GET /v1/events/{id}`` and ``Client.event`` give it;
+        NotFound when the tenant has no such event."""
+        found = self.get_events([event_id], tenant=tenant)
+        if not found:
+            raise NotFound(f"no event {event_id!r} for tenant {tenant!r}")
+        return EventOut.of(found[0])
 
     def get_events(self, event_ids: Sequence[str], *, tenant: str = DEFAULT_TENANT) -> list[Event]:
         """The stored events of these ids (evidence names them) that the tenant has; unknown ids are left out."""

@@ -34,8 +34,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stores and input topics", ("sinks", "publish")),
     ("write and read paths", ("pipeline", "retrieval", "redaction", "llm_events")),
     ("library and tools", ("memory", "transfer", "evaluation", "monitoring")),
-    # Adapters: the worker, HTTP, MCP, the HTTP client, the command line and the package's public facade.
-    ("adapters", ("streams", "query_api", "mcp_server", "client", "cli", "")),
+    # Adapters: the worker, HTTP, MCP, the HTTP client, the command line, the package's public facade and the
+    # agent frameworks' adapters (the optional extra `langchain`).
+    ("adapters", ("streams", "query_api", "mcp_server", "client", "cli", "", "integrations")),
 )
 
 # Framework -> the units that may import it (directly; the subprocess test below checks what loads transitively).
@@ -46,6 +47,9 @@ FRAMEWORKS: dict[str, frozenset[str]] = {
     "faust": frozenset({"streams"}),
     "kafka": frozenset({"streams", "query_api", "publish"}),
     "mcp": frozenset({"mcp_server"}),
+    # Optional (pip install compassmem[langchain]): nothing outside the adapters of that extra may need them.
+    "langgraph": frozenset({"integrations"}),
+    "langchain_core": frozenset({"integrations"}),
 }
 
 
@@ -241,6 +245,33 @@ def test_the_read_side_and_the_evaluation_load_no_web_framework() -> None:
     assert done.stdout.strip() == "[]", f"loaded: {done.stdout.strip()}"
 
 
+def test_only_the_integrations_import_the_integrations() -> None:
+    """The optional extra's adapters are a leaf: the rest of the package works without LangGraph and LangChain."""
+    importers = sorted({i.path for i in all_imports() if i.target.startswith("compassmem.integrations")
+                        and unit_of(i.module) != "integrations"})
+    assert importers == []
+
+
+def test_the_package_imports_without_the_langchain_extra() -> None:
+    """With LangGraph and langchain-core missing, the library, the client and the verbs the integrations share
+    import (the static checks above keep the frameworks out of every other module), and an integration says which
+    extra to install."""
+    code = ("import sys\n"
+            "sys.modules['langgraph'] = sys.modules['langchain_core'] = None  # import fails as if not installed\n"
+            "from compassmem import Client, Memory\n"
+            "import compassmem.integrations.verbs\n"
+            "for name in ('langgraph', 'langchain'):\n"
+            "    try:\n"
+            "        __import__(f'compassmem.integrations.{name}')\n"
+            "    except ImportError as error:\n"
+            "        print(error)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "compassmem.integrations.langgraph needs LangGraph: pip install 'compassmem[langchain]'",
+        "compassmem.integrations.langchain needs langchain-core: pip install 'compassmem[langchain]'"]
+
+
 # -- The checks themselves catch what they are for ---------------------------------------------------------------
 
 _FAKE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -266,6 +297,17 @@ def test_relative_and_type_checking_imports_count() -> None:
 
     assert [i.target for i in imports] == ["typing", "compassmem.query_api"]
     assert len(upward_imports(imports, _FAKE_LAYERS)) == 1
+
+
+def test_an_import_of_the_integrations_from_below_is_reported_with_the_real_layers() -> None:
+    imports = _fake("compassmem.memory", "from compassmem.integrations.langgraph import CompassmemStore\n")
+
+    assert upward_imports(imports, LAYERS) == [
+        ("compassmem/memory.py:1: compassmem.memory imports compassmem.integrations.langgraph: layer 'library and "
+         "tools' -> higher layer 'adapters'")]
+    assert framework_imports(_fake("compassmem.memory", "import langgraph.store.base\n"), FRAMEWORKS) == [
+        "compassmem/memory.py:1: compassmem.memory imports langgraph.store.base: langgraph belongs to integrations "
+        "only"]
 
 
 def test_a_cycle_within_one_layer_is_reported() -> None:

@@ -62,6 +62,16 @@ def test_evidence_events_are_readable_and_the_graph_holds_them(memory: Memory) -
     assert graph.counts.relations == len(graph.edges) > 0
 
 
+def test_one_event_is_read_as_the_client_reads_it(memory: Memory) -> None:
+    response = memory.query("When did Priya adopt Biscuit?", conversation_id="priya-tom")
+    item = response.evidence[0]
+    event = memory.event(item.event_id)
+    assert event.event_id == item.event_id and event.conversation_id == "priya-tom"
+    assert {turn.turn_id for turn in item.turns} <= {o.turn_id for o in event.observations}
+    with pytest.raises(NotFound, match=f"no event {item.event_id!r} for tenant 'someone-else'"):
+        memory.event(item.event_id, tenant="someone-else")
+
+
 def test_scopes_other_than_one_conversation(memory: Memory) -> None:
     assert memory.query("Who is Biscuit?", all_conversations=True).turn_ids
     assert memory.query("Who is Biscuit?", conversation_ids=["priya-tom", "nobody"]).turn_ids

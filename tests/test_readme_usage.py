@@ -1,7 +1,7 @@
-"""The usage pages stay true: the code blocks of "Use from Python" (docs/library.md) and "Use from an agent (MCP)"
-(docs/mcp.md), and the README's own snippet, are run against real stores (the library), a real server (the clients,
-see ``served_memory``) and a spawned ``compassmem mcp`` (the agent configuration). The README stays a front door:
-at most 250 lines."""
+"""The usage pages stay true: the code blocks of "Use from Python" (docs/library.md), "LangGraph and LangChain"
+(docs/integrations.md) and "Use from an agent (MCP)" (docs/mcp.md), and the README's own snippet, are run against
+real stores (the library, the LangGraph and LangChain adapters), a real server (the clients, see ``served_memory``)
+and a spawned ``compassmem mcp`` (the agent configuration). The README stays a front door: at most 250 lines."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 README_MAX_LINES = 250
 # The page each title's section lives on.
-PAGES = {"Use from Python": ROOT / "docs" / "library.md", "Use from an agent (MCP)": ROOT / "docs" / "mcp.md"}
+PAGES = {"Use from Python": ROOT / "docs" / "library.md", "Use from an agent (MCP)": ROOT / "docs" / "mcp.md",
+         "LangGraph and LangChain": ROOT / "docs" / "integrations.md"}
 # The address the client snippets use: `compassmem dev`'s default.
 README_URL = "http://127.0.0.1:8080"
 
@@ -76,6 +77,21 @@ def test_the_library_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert set(namespace["response"].turn_ids) == {"1", "2"}  # type: ignore[attr-defined]
     assert (tmp_path / ".compassmem" / "qdrant").is_dir()
     assert "no memory for conversation 'ana-ben'" in capsys.readouterr().out
+
+
+def test_the_langgraph_and_langchain_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    for name in [key for key in os.environ if key.startswith("COMPASSMEM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("COMPASSMEM_EMBEDDER_CACHE_DIR", str(MODEL_CACHE))
+    monkeypatch.chdir(tmp_path)
+    [snippet] = blocks("LangGraph and LangChain", "python")
+    run_snippet(snippet)
+    out = capsys.readouterr().out
+    assert "We moved the Lisbon trip to May because Ben's passport expired." in out
+    assert "[('default', 'ana', 'trip')]" in out
+    assert "Booked: Lisbon, May 3 to 10." in out
+    assert "['Book Lisbon for May.', 'Booked: Lisbon, May 3 to 10.']" in out
 
 
 @pytest.mark.parametrize("index", [1, 2], ids=["Client", "AsyncClient"])

@@ -145,3 +145,8 @@ class QueryResponse(BaseModel):
     subgoals: list[str]
     answer: str | None = None
     timings_ms: dict[str, float]
+
+    def ranked_turns(self) -> list[tuple[TurnOut, EvidenceItem]]:
+        """The ranked source turns, best first, each with the evidence event that holds it."""
+        by_key = {(item.conversation_id, turn.turn_id): (turn, item) for item in self.evidence for turn in item.turns}
+        return [by_key[(ref.conversation_id, ref.turn_id)] for ref in self.turn_refs]

@@ -3,7 +3,7 @@
 No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime.
 """
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter
 
 from compassmem.contracts.records import DeleteResult, ErrorResponse, EventOut
 from compassmem.query_api.dependencies import (
@@ -25,10 +25,7 @@ router = APIRouter()
             responses={404: {"model": ErrorResponse, "description": "The tenant has no such event."},
                        **AUTH_ERRORS, **INVALID})
 def get_event(event_id: EventId, tenant: Tenant, services: Services) -> EventOut:
-    found = services.memory.get_events([event_id], tenant=tenant)
-    if not found:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no event {event_id!r} for tenant {tenant!r}")
-    return EventOut.of(found[0])
+    return services.memory.event(event_id, tenant=tenant)
 
 
 @router.delete("/v1/conversations/{conversation_id}", response_model=DeleteResult, tags=["memory"],
