@@ -15,7 +15,8 @@ RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
 
 COPY pyproject.toml README.md ./
 COPY compassmem ./compassmem
-RUN pip install .
+# With the otel extra, so that COMPASSMEM_OTEL_ENDPOINT alone switches traces on in the stack (README: Traces).
+RUN pip install ".[otel]"
 
 # The sample conversation, so that `docker compose run --rm worker produce examples/sample_conversation.jsonl` works.
 COPY examples ./examples

@@ -17,7 +17,7 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	# torch first, pinned: the CPU wheel lies on local disk; letting a resolver choose pulls a CUDA build.
 	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[test,bench,docs,langchain]"
+	$(BIN)/pip install --quiet -e ".[test,bench,docs,langchain,otel]"
 	touch $@
 
 install: $(VENV)/.installed

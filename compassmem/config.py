@@ -267,6 +267,13 @@ class Settings(BaseSettings):
     )
     metrics_lag_interval_s: float = Field(default=5.0, gt=0, le=3600,
                                           description="How often the worker measures its consumer lag.")
+    # OpenTelemetry (README: Traces); needs the `otel` extra.
+    otel_endpoint: str | None = Field(
+        default=None, pattern=r"^https?://[^\s/?#]+[^\s?#]*$",
+        description="OTLP/HTTP collector to send traces to, e.g. http://127.0.0.1:4318 (its /v1/traces is used; a "
+        "URL with a path is used as it is). Unset: no spans are made at all. Spans carry ids, counts and timings, "
+        "never a question's or a turn's text.",
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -283,6 +290,12 @@ class Settings(BaseSettings):
         if config_file:
             sources.append(CheckedTomlSource(settings_cls, Path(config_file)))
         return (*sources, file_secret_settings)
+
+    @field_validator("otel_endpoint", mode="before")
+    @classmethod
+    def _blank_endpoint(cls, value: object) -> object:
+        # COMPASSMEM_OTEL_ENDPOINT= (set but empty, as compose files leave it) means off.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("kafka_bootstrap")
     @classmethod

@@ -2,7 +2,8 @@
 
 Two formats (``COMPASSMEM_LOG_FORMAT``): ``console``, human-readable ``key=value`` lines, and ``json``, one JSON
 object per line for a log collector. Values bound with ``structlog.contextvars`` (the HTTP request id,
-``query_api/request_id.py``) go into every line written in that context, in both formats. In JSON, the lines of
+``query_api/request_id.py``) go into every line written in that context, in both formats, and so do the trace and
+span ids of the current span when traces are on (``tracing.py``). In JSON, the lines of
 libraries that log through the standard library (uvicorn, Faust, kafka-python) are JSON objects too: a collector
 that parses JSON would otherwise drop or mangle them.
 """
@@ -18,9 +19,12 @@ import structlog
 from structlog.typing import Processor
 
 from compassmem.terminal import terminal_safe
+from compassmem.tracing import add_trace_ids
 
 LogFormat = Literal["console", "json"]
 
+# The log context's key of the HTTP request id.
+REQUEST_ID_KEY = "request_id"
 # What configure_logging chose, for the libraries that install their own logging configuration later.
 _current: dict[str, str] = {"format": "console", "level": "INFO"}
 
@@ -41,9 +45,17 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+def current_request_id() -> str | None:
+    """The id of the HTTP request being served (``query_api/request_id.py`` binds it), for whoever records it
+    beside the log lines: the traces' spans."""
+    value = structlog.contextvars.get_contextvars().get(REQUEST_ID_KEY)
+    return value if isinstance(value, str) else None
+
+
 def _common_processors() -> list[Processor]:
     return [
         structlog.contextvars.merge_contextvars,
+        add_trace_ids,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso"),
     ]

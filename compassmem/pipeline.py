@@ -21,6 +21,7 @@ from compassmem.embedding import Embedder
 from compassmem.models import RelationType, Turn, TurnPassage, partition_key, search_text
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import (
+    APPLY_STAGES,
     DEFAULT_HOT_EVENTS,
     MIN_HOT_EVENTS,
     ConversationMemory,
@@ -33,6 +34,7 @@ from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryJudge, SegmentationConfig
 from compassmem.sinks.batching import Sink
 from compassmem.sinks.checkpoint import PipelineObserver, SinkCheckpoint
+from compassmem.tracing import record_stages, span, stage
 
 
 class PipelineConfig(BaseModel):
@@ -124,12 +126,14 @@ class MemoryPipeline:
         """Apply turns and commit (flush the sinks) after every batch of ``batch_turns``."""
         started = time.perf_counter()
         for batch in _batches(turns, self.config.batch_turns):
-            self.add_turns(batch)
-            self.checkpoint.flush()
+            with span("ingest.batch", turns=len(batch), conversations=len({t.key for t in batch})):
+                self.add_turns(batch)
+                self.checkpoint.flush()
             if progress is not None:
                 progress(len(batch))
         if close_at_end:
-            self.close_all()
+            with span("ingest.close", conversations=len(self.memories)):
+                self.close_all()
         self._seconds += time.perf_counter() - started
         return self.summary()
 
@@ -137,23 +141,26 @@ class MemoryPipeline:
         """Embed turns in batches and apply them in order, adding what they change to the sinks without a flush:
         whoever owns the commit flushes (``ingest`` after each batch, the streaming worker's checkpoint)."""
         for batch in _batches(turns, self.config.batch_turns):
-            mark = time.perf_counter()
-            # The passages of long turns after their first in the same call: the embedder's batches stay full.
-            later = [(turn, index, span) for turn in batch
-                     for index, span in enumerate(passage_spans(turn.indexed_text())) if index]
-            embedded = self.embedder.embed([t.search_text() for t in batch] + [
-                search_text(turn.speaker, turn.indexed_text()[start:end], turn.timestamp)
-                for turn, _, (start, end) in later])
+            with stage("batch.embed", turns=len(batch)) as took:
+                # The passages of long turns after their first in the same call: the embedder's batches stay full.
+                later = [(turn, index, span) for turn in batch
+                         for index, span in enumerate(passage_spans(turn.indexed_text())) if index]
+                embedded = self.embedder.embed([t.search_text() for t in batch] + [
+                    search_text(turn.speaker, turn.indexed_text()[start:end], turn.timestamp)
+                    for turn, _, (start, end) in later])
             vectors = embedded[: len(batch)]
             if self.observer is not None:
-                self.observer.stage("embed", time.perf_counter() - mark, len(batch))
+                self.observer.stage("embed", took.seconds, len(batch))
             update = MemoryUpdate(passages=[
                 TurnPassage(tenant=turn.tenant, conversation_id=turn.conversation_id, turn_id=turn.turn_id,
                             subject_id=turn.subject_id, index=index, start=start, end=end,
                             embedding=vector.tolist())
                 for (turn, index, (start, end)), vector in zip(later, embedded[len(batch):], strict=True)])
+            applying = time.time_ns()
             for turn, vector in zip(batch, vectors, strict=True):
                 update.extend(self.memory_for(turn.tenant, turn.conversation_id).add_turn(turn, vector))
+            record_stages({f"batch.{name}": update.stage_seconds[name] for name in APPLY_STAGES
+                           if name in update.stage_seconds}, applying)
             if self.observer is not None:
                 self.observer.stage("segment", update.stage_seconds.pop("segment", 0.0), len(batch))
             self.checkpoint.add_update(update)

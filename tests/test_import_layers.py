@@ -26,7 +26,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "compassmem"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Records, settings and rules every layer shares.
     ("foundation", ("contracts", "models", "config", "api_keys", "loopback", "errors", "logging_setup", "child_process",
-                    "process_gc", "terminal")),
+                    "process_gc", "terminal", "tracing")),
     ("embedding, LLM, input", ("embedding", "onnx_embedding", "llm", "importers")),
     # The write path's logic, free of stores (the sinks compute keyword vectors with processors.text_features).
     ("processors", ("processors",)),
@@ -50,6 +50,7 @@ FRAMEWORKS: dict[str, frozenset[str]] = {
     # Optional (pip install compassmem[langchain]): nothing outside the adapters of that extra may need them.
     "langgraph": frozenset({"integrations"}),
     "langchain_core": frozenset({"integrations"}),
+    "opentelemetry": frozenset({"tracing", "query_api"}),
 }
 
 

@@ -24,6 +24,7 @@ from compassmem.logging_setup import configure_logging
 from compassmem.models import Event
 from compassmem.pipeline import IngestSummary
 from compassmem.terminal import echo
+from compassmem.tracing import configure_tracing
 
 log = structlog.get_logger(__name__)
 
@@ -264,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(settings.log_level, settings.log_format)
     try:
+        configure_tracing(settings, service=f"compassmem-{args.command}")
         if args.command in _DATA_DIR_COMMANDS | _STORE_COMMANDS:
             from compassmem.sinks.factory import check_data_dir, uses_data_dir
 

@@ -44,6 +44,10 @@ DEFAULT_HOT_EVENTS = 256
 MIN_HOT_EVENTS = 8
 
 
+# The keys of MemoryUpdate.stage_seconds, in the order one turn goes through them.
+APPLY_STAGES = ("segment", "merge", "summarise", "label", "relate", "recluster")
+
+
 class MemoryUpdate(BaseModel):
     """What one step changed: records to upsert (latest versions) and what happened, for metrics."""
 

@@ -33,6 +33,7 @@ from compassmem.query_api.explorer.router import explorer_router, mount_ui
 from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.request_id import install_request_ids
 from compassmem.query_api.routers import management, memory, operations, query, turns
+from compassmem.query_api.server_spans import ServerSpanMiddleware
 
 log = structlog.get_logger(__name__)
 
@@ -153,5 +154,6 @@ def create_app(services: ApiServices) -> FastAPI:
                    explorer_router(live), management.router):
         app.include_router(router)
     mount_ui(app)
+    app.add_middleware(ServerSpanMiddleware)
     install_request_ids(app)
     return app

@@ -23,6 +23,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from compassmem.logging_setup import REQUEST_ID_KEY, current_request_id
+
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
@@ -47,7 +49,7 @@ class RequestIdMiddleware:
         request_id = request_id_of(incoming)
         # Not unbound on the way out: the error handler runs after this returns (see install_request_ids), and the
         # binding lives in this request's own task context, which no other request shares.
-        structlog.contextvars.bind_contextvars(request_id=request_id)
+        structlog.contextvars.bind_contextvars(**{REQUEST_ID_KEY: request_id})
 
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -55,11 +57,6 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
-
-
-def current_request_id() -> str | None:
-    value = structlog.contextvars.get_contextvars().get("request_id")
-    return value if isinstance(value, str) else None
 
 
 def install_request_ids(app: FastAPI) -> None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from compassmem.contracts.query import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
 from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder
+from compassmem.logging_setup import current_request_id
 from compassmem.processors.categories import category_term
 from compassmem.processors.lexicon import load_in_background
 from compassmem.processors.passages import passage_spans
@@ -38,6 +39,7 @@ from compassmem.retrieval.ranking_model import (
     shipped_model,
 )
 from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, TurnLocator, VectorStore
+from compassmem.tracing import set_attributes, span, stage
 
 log = structlog.get_logger(__name__)
 
@@ -225,7 +227,18 @@ class QueryEngine:
 
     def query(self, request: QueryRequest, deadline_s: float | None = None) -> QueryResponse:
         """Answer one question. With ``deadline_s``, raise QueryDeadlineExceeded at the first step boundary past
-        it while evidence is gathered; once the evidence is ranked, a passed deadline only skips the LLM answer."""
+        it while evidence is gathered; once the evidence is ranked, a passed deadline only skips the LLM answer.
+
+        With traces on, one ``query`` span with a child per step of ``timings_ms``; its attributes say the
+        question's length, never its text."""
+        with span("query", tenant=request.tenant, scope=request.scope_label, question_chars=len(request.question),
+                  budget_turns=request.budget_turns, max_hops=request.max_hops,
+                  request_id=current_request_id()) as opened:
+            response = self._query(request, deadline_s)
+            set_attributes(opened, evidence_items=len(response.evidence), turns=len(response.turn_ids))
+            return response
+
+    def _query(self, request: QueryRequest, deadline_s: float | None) -> QueryResponse:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         deadline = _Deadline(deadline_s)
@@ -237,9 +250,9 @@ class QueryEngine:
         refs, evidence = self._rank(found, request.budget_turns)
         answer = None
         if self.answerer is not None and not deadline.passed:
-            mark = time.perf_counter()
-            answer = self.answerer(request.question, evidence)
-            timings["answer"] = _elapsed(mark)
+            with stage("query.answer") as took:
+                answer = self.answerer(request.question, evidence)
+            timings["answer"] = took.ms
         timings["total"] = _elapsed(started)
         return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
                              subgoals=[s.text for s in found.analysis.subgoals], answer=answer, timings_ms=timings)
@@ -260,37 +273,37 @@ class QueryEngine:
         """Subgoals, candidates, their scores per subgoal and the walk's event scores: all but the final order."""
         analysis = analyse(request.question)
         if self.decomposer is not None:
-            mark = time.perf_counter()
-            analysis = with_subgoals(analysis, self.decomposer(request.question) or [])
-            timings["decompose"] = _elapsed(mark)
+            with stage("query.decompose") as took:
+                analysis = with_subgoals(analysis, self.decomposer(request.question) or [])
+            timings["decompose"] = took.ms
             deadline.check("decompose")
-        mark = time.perf_counter()
-        vectors = self.embedder.embed([s.text for s in analysis.subgoals])
-        timings["embed"] = _elapsed(mark)
-        mark = time.perf_counter()
-        view = self._candidates(request.scope, analysis, vectors, timings)
-        timings["load"] = _elapsed(mark)
+        with stage("query.embed", subgoals=len(analysis.subgoals)) as took:
+            vectors = self.embedder.embed([s.text for s in analysis.subgoals])
+        timings["embed"] = took.ms
+        with stage("query.load") as took:
+            view = self._candidates(request.scope, analysis, vectors, timings)
+        timings["load"] = took.ms
         if view.empty:
             return Gathered(analysis=analysis, view=view, scored=[], event_scores=np.zeros(0), reached={},
                             best_subgoal={})
         deadline.check("load")
-        mark = time.perf_counter()
-        scored = []
-        for subgoal, vector in zip(analysis.subgoals, vectors, strict=True):
-            deadline.check("search")
-            scored.append(self._score_subgoal(view, subgoal.text, vector))
-        if self.config.ranking.feedback_turns:
-            feedback = []
-            for result, vector in zip(scored, vectors, strict=True):
+        with stage("query.search", candidate_turns=view.turn_count) as took:
+            scored = []
+            for subgoal, vector in zip(analysis.subgoals, vectors, strict=True):
                 deadline.check("search")
-                feedback.append(self._with_feedback(view, result, vector))
-            scored = feedback
-        scored = self._retry_unmet(view, analysis, scored, deadline)
-        timings["search"] = _elapsed(mark)
-        mark = time.perf_counter()
-        event_scores, reached, best_subgoal = self._navigate(view, analysis, scored, vectors, request.max_hops,
-                                                             deadline)
-        timings["navigate"] = _elapsed(mark)
+                scored.append(self._score_subgoal(view, subgoal.text, vector))
+            if self.config.ranking.feedback_turns:
+                feedback = []
+                for result, vector in zip(scored, vectors, strict=True):
+                    deadline.check("search")
+                    feedback.append(self._with_feedback(view, result, vector))
+                scored = feedback
+            scored = self._retry_unmet(view, analysis, scored, deadline)
+        timings["search"] = took.ms
+        with stage("query.navigate", candidate_events=len(view.event_ids)) as took:
+            event_scores, reached, best_subgoal = self._navigate(view, analysis, scored, vectors, request.max_hops,
+                                                                 deadline)
+        timings["navigate"] = took.ms
         deadline.check("navigate")
         return Gathered(analysis=analysis, view=view, scored=scored, event_scores=event_scores, reached=reached,
                         best_subgoal=best_subgoal)

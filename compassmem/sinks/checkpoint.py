@@ -14,12 +14,12 @@ a failed flush, or after a poison turn, is counted once.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from compassmem.processors.conversation_memory import MemoryUpdate
 from compassmem.sinks.batching import Record, Sink
+from compassmem.tracing import stage
 
 T = TypeVar("T")
 
@@ -72,18 +72,17 @@ class SinkCheckpoint:
         discards them (``write`` does)."""
         if not self._added and not self._updates:
             return
-        mark = time.perf_counter()
-        for sink in self._sinks:
-            sink.flush()
-        for sink in self._sinks:
-            sink.settle()
-        seconds = time.perf_counter() - mark
+        with stage("batch.store", sinks=len(self._sinks)) as took:
+            for sink in self._sinks:
+                sink.flush()
+            for sink in self._sinks:
+                sink.settle()
         updates, self._updates, self._added = self._updates, [], False
         if self._observer is not None:
-            self._observer.stage("store", seconds, sum(len(update.turns) for update in updates))
+            self._observer.stage("store", took.seconds, sum(len(update.turns) for update in updates))
             for update in updates:
-                for stage, stage_seconds in update.stage_seconds.items():
-                    self._observer.stage(stage, stage_seconds)
+                for name, stage_seconds in update.stage_seconds.items():
+                    self._observer.stage(name, stage_seconds)
                 self._observer.memory_update(update)
 
     def write(self, apply: Callable[[], T]) -> T:

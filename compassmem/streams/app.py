@@ -82,6 +82,7 @@ from compassmem.streams.processor import (
 from compassmem.streams.state import RecordHeader, decode_header
 from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, first_offset_at_or_after
 from compassmem.streams.transport import broker_urls
+from compassmem.tracing import set_attributes, span
 
 log = structlog.get_logger(__name__)
 
@@ -461,7 +462,10 @@ class StreamingWorker:
     async def _handle_batch(self, records: Sequence[RawRecord], acknowledge: Acknowledge) -> None:
         started = time.perf_counter()
         self.metrics.consumed(len(records))
-        out = await self._commit(self._batch_input(records), acknowledge)
+        with span("worker.batch", partitions=sorted({record.partition for record in records}), records=len(records),
+                  conversations=len({record.key for record in records if record.key})) as opened:
+            out = await self._commit(self._batch_input(records), acknowledge)
+            set_attributes(opened, turns=out.stats.applied_turns, dead_letters=out.stats.dead_letters)
         # Committed: the turns it applied are searchable now (open segments' turns under their provisional event).
         self.metrics.turns_searchable(out.applied_produced_at, time.time())
         self.metrics.dead_lettered(out.dead_letters)
@@ -475,12 +479,13 @@ class StreamingWorker:
         for name in ("applied_turns", "dead_letters", "replayed_skipped", "idle_closed", "forgets", "redactions"):
             self.totals[name] += getattr(stats, name)
         self.totals["batches"] += 1
-        spans: dict[int, list[int]] = {}
+        offset_ranges: dict[int, list[int]] = {}
         for record in records:
-            span = spans.setdefault(record.partition, [record.offset, record.offset])
-            span[0], span[1] = min(span[0], record.offset), max(span[1], record.offset)
+            extent = offset_ranges.setdefault(record.partition, [record.offset, record.offset])
+            extent[0], extent[1] = min(extent[0], record.offset), max(extent[1], record.offset)
         log.info("stream.batch", records=stats.records,
-                 offsets=" ".join(f"{p}:{a}-{b}" for p, (a, b) in sorted(spans.items())), applied=stats.applied_turns,
+                 offsets=" ".join(f"{p}:{a}-{b}" for p, (a, b) in sorted(offset_ranges.items())),
+                 applied=stats.applied_turns,
                  replayed_skipped=stats.replayed_skipped, forgotten_dropped=stats.forgotten_dropped,
                  idle_closed=stats.idle_closed, forgets=stats.forgets, redactions=stats.redactions,
                  redacted_dropped=stats.redacted_dropped, dead_letters=stats.dead_letters,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
+import contextvars
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from enum import StrEnum
@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from compassmem.sinks.checkpoint import SinkCheckpoint
 from compassmem.streams.processor import BatchOutput
+from compassmem.tracing import span, stage
 
 log = structlog.get_logger(__name__)
 
@@ -150,19 +151,22 @@ class Checkpoint:
         Raises what a step raised, with the later steps not run: a ``StoreWriteError`` therefore always means
         nothing of the batch left the stores' side, and the whole commit may be tried again."""
         loop = asyncio.get_running_loop()
-        out = await loop.run_in_executor(self._store_thread, self._sinks.write, apply)
-        if self._producer is not None:
-            mark = time.perf_counter()
-            await self._produce(self._producer, out)
-            self._stage("publish", time.perf_counter() - mark)
-        if self._table is not None:
-            mark = time.perf_counter()
-            for write in table_writes(out):
-                # One at a time, each acknowledged (see app.py's FaustTables for why).
-                await self._table.write(write)
-            self._stage("state", time.perf_counter() - mark)
-        if acknowledge is not None:
-            await acknowledge()
+        # In this task's context, so that the store thread's spans are children of the batch's.
+        out = await loop.run_in_executor(self._store_thread, contextvars.copy_context().run, self._sinks.write, apply)
+        with span("batch.commit"):
+            if self._producer is not None:
+                with stage("batch.publish") as took:
+                    await self._produce(self._producer, out)
+                self._stage("publish", took.seconds)
+            if self._table is not None:
+                with stage("batch.state") as took:
+                    for write in table_writes(out):
+                        # One at a time, each acknowledged (see app.py's FaustTables for why).
+                        await self._table.write(write)
+                self._stage("state", took.seconds)
+            if acknowledge is not None:
+                with span("batch.offsets"):
+                    await acknowledge()
         return out
 
     @staticmethod
