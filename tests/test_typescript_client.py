@@ -74,8 +74,8 @@ def test_the_documented_example_compiles_and_runs(built: Path, served_memory: Se
     assert PAGE_URL in example
     (tmp_path / "example.ts").write_text(example.replace(PAGE_URL, served_memory.url), encoding="utf-8")
     # As an installed package: resolved through node_modules, by its package.json's exports and types.
-    (tmp_path / "node_modules" / "@compassmem").mkdir(parents=True)
-    (tmp_path / "node_modules" / "@compassmem" / "client").symlink_to(built)
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "compassmem-client").symlink_to(built)
     (tmp_path / "package.json").write_text(json.dumps({"type": "module"}), encoding="utf-8")
     _run([str(built / "node_modules" / ".bin" / "tsc"), "--strict", "--target", "es2022", "--module", "nodenext",
           "--moduleResolution", "nodenext", "--lib", "es2022,dom", "--outDir", "out", "example.ts"], cwd=tmp_path)

@@ -17,7 +17,7 @@ it("npm pack lists the compiled modules with their types, and no sources or test
   });
   const [packed] = JSON.parse(output) as { name: string; files: { path: string }[] }[];
   assert.ok(packed !== undefined);
-  assert.equal(packed.name, "@compassmem/client");
+  assert.equal(packed.name, "compassmem-client");
   const files = packed.files.map((file) => file.path).sort();
   for (const module of ["index", "client", "errors", "types", "openapi"]) {
     assert.ok(files.includes(`dist/${module}.js`), `dist/${module}.js in ${files}`);
