@@ -32,7 +32,8 @@ def _run(args: Sequence[str], cwd: Path = PACKAGE, env: Mapping[str, str] | None
          timeout_s: float = 300) -> str:
     done = subprocess.run(list(args), cwd=cwd, env=dict(env) if env is not None else None, capture_output=True,
                           text=True, timeout=timeout_s, check=False)
-    assert done.returncode == 0, f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout[-6000:]}\n"
+                                  f"{done.stderr[-3000:]}")
     return done.stdout
 
 
@@ -61,7 +62,7 @@ def test_the_node_tests_pass_against_a_served_memory(built: Path, served_memory:
            "COMPASSMEM_TEST_KEY_TENANT": served_memory.key_tenant, "COMPASSMEM_TEST_KEY": served_memory.key,
            "COMPASSMEM_TEST_ADMIN_KEY": served_memory.admin_key,
            "COMPASSMEM_TEST_MAX_BODY_BYTES": str(served_memory.max_body_bytes)}
-    # `npm test` compiles the tests (pretest), then runs node --test; its reporter writes TAP when not on a terminal.
+    # `npm test` compiles the tests (pretest), then runs node --test; TAP, whose summary lines are read here.
     output = _run(["npm", "test"], env=env)
     summary = dict(re.findall(r"^# (tests|pass|fail|cancelled|skipped|todo) (\d+)$", output, flags=re.MULTILINE))
     assert summary.get("fail") == "0" and summary.get("cancelled") == "0", output[-6000:]
