@@ -830,13 +830,24 @@ export interface components {
             turn_id: string;
             /** Speaker */
             speaker: string;
-            /** Text */
+            /**
+             * Text
+             * @description What the turn said; for a long turn (a written answer), only its passage that answers, which lies at `span` in the whole text.
+             */
             text: string;
             /**
              * Timestamp
              * Format: date-time
              */
             timestamp: string;
+            /**
+             * Span
+             * @description [start, end) character offsets of `text` in the turn's whole text, when only a passage of a long turn is shown; null when `text` is the whole turn.
+             */
+            span?: [
+                number,
+                number
+            ] | null;
         };
         /** TurnRef */
         TurnRef: {
