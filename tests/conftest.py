@@ -581,11 +581,15 @@ def stream_run(stream_broker, tmp_path: Path) -> Iterator[StreamRun]:  # noqa: A
             run.stop_all()
 
 
-# --- `compassmem dev` as the HTTP server of the public clients: tests/test_client.py, tests/test_readme_usage.py --
+# --- `compassmem dev` as the HTTP server of the public clients: tests/test_client.py, tests/test_readme_usage.py,
+# tests/test_typescript_client.py
 # One child process for the session (worker, API, dev broker, embedded stores in a temporary directory), holding
-# the sample conversation under tenant "default" and one turn of tenant "acme", which has an API key.
+# the sample conversation under tenant "default" and one turn of tenant "acme", which has an API key; an admin key
+# may delete tenants (tests that do delete only tenants of their own).
 
 SERVED_KEY_TENANT, SERVED_KEY = "acme", "acme-secret-served"
+SERVED_ADMIN_KEY = "admin-secret-served"
+SERVED_MAX_BODY_BYTES = 64 * 1024
 
 
 @_dataclass(frozen=True)
@@ -593,6 +597,8 @@ class ServedMemory:
     url: str
     key_tenant: str = SERVED_KEY_TENANT
     key: str = SERVED_KEY
+    admin_key: str = SERVED_ADMIN_KEY
+    max_body_bytes: int = SERVED_MAX_BODY_BYTES
 
 
 @pytest.fixture(scope="session")
@@ -605,6 +611,9 @@ def served_memory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedMe
     env.update({**FAST_STREAM_ENV, "COMPASSMEM_DATA_DIR": str(root / "data"), "COMPASSMEM_DEV_BROKER_PORT": "0",
                 "COMPASSMEM_API_PORT": str(free_port()),
                 "COMPASSMEM_API_KEYS": _json.dumps({SERVED_KEY_TENANT: SERVED_KEY}),
+                "COMPASSMEM_API_ADMIN_KEYS": _json.dumps([SERVED_ADMIN_KEY]),
+                # Small enough that a client's test can send a body over it without flooding the socket.
+                "COMPASSMEM_API_MAX_BODY_BYTES": str(SERVED_MAX_BODY_BYTES),
                 # The cache of the `embedder` fixture's settings: the model is exported once per checkout.
                 "COMPASSMEM_EMBEDDER_CACHE_DIR": str(Path(".compassmem", "models").resolve())})
     sample = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"

@@ -33,6 +33,7 @@ from compassmem.processors.conversation_memory import ConversationHealth
 from compassmem.publish.publisher import KafkaTurnPublisher
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
+from compassmem.query_api.openapi import openapi_document
 from compassmem.query_api.server import BackgroundServer, build_services
 from compassmem.retrieval.decomposition import MAX_SUBGOALS
 from compassmem.retrieval.listing import CursorSigner
@@ -447,15 +448,6 @@ _STATUSES: Counter[tuple[str, int]] = Counter()
 EXAMPLES_PER_OPERATION = 40
 
 
-def _openapi() -> dict[str, Any]:
-    """The app's OpenAPI document; it depends on no service, so an app over placeholders gives the same one. Built
-    at import time: schemathesis parametrizes from a schema at collection (its fixture-based lazy loader does not
-    work with pytest 9)."""
-    placeholders = ApiServices(memory=None,  # type: ignore[arg-type]
-                               settings=Settings.model_construct(), metrics=MemoryMetrics(process_collectors=False))
-    return create_app(placeholders).openapi()
-
-
 @pytest.fixture(scope="module")
 def status_counts() -> Iterator[Counter[tuple[str, int]]]:
     yield _STATUSES
@@ -468,7 +460,9 @@ if schemathesis is None:
     def test_no_request_yields_a_server_error() -> None:
         pytest.skip("schemathesis is not installed (pip install -e '.[test]')")
 else:
-    openapi_schema = schemathesis.openapi.from_dict(_openapi())
+    # Built at import time: schemathesis parametrizes from a schema at collection (its fixture-based lazy loader
+    # does not work with pytest 9).
+    openapi_schema = schemathesis.openapi.from_dict(openapi_document())
     openapi_schema.config.generation.update(
         modes=[schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE],
         max_examples=EXAMPLES_PER_OPERATION, deterministic=True)

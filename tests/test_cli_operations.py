@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from offline_api import offline_app
+
 from compassmem.cli.errors import one_line
+from compassmem.query_api.openapi import openapi_document
 
 
 def test_version_prints_the_installed_package_version() -> None:
@@ -85,3 +89,15 @@ def test_insecure_no_auth_or_required_keys_let_a_public_address_through(tmp_path
         assert "--insecure-no-auth" not in done.stderr, done.stderr
     # On loopback no flag is needed.
     assert "--insecure-no-auth" not in _compassmem("api", data_dir=tmp_path).stderr
+
+
+def test_openapi_writes_the_document_the_api_serves(tmp_path: Path) -> None:
+    out = tmp_path / "openapi.json"
+    done = _compassmem("openapi", "--out", str(out), data_dir=tmp_path / "unused",
+                       COMPASSMEM_API_KEYS='{"acme": "a-key-of-sixteen-chars"}')
+    assert done.returncode == 0, done.stderr
+    written = json.loads(out.read_text(encoding="utf-8"))
+    # What a served app answers at /openapi.json, whatever its settings, and every route the clients call.
+    assert written == openapi_document() == offline_app(api_max_body_bytes=2048).openapi()
+    assert {"/v1/query", "/v1/turns", "/v1/conversations", "/v1/tenants/{tenant}"} <= set(written["paths"])
+    assert not (tmp_path / "unused").exists()

@@ -1,5 +1,5 @@
-"""One entry point, ``compassmem <command>``: the parser, ``main``, and the commands ingest, ask, api, build-index
-and mcp (``streaming.py`` and ``transfer.py`` add the others)."""
+"""One entry point, ``compassmem <command>``: the parser, ``main``, and the commands ingest, ask, api, openapi,
+build-index and mcp (``streaming.py`` and ``transfer.py`` add the others)."""
 
 from __future__ import annotations
 
@@ -175,6 +175,17 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
     return run_api(settings.model_copy(update=overrides), insecure_no_auth=args.insecure_no_auth)
 
 
+def cmd_openapi(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.query_api.openapi import openapi_json
+
+    document = openapi_json()
+    if args.out == "-":
+        sys.stdout.write(document)
+    else:
+        Path(args.out).write_text(document, encoding="utf-8")
+    return 0
+
+
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.mcp_server import check_exposure, run_mcp
     from compassmem.memory import Memory
@@ -213,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, help="port (COMPASSMEM_API_PORT, default 8080)")
     add_insecure_no_auth(api)
     api.set_defaults(handler=cmd_api)
+    openapi = commands.add_parser("openapi", help="write the query API's OpenAPI document (JSON) without serving it",
+                                  description="The document /openapi.json serves, for generating typed clients "
+                                              "(clients/typescript/ generates its types from it).")
+    openapi.add_argument("--out", default="-", metavar="FILE", help="where to write (default '-': stdout)")
+    openapi.set_defaults(handler=cmd_openapi)
     build_index = commands.add_parser(
         "build-index", help="index the embedded vector store for fast search (run while no other process uses it)",
         description="Builds the embedded qdrant-edge store's HNSW index over every point not indexed yet. Until "

@@ -17,15 +17,10 @@ _SCHEMA_PREFIX = "#/components/schemas/"
 
 
 def openapi_document() -> dict[str, Any]:
-    """The app's OpenAPI document; it depends on no service, so an app over placeholders gives the same one."""
-    from compassmem.config import Settings
-    from compassmem.monitoring.metrics import MemoryMetrics
-    from compassmem.query_api.app import create_app
-    from compassmem.query_api.dependencies import ApiServices
+    """The app's OpenAPI document, as `compassmem openapi` writes it."""
+    from compassmem.query_api.openapi import openapi_document as document
 
-    placeholders = ApiServices(memory=None,  # type: ignore[arg-type]
-                               settings=Settings.model_construct(), metrics=MemoryMetrics(process_collectors=False))
-    return create_app(placeholders).openapi()
+    return document()
 
 
 def _cell(text: object) -> str:

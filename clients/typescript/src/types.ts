@@ -1,0 +1,56 @@
+/**
+ * The API's records under readable names, all taken from the generated OpenAPI types (`openapi.ts`), so a change of
+ * the server's schema shows up here as a compile error or a new field, never as a silent drift.
+ *
+ * Records keep the API's own snake_case names, in requests and answers alike: a 422 names the field as you wrote it.
+ */
+
+import type { components, paths } from "./openapi.js";
+
+type Schemas = components["schemas"];
+type QueryOf<P extends keyof paths, M extends "get" | "delete"> = NonNullable<
+  NonNullable<paths[P][M]>["parameters"]["query"]
+>;
+
+export type Turn = Schemas["Turn"];
+export type Attachment = Schemas["Attachment"];
+export type QueryRequest = Schemas["QueryRequest"];
+export type QueryResponse = Schemas["QueryResponse"];
+export type EvidenceItem = Schemas["EvidenceItem"];
+export type TurnOut = Schemas["TurnOut"];
+export type TurnRef = Schemas["TurnRef"];
+export type PathStep = Schemas["PathStep"];
+export type TimeAnchor = Schemas["TimeAnchor"];
+export type EventOut = Schemas["EventOut"];
+export type Observation = Schemas["Observation"];
+export type ConversationPage = Schemas["ConversationPage"];
+export type ConversationSummary = Schemas["ConversationSummary"];
+export type EventPage = Schemas["EventPage"];
+export type GraphNode = Schemas["GraphNode"];
+export type GraphEdge = Schemas["GraphEdge"];
+export type LimitedConversationGraph = Schemas["LimitedConversationGraph"];
+export type DeleteResult = Schemas["DeleteResult"];
+export type RedactResult = Schemas["RedactResult"];
+export type TenantDeleteResult = Schemas["TenantDeleteResult"];
+export type TurnsAccepted = Schemas["TurnsAccepted"];
+export type FieldError = Schemas["FieldError"];
+
+/** A turn to add: the server fills in the fields it has defaults for (`tenant`: "default"). */
+export type TurnInput = Omit<Turn, "tenant"> & { tenant?: Turn["tenant"] };
+
+/** The fields of a query besides the question: one scope (`conversation_id`, `conversation_ids`, `subject_id` or
+ * `all_conversations: true`), the tenant, `budget_turns`, `max_hops`; the server's defaults for the rest. */
+export type QueryOptions = Partial<Omit<QueryRequest, "question">>;
+/** A whole query request, the question included. */
+export type QueryInput = QueryOptions & Pick<QueryRequest, "question">;
+
+/** `GET /v1/conversations`: `tenant`, `q` (search), `limit`, `cursor` (a page's `next_cursor`), `order`. */
+export type ConversationsOptions = QueryOf<"/v1/conversations", "get">;
+/** `GET /v1/conversations/{id}/events`: `tenant`, `limit`, `cursor`. */
+export type EventsOptions = QueryOf<"/v1/conversations/{conversation_id}/events", "get">;
+/** `GET /v1/conversations/{id}/graph`: `tenant`, `max_nodes`, `since` (a `Date`, or ISO 8601 with an offset). */
+export type GraphOptions = Omit<QueryOf<"/v1/conversations/{conversation_id}/graph", "get">, "since"> & {
+  since?: Date | string | null;
+};
+/** The tenant of a request on one conversation, event or turn ("default" when not given). */
+export type TenantOption = QueryOf<"/v1/events/{event_id}", "get">;
