@@ -16,7 +16,12 @@ from typing import Protocol, runtime_checkable
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 # One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
-from compassmem.contracts.commands import Command
+from compassmem.contracts.commands import (  # noqa: F401 - the commands' schema, for the callers of publish_command
+    Command,
+    ForgetCommand,
+    RedactCommand,
+    SettingCommand,
+)
 from compassmem.models import Turn
 from compassmem.publish.producer import ProduceError, TurnProducer
 
