@@ -10,22 +10,29 @@ import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
+import pytest
 
+from compassmem.config import Settings
 from compassmem.contracts.commands import CONTROL_COMMAND, SettingCommand
 from compassmem.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import PipelineConfig
 from compassmem.processors.segmentation import SegmentationConfig
+from compassmem.publish.producer import encode_turn
 from compassmem.publish.publisher import KafkaTurnPublisher
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.runtime_settings import SPECS
-from compassmem.sinks.factory import open_stores
+from compassmem.runtime_settings import SPECS, setting_command
+from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
+from compassmem.streams.decoding import RawRecord
+from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, SettingMarker
+from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor
 from conftest import (
     StreamRun,
     WorkerProcess,
@@ -83,6 +90,72 @@ def merged_stores(run: StreamRun, dirs: list[Path], keys: list[str]) -> dict[str
                     assert key not in merged, f"{key} was built by both workers"
                     merged[key] = snapshot
     return merged
+
+
+# -- the worker's batch step, without a broker --------------------------------------------------------------------
+
+
+def _log(conversation_id: str, with_change: bool) -> list[RawRecord]:
+    """One conversation's records on turns partition 0: its first two sessions, the markers of EVERY_TURN (when
+    ``with_change``), its third session, an idle close."""
+    turns = stream_conversation(conversation_id, 3)
+    key = f"default/{conversation_id}".encode()
+    values = [(encode_turn(turn)[1], ()) for turn in turns[:16]]
+    if with_change:
+        for setting, value in EVERY_TURN.items():
+            marker = SettingMarker(setting=setting_command(setting, value), source_partition=0, source_offset=0)
+            values.append((marker.model_dump_json().encode(), ((CONTROL_HEADER, ControlKind.SETTING.value.encode()),)))
+    values += [(encode_turn(turn)[1], ()) for turn in turns[16:]]
+    close = IdleCloseMarker(tenant="default", conversation_id=conversation_id, after_offset=len(values) - 1, idle_s=1)
+    values.append((close.model_dump_json().encode(), ((CONTROL_HEADER, ControlKind.IDLE_CLOSE.value.encode()),)))
+    return [RawRecord(topic="t.turns", partition=0, offset=n, key=key, value=value, headers=headers)
+            for n, (value, headers) in enumerate(values)]
+
+
+def _events(stores: Stores, conversation_id: str) -> list[tuple[str, ...]]:
+    return sorted(tuple(event.turn_ids) for event in stores.vectors.conversation_events("default", conversation_id))
+
+
+@pytest.fixture
+def processor_stores(tmp_path: Path, embedded_falkordb) -> Iterator[Stores]:  # noqa: ANN001
+    with open_stores(Settings(_env_file=None, data_dir=tmp_path, falkordb_url=embedded_falkordb.url)) as opened:
+        yield opened
+
+
+def test_a_setting_marker_changes_the_turns_after_it_however_the_log_is_batched(
+        processor_stores: Stores, embedder) -> None:  # noqa: ANN001
+    processor = MemoryStreamProcessor(embedder, processor_stores)
+
+    def apply(batch: BatchInput, isolating: bool = False) -> BatchOutput:
+        step = processor.process_isolating if isolating else processor.process
+        return processor.sinks.write(partial(step, batch))
+
+    apply(BatchInput(records=_log("plain", with_change=False), states={}, tombstones={}))
+    apply(BatchInput(records=_log("whole", with_change=True), states={}, tombstones={}))
+    plain, whole = _events(processor_stores, "plain"), _events(processor_stores, "whole")
+    early = {turn.turn_id for turn in stream_conversation("x", 3)[:16]}
+    # The first two sessions are built alike; the third, after the change, is cut before most of its turns.
+    assert [e for e in whole if set(e) <= early] == [e for e in plain if set(e) <= early]
+    assert len(whole) > len(plain)
+    assert max(len(e) for e in whole if not set(e) & early) < max(len(e) for e in plain if not set(e) & early)
+
+    # Split at every place around the markers, the second part on a new processor (a restart, or another worker
+    # taking the partition over) from the table state and the partition's settings: the same memory. The record
+    # before the split comes again (a redelivery) and is skipped, a marker as a turn.
+    records = _log("split", with_change=True)
+    in_force = {16: None, 17: {"segmentation.shift_threshold": 0.0}, 18: EVERY_TURN}
+    for cut, values in in_force.items():
+        first = apply(BatchInput(records=records[:cut], states={}, tombstones={}))
+        (state, _), = first.states.values()
+        assert (first.settings[0].values if first.settings else None) == values
+        processor = MemoryStreamProcessor(embedder, processor_stores)
+        again = apply(BatchInput(records=records[cut - 1:], states={"default/split": state}, tombstones={},
+                                 settings=first.settings), isolating=cut == 18)
+        assert again.stats.replayed_skipped == (1 if cut == 16 else 0)
+        assert _events(processor_stores, "split") == whole, f"split at {cut}"
+        processor_stores.vectors.delete_conversation("default", "split")
+        processor_stores.graph.delete_conversation("default", "split")
+        processor = MemoryStreamProcessor(embedder, processor_stores)
 
 
 def test_a_boundary_setting_changed_under_a_backlog_applies_after_its_marker_and_replays_the_same(
