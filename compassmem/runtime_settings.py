@@ -205,11 +205,6 @@ class RuntimeSettings:
         self._on_change = on_change
         self._lock = threading.Lock()
 
-    def value(self, key: str) -> SettingValue:
-        with self._lock:
-            changed = self._changes.get(key)
-            return changed[0] if changed is not None else self._start[spec_of(key).key][0]
-
     def apply(self, command: SettingCommand, partition: int, offset: int) -> None:
         """A change read from the control topic (already checked by its writer; checked again, since any producer
         may write there: UnknownSettingError or SettingValueError)."""

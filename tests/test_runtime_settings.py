@@ -238,7 +238,8 @@ def _tails(workers: list[WorkerProcess]) -> str:
     return "\n".join(worker.tail(10) for worker in workers)
 
 
-def test_bad_settings_and_keys_are_refused_over_http_and_by_the_cli(stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
+def test_bad_settings_and_keys_are_refused_over_http_and_by_the_cli(
+        stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
     with api_on(stream_run, embedder, stream_run.root / "api-data") as (api, _):
         out_of_range = api.put("/v1/config/segmentation.shift_threshold", json={"value": 1.5})
         assert out_of_range.status_code == 422

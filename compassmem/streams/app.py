@@ -4,7 +4,7 @@ Topology:
 
     turns ──► [memory agent: batch ─ embed ─ segment ─ merge ─ relate ─ recluster] ──► vector store, graph store
       ▲                                   │                                  └──► change feeds: events, relations,
-      │ forget/redact/setting/idle markers └──► table conversation-memory (state, offsets)          clusters
+      │ forget/redact/set/idle markers    └──► table conversation-memory (state, offsets)           clusters
       │                                        tables forget-tombstones, partition-settings
     control ──► [control agent: delete (redact) in the stores now, then a marker into every turns partition]
     any stage ──► dlq

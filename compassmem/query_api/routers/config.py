@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from compassmem.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
 from compassmem.query_api.dependencies import INVALID, UNAVAILABLE, AuthorizerOf, Services
@@ -34,7 +34,8 @@ class SettingValueBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # Text too ("0.5", "false"), as `compassmem config set` takes it: the key's rule decides.
-    value: bool | int | float | str = Field(description="The new value; GET /v1/config names each key's rule.")
+    value: bool | int | float | Annotated[str, StringConstraints(max_length=100)] = Field(
+        description="The new value; GET /v1/config names each key's rule.")
 
 
 SettingKey = Annotated[str, Path(max_length=100, description=f"One of: {', '.join(SPECS)}.")]
