@@ -12,11 +12,10 @@ record to the runtime settings in force (an API process as it reads the topic, `
 from __future__ import annotations
 
 import time
-
-import structlog
 from collections.abc import Callable
 from typing import Any
 
+import structlog
 from pydantic import ValidationError
 
 from compassmem.config import Settings

@@ -38,8 +38,8 @@ from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, WriteS
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment, SegmentationConfig
-from compassmem.runtime_settings import LlmSwitch, overrides
 from compassmem.redaction import redact_stored_turn
+from compassmem.runtime_settings import LlmSwitch, overrides
 from compassmem.sinks.batching import (
     CompactingSink,
     ConversationForgotten,
