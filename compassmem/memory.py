@@ -31,7 +31,7 @@ import structlog
 from pydantic import StringConstraints, TypeAdapter
 
 from compassmem.config import Settings
-from compassmem.contracts.commands import ForgetCommand, RedactCommand
+from compassmem.contracts.commands import Command, ForgetCommand, RedactCommand, SettingValue
 from compassmem.contracts.query import QueryRequest, QueryResponse
 from compassmem.contracts.records import (
     ConversationPage,
@@ -50,7 +50,7 @@ from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
 from compassmem.redaction import delete_stored_tenant, redact_stored_turn
-from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine
+from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.listing import (
     ConversationOrder,
@@ -59,6 +59,7 @@ from compassmem.retrieval.listing import (
     list_conversations,
     list_events,
 )
+from compassmem.runtime_settings import RuntimeSettings, SettingRecorded, overrides, setting_command
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.transfer.exporter import export_memory
@@ -120,6 +121,8 @@ class Memory:
         except BaseException:
             self.close()
             raise
+        # The runtime settings in force here; the API's control-topic reader applies the changes it reads.
+        self.runtime = RuntimeSettings(self.settings, on_change=self._use_setting)
         # Built on the first add: a reader (the API, `ask`) never needs the segmentation state.
         self._pipeline: MemoryPipeline | None = None
         # One writer at a time: the pipeline's per-conversation state is not thread-safe (queries need no lock).
@@ -209,7 +212,35 @@ class Memory:
         log.info("memory.tenant_deleted", tenant=tenant, events=events, forget_published=published)
         return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)
 
-    def _publish(self, command: ForgetCommand | RedactCommand) -> bool:
+    # -- runtime settings ----------------------------------------------------------------------------------------
+
+    def set_setting(self, key: str, value: object) -> SettingRecorded:
+        """Record a runtime setting change on the control topic (``compassmem/runtime_settings.py``): workers apply
+        it at its marker in each turns partition, API processes as they read it. UnknownSettingError or
+        SettingValueError for a bad key or value; Unavailable without a stream or an acknowledgement."""
+        command = setting_command(key, value)
+        try:
+            control = self._control_publisher()
+            if control is None:
+                raise Unavailable("a runtime setting is a record on the control topic, and no stream is "
+                                  "configured (COMPASSMEM_KAFKA_BOOTSTRAP)")
+            partition, offset = control.publish_command(command)
+        except PublishError as error:
+            raise Unavailable(f"the setting was not acknowledged, nothing changed: {error}") from error
+        log.info("memory.setting_recorded", setting=key, value=command.value, offset=offset)
+        return SettingRecorded(setting=key, value=command.value, requested_at=command.requested_at,
+                               control_partition=partition, control_offset=offset)
+
+    def _use_setting(self, key: str, value: SettingValue) -> None:
+        """A runtime change of a read-path key takes effect here (write-path keys are the workers')."""
+        ranking = overrides(RankingConfig, {key: value})
+        if ranking:
+            self.engine.use_ranking(self.engine.config.ranking.model_copy(update=ranking))
+        hot_turns = overrides(Settings, {key: value}).get("api_hot_turns")
+        if hot_turns is not None:
+            self.hot.resize(int(hot_turns))
+
+    def _publish(self, command: Command) -> bool:
         """Record a deletion's command on the control topic; False when no stream is configured. Unavailable when
         the broker does not acknowledge it: deleting without the log entry would let a replay of the turns topic
         bring the memory back (and the worker, which never heard of it, keeps it)."""

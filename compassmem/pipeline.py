@@ -65,6 +65,15 @@ class LlmSteps:
     labeller: TurnLabeller | None = None
 
 
+@dataclass(frozen=True)
+class WriteSteps:
+    """What a runtime setting changes in how a conversation's memory is built (``compassmem/runtime_settings.py``):
+    the boundary detector's configuration and the LLM steps."""
+
+    segmentation: SegmentationConfig
+    llm: LlmSteps
+
+
 class IngestSummary(BaseModel):
     turns: int
     conversations: int
@@ -120,6 +129,12 @@ class MemoryPipeline:
                 self.llm.labeller,
             )
         return self.memories[key]
+
+    def configure(self, tenant: str, conversation_id: str, steps: WriteSteps) -> None:
+        """Build the conversation's memory from now on with ``steps`` (the streaming worker: the runtime settings
+        in force in the conversation's turns partition)."""
+        self.memory_for(tenant, conversation_id).use_steps(
+            BoundaryDetector(steps.segmentation, steps.llm.boundary_judge), steps.llm.summariser, steps.llm.labeller)
 
     def ingest(self, turns: Iterable[Turn], progress: Callable[[int], None] | None = None,
                close_at_end: bool = True) -> IngestSummary:

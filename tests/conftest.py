@@ -343,13 +343,14 @@ def memory_snapshot(events, relations, turns) -> dict[str, object]:  # noqa: ANN
     }
 
 
-def reference_snapshots(turns, embedder) -> dict[str, dict[str, object]]:  # noqa: ANN001
-    """The in-process pipeline's memory for the same turns (``compassmem ingest``), per tenant/conversation."""
+def reference_snapshots(turns, embedder, config=None) -> dict[str, dict[str, object]]:  # noqa: ANN001
+    """The in-process pipeline's memory for the same turns (``compassmem ingest``), per tenant/conversation;
+    ``config``: a PipelineConfig other than the default."""
     from compassmem.models import Event, IndexedTurn, Relation
     from compassmem.pipeline import MemoryPipeline
 
     sink = _RecordingSink()
-    MemoryPipeline(embedder, [sink]).ingest(turns, close_at_end=True)
+    MemoryPipeline(embedder, [sink], config).ingest(turns, close_at_end=True)
     keys = sorted({t.key for t in turns})
     out = {}
     for key in keys:

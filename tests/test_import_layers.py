@@ -32,7 +32,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("processors", ("processors",)),
     # The stores, and the producer of the worker's input topics (what every process but the worker writes there).
     ("stores and input topics", ("sinks", "publish")),
-    ("write and read paths", ("pipeline", "retrieval", "redaction", "llm_events")),
+    # runtime_settings: the keys' rules are the rules of the write and read paths' own config fields.
+    ("write and read paths", ("pipeline", "retrieval", "redaction", "llm_events", "runtime_settings")),
     ("library and tools", ("memory", "transfer", "evaluation", "monitoring")),
     # Adapters: the worker, HTTP, MCP, the HTTP client, the command line, the package's public facade and the
     # agent frameworks' adapters (the optional extra `langchain`).

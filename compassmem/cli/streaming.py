@@ -1,4 +1,4 @@
-"""The streaming subcommands of ``compassmem``: broker, produce, worker, dev, forget, redact."""
+"""The streaming subcommands of ``compassmem``: broker, produce, worker, dev, forget, redact, config."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.terminal import echo
 
 if TYPE_CHECKING:
-    from compassmem.contracts.commands import ForgetCommand, RedactCommand
+    from compassmem.contracts.commands import Command
 
-# How long `compassmem forget` and `compassmem redact` wait for the worker's answer by default.
+# How long `compassmem forget`, `redact` and `config set` wait for the worker's answer by default.
 COMMAND_WAIT_S = 30.0
 MEMORY_ONLY = ("The dev broker is MEMORY-ONLY (Tansu with --storage-engine memory://): topics, offsets and consumer "
                "groups vanish when it stops. Use it for development and tests; set COMPASSMEM_KAFKA_BOOTSTRAP to a "
@@ -104,13 +104,13 @@ def cmd_dev(args: argparse.Namespace, settings: Settings) -> int:
         return _fail(error)
 
 
-def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactCommand], what: str,
-                  wait_s: float) -> int:
+def _send_command(settings: Settings, make: Callable[[], Command], what: str, wait_s: float,
+                  done: str = "the worker applied it to both stores") -> int:
     """Write a control command to COMPASSMEM_CONTROL_TOPIC and wait up to ``wait_s`` for the worker's answer.
 
     0 when the worker applied it, or when it did not answer in time (the command stays on the topic: a worker
     applies it when it comes); 1 when it refused it (a redaction of a turn no store holds); 2 with one line on a
-    bad field or no broker."""
+    bad field (or setting) or no broker."""
     from pydantic import ValidationError
 
     from compassmem.importers import describe_validation_error
@@ -123,6 +123,8 @@ def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactC
         command = make()
     except ValidationError as error:
         return _fail(describe_validation_error(error))
+    except ValueError as error:  # a runtime setting's key or value (runtime_settings.py)
+        return _fail(error)
     bootstrap = settings.bootstrap_servers
     try:
         ensure_topics(bootstrap, topic_specs(settings))
@@ -141,7 +143,7 @@ def _send_command(settings: Settings, make: Callable[[], ForgetCommand | RedactC
     if isinstance(answer, CommandRefused):
         echo(f"error: the worker refused it: {answer.reason}", file=sys.stderr)
         return 1
-    echo(f"done: the worker applied it to both stores and marked it in {len(answer.markers)} turns partitions")
+    echo(f"done: {done} and marked it in {len(answer.markers)} turns partitions")
     return 0
 
 
@@ -162,6 +164,34 @@ def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
                                         if_absent="block" if args.unseen else "refuse"),
         f"redaction of turn {args.turn!r} of conversation {args.conversation!r} (tenant {args.tenant!r})"
         + (", blocking it if it has not arrived" if args.unseen else ""), args.wait)
+
+
+def cmd_config_set(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.runtime_settings import setting_command
+
+    return _send_command(settings, lambda: setting_command(args.key, args.value),
+                         f"setting {args.key} = {args.value}", args.wait,
+                         done="each turns partition applies it at its marker")
+
+
+def cmd_config_show(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.streams.forget_log import settings_in_force
+    from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
+
+    try:
+        ensure_topics(settings.bootstrap_servers, topic_specs(settings))
+    except TopicSetupError as error:
+        return _fail(error)
+    for shown in settings_in_force(settings.bootstrap_servers, settings).in_force():
+        where = ""
+        if shown.change is not None:
+            where = f" at {shown.change.requested_at.isoformat()}, control offset {shown.change.control_offset}"
+            if shown.change.markers:
+                markers = ", ".join(f"{p}:{o}" for p, o in sorted(shown.change.markers.items()))
+                where += f", markers {markers}"
+        echo(f"{shown.key} = {str(shown.value).lower() if isinstance(shown.value, bool) else shown.value}"
+             f"  ({shown.origin.value}{where}; {shown.scope.value}; {shown.rule})")
+    return 0
 
 
 def add_insecure_no_auth(command: argparse.ArgumentParser) -> None:
@@ -236,3 +266,22 @@ def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # typ
     redact.add_argument("--wait", type=float, default=COMMAND_WAIT_S, metavar="SECONDS",
                         help=f"wait this long for the worker's answer (default {COMMAND_WAIT_S:g}; 0: do not wait)")
     redact.set_defaults(handler=cmd_redact)
+
+    config = commands.add_parser(
+        "config", help="show or change the runtime settings (no restart) through the control topic",
+        description="Runtime settings: boundary thresholds, the LLM steps' switch, ranking weights, the hot tier's "
+                    "size. A change is a record on COMPASSMEM_CONTROL_TOPIC that every worker applies at the same "
+                    "position of each turns partition and every API process as it reads it.")
+    actions = config.add_subparsers(dest="action", required=True, metavar="{set,show}")
+    set_ = actions.add_parser("set", help="change one setting",
+                              description="Check KEY and VALUE against the key's rule, then write the change to the "
+                                          "control topic and wait for the worker's answer.")
+    set_.add_argument("key", help="e.g. segmentation.shift_threshold (`compassmem config show` lists them)")
+    set_.add_argument("value", help="e.g. 0.5, true, 20000")
+    set_.add_argument("--wait", type=float, default=COMMAND_WAIT_S, metavar="SECONDS",
+                      help=f"wait this long for the worker's answer (default {COMMAND_WAIT_S:g}; 0: do not wait)")
+    set_.set_defaults(handler=cmd_config_set)
+    show = actions.add_parser("show", help="the values in force and where each came from",
+                              description="Read the control topic whole and print each setting's value in force "
+                                          "with its origin (default, environment, runtime) and rule.")
+    show.set_defaults(handler=cmd_config_show)

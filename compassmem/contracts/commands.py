@@ -1,6 +1,7 @@
-"""The commands of the control topic: forget a conversation or a tenant, redact one turn.
+"""The commands of the control topic: forget a conversation or a tenant, redact one turn, change a runtime setting.
 
-The query API's DELETE endpoints, ``compassmem forget`` / ``compassmem redact`` and any Kafka producer write them;
+The query API's DELETE and ``PUT /v1/config`` endpoints, ``compassmem forget`` / ``redact`` / ``config set`` and any
+Kafka producer write them;
 the streaming worker (``compassmem/streams/app.py``) executes them and copies them into the turns log as markers
 (``compassmem/streams/messages.py``).
 """
@@ -83,5 +84,32 @@ class RedactCommand(BaseModel):
         return partition_key(self.tenant, self.conversation_id)
 
 
-ControlCommand = Annotated[ForgetCommand | RedactCommand, Field(discriminator="command")]
-CONTROL_COMMAND: TypeAdapter[ForgetCommand | RedactCommand] = TypeAdapter(ControlCommand)
+# A runtime setting's value: JSON true/false, a whole number or a number (bool first: JSON true is no 1).
+SettingValue = bool | int | float
+SETTING_KEY_PATTERN = r"^[a-z_]+(\.[a-z_]+)+$"
+
+
+class SettingCommand(BaseModel):
+    """Change a runtime setting (``compassmem/runtime_settings.py`` lists the keys and their rules).
+
+    ``{"command": "set", "setting": "segmentation.shift_threshold", "value": 0.5, "requested_at": ...}``. The worker
+    copies it into every turns partition as a marker and each partition applies it there; API processes apply
+    read-path keys as they read it. Its writers check the key and value first; the worker refuses a bad one.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: Literal["set"] = "set"
+    setting: str = Field(pattern=SETTING_KEY_PATTERN, max_length=100)
+    value: SettingValue
+    requested_at: datetime = Field(default_factory=utc_now)
+
+    @property
+    def key(self) -> str:
+        """The Kafka key: no tenant/conversation, so no worker takes it for a conversation's record."""
+        return f"setting:{self.setting}"
+
+
+Command = ForgetCommand | RedactCommand | SettingCommand
+ControlCommand = Annotated[Command, Field(discriminator="command")]
+CONTROL_COMMAND: TypeAdapter[Command] = TypeAdapter(ControlCommand)

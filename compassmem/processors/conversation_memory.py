@@ -211,6 +211,11 @@ class ConversationMemory:
         memory.restore(state)
         return memory
 
+    def use_steps(self, detector: BoundaryDetector, summariser: EventSummariser | None,
+                  labeller: TurnLabeller | None) -> None:
+        """Build what comes next with these (a runtime setting changed); the state stays as it is."""
+        self._detector, self._summariser, self._labeller = detector, summariser, labeller
+
     def to_state(self) -> ConversationMemoryState:
         return ConversationMemoryState(
             segmenter=self.segmenter,

@@ -17,7 +17,7 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from pydantic import BaseModel
 
-from compassmem.contracts.commands import ForgetCommand, RedactCommand
+from compassmem.contracts.commands import Command
 from compassmem.models import Turn
 
 log = structlog.get_logger(__name__)
@@ -91,17 +91,17 @@ class TurnProducer:
         return ProduceSummary(turns=count, conversations=len(conversations), seconds=round(seconds, 3),
                               turns_per_second=count / seconds if seconds else 0.0)
 
-    def send_command(self, command: ForgetCommand | RedactCommand) -> tuple[int, int]:
-        """Append a forget or redaction command to the control topic, keyed like what it covers; its partition and
-        offset there (what the worker's answer names, ``forget_log.command_answer``)."""
+    def send_command(self, command: Command) -> tuple[int, int]:
+        """Append a control command (forget, redact, set) to the control topic, keyed like what it covers; its
+        partition and offset there (what the worker's answer names, ``forget_log.command_answer``)."""
         if self.control_topic is None:
             raise ValueError("this producer was made without a control topic")
         future = self._producer.send(self.control_topic, key=command.key.encode("utf-8"),
                                      value=command.model_dump_json().encode("utf-8"))
         self._settle([future])
         metadata = future.get(timeout=_SEND_TIMEOUT_S)
-        log.info("produce.command", command=command.command, tenant=command.tenant,
-                 conversation_id=command.conversation_id, partition=metadata.partition, offset=metadata.offset)
+        log.info("produce.command", command=command.command, key=command.key, partition=metadata.partition,
+                 offset=metadata.offset)
         return metadata.partition, metadata.offset
 
     def _settle(self, futures: list) -> None:  # noqa: ANN001 - kafka-python FutureRecordMetadata

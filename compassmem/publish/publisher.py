@@ -16,7 +16,12 @@ from typing import Protocol, runtime_checkable
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 # One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
-from compassmem.contracts.commands import ForgetCommand, RedactCommand
+from compassmem.contracts.commands import (  # noqa: F401 - the commands' schema, for the callers of publish_command
+    Command,
+    ForgetCommand,
+    RedactCommand,
+    SettingCommand,
+)
 from compassmem.models import Turn
 from compassmem.publish.producer import ProduceError, TurnProducer
 
@@ -39,8 +44,9 @@ class TurnPublisher(Protocol):
 
 @runtime_checkable
 class ControlPublisher(Protocol):
-    def publish_command(self, command: ForgetCommand | RedactCommand) -> None:
-        """Append a forget or redaction command to the control topic; raise PublishError when not acknowledged."""
+    def publish_command(self, command: Command) -> tuple[int, int]:
+        """Append a control command to the control topic; its (partition, offset) there; raise PublishError when
+        not acknowledged."""
         ...
 
 
@@ -69,11 +75,11 @@ class KafkaTurnPublisher:
         except KafkaError as error:
             raise PublishError(f"the broker did not acknowledge: {error}") from error
 
-    def publish_command(self, command: ForgetCommand | RedactCommand) -> None:
+    def publish_command(self, command: Command) -> tuple[int, int]:
         if self.control_topic is None:
             raise PublishError("this publisher has no control topic")
         try:
-            self._producer.send_command(command)
+            return self._producer.send_command(command)
         except ProduceError as error:
             raise PublishError(str(error)) from error
         except KafkaError as error:  # e.g. no metadata for the topic within the producer's max_block_ms

@@ -32,7 +32,7 @@ from compassmem.query_api.explorer.live import LiveFeeds
 from compassmem.query_api.explorer.router import explorer_router, mount_ui
 from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.request_id import install_request_ids
-from compassmem.query_api.routers import management, memory, operations, query, turns
+from compassmem.query_api.routers import config, management, memory, operations, query, turns
 from compassmem.query_api.server_spans import ServerSpanMiddleware
 
 log = structlog.get_logger(__name__)
@@ -151,7 +151,7 @@ def create_app(services: ApiServices) -> FastAPI:
                                                                "see the server log"})
 
     for router in (query.router, turns.router, memory.router, operations.router,
-                   explorer_router(live), management.router):
+                   explorer_router(live), management.router, config.router):
         app.include_router(router)
     mount_ui(app)
     app.add_middleware(ServerSpanMiddleware)

@@ -7,6 +7,10 @@ merge, a new relation or a new turn of a cached event is seen as soon as the wor
 ``api_view_max_age_s`` later. While it follows without a break the hot tier keeps entries up to
 ``api_hot_followed_max_age_s``; when a poll fails it falls back to the short limit. Records that are not change
 records are skipped (logged), never fatal: the feed only invalidates.
+
+With ``runtime`` it also reads the control topic, from its start: every runtime setting change (a
+``SettingCommand``) in order, so the values in force here are the log's whatever the process's age; the read-path
+keys take effect as they are read, and the worker's answers say where each change's markers sit in the turns log.
 """
 
 from __future__ import annotations
@@ -18,20 +22,27 @@ from pydantic import ValidationError
 
 from compassmem.config import Settings
 from compassmem.retrieval.hot_tier import HotTier
+from compassmem.runtime_settings import RuntimeSettings
+from compassmem.streams.forget_log import follow_setting
 from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
 
 log = structlog.get_logger(__name__)
 
 
 class ChangeFeedListener:
-    """A daemon thread following the events and relations topics (every partition, from the end, no group)."""
+    """A daemon thread following the events and relations topics (every partition, from the end, no group), and
+    with ``runtime`` the control topic (from its start)."""
 
-    def __init__(self, bootstrap: str, settings: Settings, hot: HotTier, poll_ms: int = 200) -> None:
+    def __init__(self, bootstrap: str, settings: Settings, hot: HotTier, poll_ms: int = 200,
+                 runtime: RuntimeSettings | None = None) -> None:
         from kafka import KafkaConsumer
 
         self._hot = hot
+        self._runtime = runtime
         self._events_topic = settings.events_topic
-        self._topics = (settings.events_topic, settings.relations_topic)
+        self._control_topic = settings.control_topic if runtime is not None else None
+        self._topics = (settings.events_topic, settings.relations_topic,
+                        *((settings.control_topic,) if runtime is not None else ()))
         self._poll_ms = poll_ms
         self._stop = threading.Event()
         # Never auto-created from here: the worker creates its topics with the partition counts it checks.
@@ -52,7 +63,8 @@ class ChangeFeedListener:
                 return False
             assigned += [TopicPartition(topic, p) for p in sorted(partitions)]
         self._consumer.assign(assigned)
-        self._consumer.seek_to_end(*assigned)
+        self._consumer.seek_to_end(*[tp for tp in assigned if tp.topic != self._control_topic])
+        self._consumer.seek_to_beginning(*[tp for tp in assigned if tp.topic == self._control_topic])
         log.info("api.change_feed.following", topics=list(self._topics), partitions=len(assigned))
         return True
 
@@ -104,7 +116,9 @@ class ChangeFeedListener:
                 continue
             for partition, records in batches.items():
                 for record in records:
-                    if record.value is not None:
+                    if partition.topic == self._control_topic and self._runtime is not None:
+                        follow_setting(self._runtime, record)
+                    elif record.value is not None:
                         self.apply(partition.topic, record.value)
             # After applying: an entry loaded from now on has seen every change the feed delivered so far.
             self._hot.feed_followed(True)

@@ -138,7 +138,8 @@ def run_api(settings: Settings, *, insecure_no_auth: bool = False) -> int:
         with open_stores(settings, dim=embedder.dim) as stores:
             services = build_services(settings, measure_stores(stores, metrics), embedder, metrics,
                                       turn_publisher=publisher, control_publisher=publisher)
-            listener = (ChangeFeedListener(settings.kafka_bootstrap, settings, services.memory.hot).start()
+            listener = (ChangeFeedListener(settings.kafka_bootstrap, settings, services.memory.hot,
+                                           runtime=services.memory.runtime).start()
                         if settings.kafka_bootstrap else None)
             warm_store_in_background(settings, stores)
             try:
@@ -168,7 +169,8 @@ class ApiSidecar:
                                            control_publisher=self.publisher)
             self.server = BackgroundServer(create_app(self.services), settings.api_host, settings.api_port,
                                            log_level=settings.log_level.lower())
-            self.listener = ChangeFeedListener(bootstrap, settings, self.services.memory.hot)
+            self.listener = ChangeFeedListener(bootstrap, settings, self.services.memory.hot,
+                                               runtime=self.services.memory.runtime)
             warm_store_in_background(settings, stores)
         except BaseException:
             self.publisher.close()

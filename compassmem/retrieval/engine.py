@@ -225,6 +225,11 @@ class QueryEngine:
         self.answerer = answerer
         load_in_background()  # question analysis reads it (the category a question asks for)
 
+    def use_ranking(self, ranking: RankingConfig) -> None:
+        """Rank by these from the next query on (a runtime setting changed)."""
+        config = self.config.model_copy(update={"ranking": ranking})
+        self.config, self.model = config, config.ranking_model()
+
     def query(self, request: QueryRequest, deadline_s: float | None = None) -> QueryResponse:
         """Answer one question. With ``deadline_s``, raise QueryDeadlineExceeded at the first step boundary past
         it while evidence is gathered; once the evidence is ranked, a passed deadline only skips the LLM answer.

@@ -307,6 +307,16 @@ class HotTier:
                 or self._invalidated_scopes.get((tenant, entry.conversation_id), -1.0) >= started
                 or self._invalidated_scopes.get((tenant, None), -1.0) >= started)
 
+    def resize(self, max_turns: int) -> None:
+        """Hold at most ``max_turns`` from now on (a runtime setting changed); least recently used go first."""
+        with self._lock:
+            self.max_turns = max_turns
+            self._evict()
+
+    def _evict(self) -> None:
+        while self._turns > self.max_turns and len(self._entries) > 1:
+            self._drop(next(iter(self._entries)))
+
     def _put(self, key: tuple[str, str], entry: HotEvent) -> None:
         self._drop(key)
         self._entries[key] = entry
@@ -318,8 +328,7 @@ class HotTier:
             self._turn_points.update(
                 (point, (key[0], key[1], entry.conversation_id, turn_id, speaker))
                 for point, turn_id, speaker in zip(points, entry.turn_ids, entry.speakers, strict=True))
-        while self._turns > self.max_turns and len(self._entries) > 1:
-            self._drop(next(iter(self._entries)))
+        self._evict()
 
     def _drop(self, key: tuple[str, str]) -> None:
         entry = self._entries.pop(key, None)

@@ -4,8 +4,8 @@ Topology:
 
     turns ──► [memory agent: batch ─ embed ─ segment ─ merge ─ relate ─ recluster] ──► vector store, graph store
       ▲                                   │                                  └──► change feeds: events, relations,
-      │ forget/redact/idle markers        └──► table conversation-memory (state, offsets)           clusters
-      │                                        table forget-tombstones
+      │ forget/redact/set/idle markers    └──► table conversation-memory (state, offsets)           clusters
+      │                                        tables forget-tombstones, partition-settings
     control ──► [control agent: delete (redact) in the stores now, then a marker into every turns partition]
     any stage ──► dlq
 
@@ -40,7 +40,7 @@ from faust.types import TP, EventT
 from pydantic import ValidationError
 
 from compassmem.config import Settings
-from compassmem.contracts.commands import CONTROL_COMMAND, ForgetCommand, RedactCommand
+from compassmem.contracts.commands import CONTROL_COMMAND, Command, ForgetCommand, RedactCommand, SettingCommand
 from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
 from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder
@@ -49,6 +49,7 @@ from compassmem.llm_events import llm_steps
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.pipeline import PipelineConfig
 from compassmem.redaction import redact_stored_turn
+from compassmem.runtime_settings import SettingValueError, UnknownSettingError, spec_of
 from compassmem.sinks.factory import Stores
 from compassmem.streams.checkpoint import (
     Acknowledge,
@@ -57,6 +58,7 @@ from compassmem.streams.checkpoint import (
     OutputTopic,
     StateTable,
     TableWrite,
+    settings_key,
 )
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.forget_log import answer_of, executed_forgets
@@ -67,7 +69,9 @@ from compassmem.streams.messages import (
     ForgetDone,
     ForgetMarker,
     IdleCloseMarker,
+    PartitionSettings,
     RedactMarker,
+    SettingMarker,
 )
 from compassmem.streams.positions import Admission, GapNotRepairedError, PartitionPositions
 from compassmem.streams.processor import (
@@ -80,7 +84,7 @@ from compassmem.streams.processor import (
     tombstone_key,
 )
 from compassmem.streams.state import RecordHeader, decode_header
-from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, first_offset_at_or_after
+from compassmem.streams.topics import MEMORY_TABLE, SETTINGS_TABLE, TOMBSTONE_TABLE, first_offset_at_or_after
 from compassmem.streams.transport import broker_urls
 from compassmem.tracing import set_attributes, span
 
@@ -134,6 +138,16 @@ def _absent(stores: Stores, command: RedactCommand) -> tuple[DeadLetterReason, s
         return DeadLetterReason.UNKNOWN_CONVERSATION, (
             f"{what} has no memory: there is nothing to keep the blocked turn id {command.turn_id!r} with")
     return None
+
+
+def _marker_of(command: Command, record: RawRecord) -> tuple[ForgetMarker | RedactMarker | SettingMarker, ControlKind]:
+    """The marker a command becomes in every turns partition."""
+    where = {"source_partition": record.partition, "source_offset": record.offset}
+    if isinstance(command, ForgetCommand):
+        return ForgetMarker(forget=command, **where), ControlKind.FORGET
+    if isinstance(command, RedactCommand):
+        return RedactMarker(redact=command, **where), ControlKind.REDACT
+    return SettingMarker(setting=command, **where), ControlKind.SETTING
 
 
 class FaustProducer:
@@ -255,12 +269,15 @@ class StreamingWorker:
                                            help="tenant/conversation_id -> ConversationRecord (state.py)")
         self.tombstones = self.app.Table(TOMBSTONE_TABLE, partitions=n, key_type=bytes, value_type=bytes,
                                          help="partition|tenant[/conversation_id] -> offset of the forget marker")
+        self.settings_table = self.app.Table(SETTINGS_TABLE, partitions=n, key_type=bytes, value_type=bytes,
+                                             help="turns partition -> PartitionSettings (runtime settings in force)")
         self.checkpoint = Checkpoint(
             self.processor.sinks, self.executor,
             producer=FaustProducer({OutputTopic.DEAD_LETTERS: self.dlq, OutputTopic.EVENTS: self.events_feed,
                                     OutputTopic.RELATIONS: self.relations_feed,
                                     OutputTopic.CLUSTERS: self.clusters_feed}),
-            table=FaustTables({StateTable.MEMORY: self.memory_table, StateTable.TOMBSTONES: self.tombstones}),
+            table=FaustTables({StateTable.MEMORY: self.memory_table, StateTable.TOMBSTONES: self.tombstones,
+                               StateTable.SETTINGS: self.settings_table}),
             observer=self.metrics,
         )
         self.assigned_partitions: list[int] = []
@@ -524,7 +541,12 @@ class StreamingWorker:
             value = self.tombstones.get(key.encode("utf-8"))
             if value is not None:
                 tombstones[key] = int(value)
-        return BatchInput(records=records, states=states, tombstones=tombstones)
+        partition_settings = {}
+        for partition in {record.partition for record in records}:
+            value = self.settings_table.get(settings_key(partition))
+            if value is not None:
+                partition_settings[partition] = PartitionSettings.model_validate_json(value)
+        return BatchInput(records=records, states=states, tombstones=tombstones, settings=partition_settings)
 
     # -- the control agent ---------------------------------------------------------------------------------------
 
@@ -562,18 +584,12 @@ class StreamingWorker:
         loop = asyncio.get_running_loop()
         # Applied now, so the memory (or the turn) disappears at once even where partitions lag; each partition
         # applies it again when it reaches its marker (its own conversations only), which covers what it wrote
-        # meanwhile.
+        # meanwhile. A setting only takes effect at its markers.
         refusal = await loop.run_in_executor(self.executor, self._apply_to_stores, command)
         if refusal is not None:
             await self._refuse(record, *refusal)
             return
-        marker: ForgetMarker | RedactMarker
-        if isinstance(command, RedactCommand):
-            marker, kind = RedactMarker(redact=command, source_partition=record.partition,
-                                        source_offset=record.offset), ControlKind.REDACT
-        else:
-            marker, kind = ForgetMarker(forget=command, source_partition=record.partition,
-                                        source_offset=record.offset), ControlKind.FORGET
+        marker, kind = _marker_of(command, record)
         value = marker.model_dump_json().encode("utf-8")
         sends = [await self.turns.send(key=command.key.encode("utf-8"), value=value, partition=partition,
                                        headers={CONTROL_HEADER: kind.value.encode()})
@@ -585,8 +601,8 @@ class StreamingWorker:
                                        partition=record.partition,
                                        headers={CONTROL_HEADER: ControlKind.FORGET_DONE.value.encode()}))
         self._executed_forgets.add((record.partition, record.offset))
-        log.info("stream.control_command_applied", command=command.command, tenant=command.tenant,
-                 conversation_id=command.conversation_id, partitions=self.settings.kafka_partitions)
+        log.info("stream.control_command_applied", command=command.command, key=command.key,
+                 partitions=self.settings.kafka_partitions)
 
     async def _dead_letter(self, key: bytes | None, letter: DeadLetter) -> None:
         await (await self.dlq.send(key=key, value=letter.model_dump_json().encode("utf-8")))
@@ -604,9 +620,16 @@ class StreamingWorker:
                                        headers={CONTROL_HEADER: ControlKind.COMMAND_REFUSED.value.encode()}))
         self._executed_forgets.add((record.partition, record.offset))
 
-    def _apply_to_stores(self, command: ForgetCommand | RedactCommand) -> tuple[DeadLetterReason, str] | None:
+    def _apply_to_stores(self, command: Command) -> tuple[DeadLetterReason, str] | None:
         """Delete what the command names from the stores now; the reason to refuse it instead (a redaction of a
-        turn the stores do not hold, unless it says otherwise: ``RedactCommand.if_absent``), or None."""
+        turn the stores do not hold, unless it says otherwise: ``RedactCommand.if_absent``; a setting that is not
+        one or breaks its rule), or None."""
+        if isinstance(command, SettingCommand):
+            try:
+                spec_of(command.setting).validate(command.value)
+            except (UnknownSettingError, SettingValueError) as error:
+                return DeadLetterReason.INVALID_FIELDS, str(error)
+            return None
         if isinstance(command, RedactCommand):
             refusal = _absent(self.stores, command)
             if refusal is not None:

@@ -71,6 +71,7 @@ class StateTable(StrEnum):
 
     MEMORY = "memory"  # tenant/conversation_id -> ConversationRecord (state.py)
     TOMBSTONES = "tombstones"  # tombstone key -> offset of the forget marker
+    SETTINGS = "settings"  # turns partition -> PartitionSettings (messages.py)
 
 
 class TableWrite(BaseModel):
@@ -123,13 +124,21 @@ def outgoing_records(out: BatchOutput) -> list[OutgoingRecord]:
 
 
 def table_writes(out: BatchOutput) -> list[TableWrite]:
-    """Step 3's entries: the conversation records, then the tombstones."""
+    """Step 3's entries: the conversation records, then the tombstones, then the partitions' runtime settings."""
     writes = [TableWrite(table=StateTable.MEMORY, key=key.encode("utf-8"), value=value, partition=partition)
               for key, (value, partition) in out.states.items()]
     writes.extend(TableWrite(table=StateTable.TOMBSTONES, key=key.encode("utf-8"),
                              value=str(offset).encode("ascii"), partition=partition)
                   for key, (offset, partition) in out.tombstones.items())
+    writes.extend(TableWrite(table=StateTable.SETTINGS, key=settings_key(partition),
+                             value=settings.model_dump_json().encode("utf-8"), partition=partition)
+                  for partition, settings in out.settings.items())
     return writes
+
+
+def settings_key(partition: int) -> bytes:
+    """The settings table's key of a turns partition."""
+    return str(partition).encode("ascii")
 
 
 class Checkpoint:

@@ -27,6 +27,7 @@ from compassmem.streams.messages import (
     ForgetMarker,
     IdleCloseMarker,
     RedactMarker,
+    SettingMarker,
 )
 
 
@@ -84,12 +85,24 @@ class RedactItem:
 
 
 @dataclass(frozen=True)
+class SettingItem:
+    record: RawRecord
+    marker: SettingMarker
+
+
+@dataclass(frozen=True)
 class IdleCloseItem:
     record: RawRecord
     marker: IdleCloseMarker
 
 
-Item = TurnItem | ForgetItem | RedactItem | IdleCloseItem
+Item = TurnItem | ForgetItem | RedactItem | SettingItem | IdleCloseItem
+_MARKERS: dict[bytes, type[ForgetMarker] | type[RedactMarker] | type[SettingMarker] | type[IdleCloseMarker]] = {
+    ControlKind.FORGET.value.encode(): ForgetMarker,
+    ControlKind.REDACT.value.encode(): RedactMarker,
+    ControlKind.SETTING.value.encode(): SettingMarker,
+    ControlKind.IDLE_CLOSE.value.encode(): IdleCloseMarker,
+}
 
 
 def _json_object(record: RawRecord) -> dict | DeadLetter:
@@ -120,15 +133,11 @@ def decode_turns_record(record: RawRecord) -> Item | DeadLetter:
     value = _json_object(record)
     if isinstance(value, DeadLetter):
         return value
-    model: type[Turn] | type[ForgetMarker] | type[RedactMarker] | type[IdleCloseMarker]
+    model: type[Turn] | type[ForgetMarker] | type[RedactMarker] | type[SettingMarker] | type[IdleCloseMarker]
     if control is None:
         model = Turn
-    elif control == ControlKind.FORGET.value.encode():
-        model = ForgetMarker
-    elif control == ControlKind.REDACT.value.encode():
-        model = RedactMarker
-    elif control == ControlKind.IDLE_CLOSE.value.encode():
-        model = IdleCloseMarker
+    elif control in _MARKERS:
+        model = _MARKERS[control]
     else:
         return record.dead_letter(DeadLetterStage.DECODE, DeadLetterReason.UNKNOWN_CONTROL, f"unknown {CONTROL_HEADER} header {control!r}")
     try:
@@ -139,6 +148,8 @@ def decode_turns_record(record: RawRecord) -> Item | DeadLetter:
         return ForgetItem(record, parsed)
     if isinstance(parsed, RedactMarker):
         return RedactItem(record, parsed)
+    if isinstance(parsed, SettingMarker):
+        return SettingItem(record, parsed)
     if isinstance(parsed, IdleCloseMarker):
         return IdleCloseItem(record, parsed)
     key = record.key.decode("utf-8", errors="replace") if record.key is not None else None

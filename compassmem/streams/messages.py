@@ -1,10 +1,10 @@
 """The worker's own records on the streaming topics (a turn is ``models.Turn``; the control topic's commands and the
 dead-letter record, which code outside the worker writes or reads too, are in ``compassmem/contracts/``).
 
-- turns topic, besides turns: ``ForgetMarker``, ``RedactMarker`` and ``IdleCloseMarker``, written by the worker
-  itself and told apart by the ``compassmem-control`` header. They sit in the log at the position where they took
-  effect, so a replay of the turns topic reproduces forgets, redactions and idle closes exactly ("forgets are
-  tombstones in the log").
+- turns topic, besides turns: ``ForgetMarker``, ``RedactMarker``, ``SettingMarker`` and ``IdleCloseMarker``,
+  written by the worker itself and told apart by the ``compassmem-control`` header. They sit in the log at the
+  position where they took effect, so a replay of the turns topic reproduces forgets, redactions, setting changes
+  and idle closes exactly ("forgets are tombstones in the log").
 - control topic, besides the commands: ``ForgetDone`` and ``CommandRefused``, the worker's answers.
 - change feeds (events / relations / clusters topics): ``EventChange``, ``RelationChange``, ``ClusterChange``,
   published after the stores were written, for consumers that keep caches current (e.g. a navigation view).
@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from compassmem.contracts.commands import ForgetCommand, RedactCommand
+from compassmem.contracts.commands import ForgetCommand, RedactCommand, SettingCommand, SettingValue
 from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, partition_key
 
 CONTROL_HEADER = "compassmem-control"
@@ -26,6 +26,7 @@ CONTROL_HEADER = "compassmem-control"
 class ControlKind(StrEnum):
     FORGET = "forget"
     REDACT = "redact"
+    SETTING = "setting"
     IDLE_CLOSE = "idle-close"
     # On the control topic, after a command's markers are in the turns log (see ``ForgetDone``).
     FORGET_DONE = "forget-done"
@@ -56,9 +57,32 @@ class RedactMarker(BaseModel):
     source_offset: int
 
 
+class SettingMarker(BaseModel):
+    """A runtime setting change, copied by the worker into every partition of the turns topic: each partition
+    builds the turns before it with the old value and the turns after it with the new one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["setting"] = "setting"
+    setting: SettingCommand
+    source_partition: int
+    source_offset: int
+
+
+class PartitionSettings(BaseModel):
+    """The runtime settings in force in one turns partition (a worker's settings table, keyed by the partition):
+    the values its setting markers set, and the offset of the last marker applied (one at or below it is a
+    redelivery)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    offset: int = -1
+    values: dict[str, SettingValue] = Field(default_factory=dict)
+
+
 class ForgetDone(BaseModel):
-    """Written to the control topic once a command's (a forget's or a redaction's) markers are in every turns
-    partition.
+    """Written to the control topic once a command's (a forget's, a redaction's or a setting's) markers are in
+    every turns partition.
 
     A worker reading the control topic again (another app id, a reset consumer group) skips a command that has a
     ``ForgetDone``: its markers already sit in the turns log at the position where it took effect, and executing it

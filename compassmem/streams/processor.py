@@ -8,8 +8,9 @@ The memory is built by the in-process ``MemoryPipeline`` (the same ``ingest``/``
   offsets; redelivered records at or below that offset are skipped, the rest are applied. A batch only adds its
   writes to ``self.sinks``; ``checkpoint.Checkpoint`` commits them (stores flushed, then change feeds and dead
   letters, then the new state, then the offsets), so every crash point leads to the same final memory.
-- **Markers in the log.** Idle closes, forgets and redactions are records of the turns topic (see
-  ``messages.py``), applied in log order, so a replay reproduces them exactly.
+- **Markers in the log.** Idle closes, forgets, redactions and runtime setting changes are records of the turns
+  topic (see ``messages.py``), applied in log order, so a replay reproduces them exactly. A setting marker changes
+  how its partition's conversations are built from there on (``PartitionSettings``, kept in the settings table).
 - **Freshness.** After each batch a conversation's open segment goes to the vector store as a provisional event
   (``provisional=True``, the id its final event will have); a provisional event whose segment was merged into an
   older event is deleted. Both through ``ProvisionalSink``, one more sink of the batch.
@@ -33,11 +34,12 @@ import structlog
 from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
 from compassmem.embedding import Embedder
 from compassmem.models import Cluster, Event, Relation, partition_key
-from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig
+from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, WriteSteps
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
-from compassmem.processors.segmentation import BoundaryReason, Segment
+from compassmem.processors.segmentation import BoundaryReason, Segment, SegmentationConfig
 from compassmem.redaction import redact_stored_turn
+from compassmem.runtime_settings import LlmSwitch, overrides
 from compassmem.sinks.batching import (
     CompactingSink,
     ConversationForgotten,
@@ -58,6 +60,7 @@ from compassmem.streams.decoding import (
     IdleCloseItem,
     RawRecord,
     RedactItem,
+    SettingItem,
     TurnItem,
     decode_turns_record,
 )
@@ -67,6 +70,7 @@ from compassmem.streams.messages import (
     ClusterChange,
     ControlKind,
     EventChange,
+    PartitionSettings,
     RelationChange,
 )
 from compassmem.streams.state import ConversationRecord, RecordHeader, decode_header, decode_record, encode_record
@@ -191,6 +195,8 @@ class BatchInput:
     states: dict[str, bytes]
     # Tombstones table: tombstone_key(...) -> offset of the forget marker in that partition.
     tombstones: dict[str, int]
+    # Settings table: turns partition -> the runtime settings in force there (the batch's partitions).
+    settings: dict[int, PartitionSettings] = field(default_factory=dict)
 
 
 @dataclass
@@ -213,6 +219,8 @@ class BatchOutput:
     # key -> (new table value or None to delete, the partition the key lives on)
     states: dict[str, tuple[bytes | None, int]] = field(default_factory=dict)
     tombstones: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Turns partition -> its new runtime settings (a setting marker applied).
+    settings: dict[int, PartitionSettings] = field(default_factory=dict)
     event_changes: list[EventChange] = field(default_factory=list)
     relation_changes: list[RelationChange] = field(default_factory=list)
     cluster_changes: list[ClusterChange] = field(default_factory=list)
@@ -292,9 +300,9 @@ class MemoryStreamProcessor:
         propagates (``StoreUnavailableError``): the worker waits for it instead.
         """
         out = BatchOutput()
-        states, tombstones = dict(batch.states), dict(batch.tombstones)
+        states, tombstones, settings = dict(batch.states), dict(batch.tombstones), dict(batch.settings)
         for group in _isolation_groups(batch.records):
-            part = BatchInput(records=group, states=states, tombstones=tombstones)
+            part = BatchInput(records=group, states=states, tombstones=tombstones, settings=settings)
             for attempt in range(1, attempts + 1):
                 try:
                     result = self.sinks.write(partial(self.process, part))
@@ -306,7 +314,7 @@ class MemoryStreamProcessor:
                         sleep(backoff_s * 2 ** (attempt - 1))
                         continue
                     result = self._store_refused(part, error)
-            _merge_output(out, result, states, tombstones)
+            _merge_output(out, result, states, tombstones, settings)
         return out
 
     def _store_refused(self, part: BatchInput, error: StoreWriteError) -> BatchOutput:
@@ -360,7 +368,8 @@ class MemoryStreamProcessor:
     def _process(self, batch: BatchInput, careful: bool) -> BatchOutput:
         # A private copy: a forget removes entries from it (so a later turn of the same conversation in this batch
         # starts a new memory), and a careful retry must start again from the original.
-        batch = BatchInput(records=batch.records, states=dict(batch.states), tombstones=dict(batch.tombstones))
+        batch = BatchInput(records=batch.records, states=dict(batch.states), tombstones=dict(batch.tombstones),
+                           settings=dict(batch.settings))
         out = BatchOutput()
         out.stats.records = len(batch.records)
         out.stats.careful_mode = careful
@@ -375,14 +384,16 @@ class MemoryStreamProcessor:
             if isinstance(item, TurnItem):
                 self._queue_turn(item, batch, live, tombstones, run, out)
                 continue
-            self._apply_run(run, live, out, careful)
+            self._apply_run(run, batch, out, careful)
             if isinstance(item, IdleCloseItem):
                 self._idle_close(item, batch, live, out)
             elif isinstance(item, RedactItem):
                 self._redact(item, batch, live, out)
+            elif isinstance(item, SettingItem):
+                self._setting(item, batch, out)
             else:
                 self._forget(item, batch, live, tombstones, out)
-        self._apply_run(run, live, out, careful)
+        self._apply_run(run, batch, out, careful)
         self._provisional_events(live)
         for key, entry in live.items():
             if entry.touched:
@@ -468,19 +479,39 @@ class MemoryStreamProcessor:
         entry.touched = True
         run.append(item)
 
-    def _apply_run(self, run: list[TurnItem], live: dict[str, _Live], out: BatchOutput, careful: bool) -> None:
+    def _apply_run(self, run: list[TurnItem], batch: BatchInput, out: BatchOutput, careful: bool) -> None:
         if not run:
             return
         turns = [item.turn for item in run]
+        steps: dict[int, WriteSteps] = {}
         if not careful:
+            for item in run:
+                self._configure(item.turn.tenant, item.turn.conversation_id, item.record.partition, batch, steps)
             self.pipeline.add_turns(turns)
             out.stats.applied_turns += len(turns)
             applied = run
         else:
-            applied = [item for item in run if self._ingest_one(item, out)]
+            applied = []
+            for item in run:
+                # Each time: a turn that failed may have dropped its conversation's memory.
+                self._configure(item.turn.tenant, item.turn.conversation_id, item.record.partition, batch, steps)
+                if self._ingest_one(item, out):
+                    applied.append(item)
             out.stats.applied_turns += len(applied)
         out.applied_produced_at.extend(item.record.timestamp for item in applied if item.record.timestamp is not None)
         run.clear()
+
+    def _configure(self, tenant: str, conversation_id: str, partition: int, batch: BatchInput,
+                   steps: dict[int, WriteSteps]) -> None:
+        """Build the conversation with the runtime settings in force in its partition (``steps``: those made so far
+        in this run, one per partition)."""
+        if partition not in steps:
+            values = batch.settings.get(partition, PartitionSettings()).values
+            config = self.pipeline.config.segmentation
+            llm_on = LlmSwitch(**overrides(LlmSwitch, values)).events
+            steps[partition] = WriteSteps(config.model_copy(update=overrides(SegmentationConfig, values)),
+                                          self.pipeline.llm if llm_on else LlmSteps())
+        self.pipeline.configure(tenant, conversation_id, steps[partition])
 
     def _ingest_one(self, item: TurnItem, out: BatchOutput) -> bool:
         turn = item.turn
@@ -512,6 +543,8 @@ class MemoryStreamProcessor:
         if entry.header.content_offset == marker.after_offset:
             memory = self.pipeline.memories.get(marker.key)
             if memory is not None and memory.segmenter.open_turns:
+                # The event it closes is summarised and labelled as the partition's settings now say.
+                self._configure(marker.tenant, marker.conversation_id, record.partition, batch, {})
                 self.sinks.add_update(memory.close_open_segment(BoundaryReason.IDLE))
                 out.stats.idle_closed += 1
         # Stale or not, the marker is now behind this conversation's position in the log.
@@ -588,6 +621,17 @@ class MemoryStreamProcessor:
         log.info("stream.turn_redacted", key=key, turn_id=command.turn_id, partition=record.partition,
                  offset=record.offset, in_stores=stored is not None)
 
+    def _setting(self, item: SettingItem, batch: BatchInput, out: BatchOutput) -> None:
+        """A runtime setting changes here in this partition: its turns from now on are built with the new value."""
+        command, record = item.marker.setting, item.record
+        current = batch.settings.get(record.partition, PartitionSettings())
+        if record.offset <= current.offset:
+            return  # applied before a crash
+        changed = PartitionSettings(offset=record.offset, values={**current.values, command.setting: command.value})
+        batch.settings[record.partition] = out.settings[record.partition] = changed
+        log.info("stream.setting_applied", setting=command.setting, value=command.value, partition=record.partition,
+                 offset=record.offset)
+
     # -- freshness -----------------------------------------------------------------------------------------------
 
     def _provisional_events(self, live: dict[str, _Live]) -> None:
@@ -621,12 +665,12 @@ class MemoryStreamProcessor:
 
 
 def _isolation_groups(records: Sequence[RawRecord]) -> list[list[RawRecord]]:
-    """Records split by key, in order; a forget or redaction marker is a group of its own and closes the groups
-    before it (both act on the stores at their position)."""
+    """Records split by key, in order; a forget, redaction or setting marker is a group of its own and closes the
+    groups before it (each acts at its position: on the stores, or on how the turns after it are built)."""
     groups: list[list[RawRecord]] = []
     open_groups: dict[bytes | None, list[RawRecord]] = {}
     for record in records:
-        if record.header(CONTROL_HEADER) in _STORE_MARKERS:
+        if record.header(CONTROL_HEADER) in _ORDERED_MARKERS:
             groups.extend(open_groups.values())
             open_groups = {}
             groups.append([record])
@@ -636,11 +680,12 @@ def _isolation_groups(records: Sequence[RawRecord]) -> list[list[RawRecord]]:
     return groups
 
 
-_STORE_MARKERS = frozenset({ControlKind.FORGET.value.encode(), ControlKind.REDACT.value.encode()})
+_ORDERED_MARKERS = frozenset({ControlKind.FORGET.value.encode(), ControlKind.REDACT.value.encode(),
+                              ControlKind.SETTING.value.encode()})
 
 
-def _merge_output(into: BatchOutput, part: BatchOutput, states: dict[str, bytes],
-                  tombstones: dict[str, int]) -> None:
+def _merge_output(into: BatchOutput, part: BatchOutput, states: dict[str, bytes], tombstones: dict[str, int],
+                  settings: dict[int, PartitionSettings]) -> None:
     """Add a group's output to the batch's, and carry its new table values into the next group's input."""
     into.dead_letters.extend(part.dead_letters)
     into.event_changes.extend(part.event_changes)
@@ -656,6 +701,8 @@ def _merge_output(into: BatchOutput, part: BatchOutput, states: dict[str, bytes]
     for key, (offset, partition) in part.tombstones.items():
         into.tombstones[key] = (offset, partition)
         tombstones[key] = offset
+    into.settings.update(part.settings)
+    settings.update(part.settings)
     for name in ("records", "applied_turns", "replayed_skipped", "forgotten_dropped", "idle_closed", "forgets",
                  "redactions", "redacted_dropped", "dead_letters"):
         setattr(into.stats, name, getattr(into.stats, name) + getattr(part.stats, name))

@@ -22,6 +22,7 @@ log = structlog.get_logger(__name__)
 # Faust names a table's changelog "<app id>-<table name>-changelog".
 MEMORY_TABLE = "conversation-memory"
 TOMBSTONE_TABLE = "forget-tombstones"
+SETTINGS_TABLE = "partition-settings"
 
 
 class TopicSetupError(RuntimeError):
@@ -45,7 +46,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     return [
         TopicSpec(settings.turns_topic, n, purpose="turns in, keyed tenant/conversation_id (+ the worker's markers)"),
         # One partition: forget commands are rare, and one ordered log of them is what an audit wants.
-        TopicSpec(settings.control_topic, 1, purpose="forget commands"),
+        TopicSpec(settings.control_topic, 1, purpose="forget, redaction and setting commands"),
         TopicSpec(settings.events_topic, n, purpose="change feed: events written"),
         TopicSpec(settings.relations_topic, n, purpose="change feed: relations written"),
         TopicSpec(settings.clusters_topic, n, purpose="change feed: clusters written"),
@@ -54,6 +55,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # written to the changelog partition of the turns partition it came from.
         TopicSpec(changelog_topic(settings, MEMORY_TABLE), n, compacted=True, purpose="conversation state"),
         TopicSpec(changelog_topic(settings, TOMBSTONE_TABLE), n, compacted=True, purpose="forget tombstones"),
+        TopicSpec(changelog_topic(settings, SETTINGS_TABLE), n, compacted=True,
+                  purpose="runtime settings in force per turns partition"),
     ]
 
 
