@@ -235,6 +235,46 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Runtime settings in force (admin)
+         * @description Every runtime setting with its value in this API process and where it came from: the default, the process's environment (COMPASSMEM_*, .env, TOML), or a runtime change on the control topic (when it was asked for, its control-topic offset, and once a worker answered, the offset of its marker in each turns partition). Workers apply write-path keys at those markers.
+         */
+        get: operations["show_config_v1_config_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/config/{key}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Change a runtime setting (admin)
+         * @description Checks the key and value, then records the change on the control topic and answers once the broker acknowledged it. Every worker applies a write-path key at the change's marker in each turns partition (turns before it keep the old value, so a replay rebuilds the same memory); every API process applies a read-path key as it reads the control topic.
+         */
+        put: operations["set_config_v1_config__key__put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -596,6 +636,12 @@ export interface components {
             /** Session Id */
             session_id?: string | null;
         };
+        /**
+         * Origin
+         * @description Where the value in force came from.
+         * @enum {string}
+         */
+        Origin: "default" | "environment" | "runtime";
         /** PathStep */
         PathStep: {
             /** Type */
@@ -712,6 +758,80 @@ export interface components {
              * @description Whether a redaction command went to the control topic, so that a replay of the turns topic does not bring the turn back.
              */
             redaction_published: boolean;
+        };
+        /**
+         * Scope
+         * @description Which processes a key changes.
+         * @enum {string}
+         */
+        Scope: "workers" | "api";
+        /**
+         * SettingChange
+         * @description A runtime change: when it was asked for and where it sits on the control topic.
+         */
+        SettingChange: {
+            /**
+             * Requested At
+             * Format: date-time
+             */
+            requested_at: string;
+            /** Control Partition */
+            control_partition: number;
+            /** Control Offset */
+            control_offset: number;
+            /** Markers */
+            markers?: {
+                [key: string]: number;
+            };
+        };
+        /** SettingInForce */
+        SettingInForce: {
+            /** Key */
+            key: string;
+            /** Value */
+            value: boolean | number;
+            /** @description default, environment (COMPASSMEM_* / .env / TOML) or runtime (a change on the control topic) */
+            origin: components["schemas"]["Origin"];
+            /** @description workers: applied by every turns partition at its marker; api: applied by every API process as it reads the control topic */
+            scope: components["schemas"]["Scope"];
+            /** Rule */
+            rule: string;
+            /** Description */
+            description: string;
+            /** @description The runtime change in force, for origin runtime. */
+            change?: components["schemas"]["SettingChange"] | null;
+        };
+        /**
+         * SettingRecorded
+         * @description A change written to the control topic (the answer of ``PUT /v1/config/{key}``).
+         */
+        SettingRecorded: {
+            /** Setting */
+            setting: string;
+            /** Value */
+            value: boolean | number;
+            /**
+             * Requested At
+             * Format: date-time
+             */
+            requested_at: string;
+            /** Control Partition */
+            control_partition: number;
+            /** Control Offset */
+            control_offset: number;
+        };
+        /** SettingValueBody */
+        SettingValueBody: {
+            /**
+             * Value
+             * @description The new value; GET /v1/config names each key's rule.
+             */
+            value: boolean | number | string;
+        };
+        /** SettingsInForce */
+        SettingsInForce: {
+            /** Settings */
+            settings: components["schemas"]["SettingInForce"][];
         };
         /** TemporalInfo */
         TemporalInfo: {
@@ -1535,6 +1655,107 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TenantDeleteResult"];
+                };
+            };
+            /** @description No API key was sent. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The key is not an admin key, or none is configured. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A field or parameter breaks a rule; each entry names the field and the rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorResponse"];
+                };
+            };
+            /** @description The topic is not configured or did not acknowledge. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    show_config_v1_config_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettingsInForce"];
+                };
+            };
+            /** @description No API key was sent. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The key is not an admin key, or none is configured. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    set_config_v1_config__key__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description One of: segmentation.shift_threshold, segmentation.request_threshold, llm.events, ranking.fitted, ranking.turn_weight, ranking.context_weight, ranking.question_penalty, hot_tier.max_turns. */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SettingValueBody"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SettingRecorded"];
                 };
             };
             /** @description No API key was sent. */
