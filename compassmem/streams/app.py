@@ -611,11 +611,9 @@ class StreamingWorker:
                 return refusal
             redact_stored_turn(self.stores, command.tenant, command.conversation_id, command.turn_id)
         elif command.conversation_id is None:
-            self.stores.vectors.delete_tenant(command.tenant)
-            self.stores.graph.delete_tenant(command.tenant)
+            self.stores.delete_tenant(command.tenant)
         else:
-            self.stores.vectors.delete_conversation(command.tenant, command.conversation_id)
-            self.stores.graph.delete_conversation(command.tenant, command.conversation_id)
+            self.stores.delete_conversation(command.tenant, command.conversation_id)
         if self.settings.compact_after_erasure:
             # Before the command is acknowledged: a crash before the compaction ends applies it again.
             self.stores.compact()
