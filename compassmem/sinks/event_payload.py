@@ -39,8 +39,6 @@ from compassmem.sinks.vector_store import (
     HotEventRow,
     HotRecords,
     HotTurnRow,
-    ScoredEvent,
-    ScoredTurn,
     TurnHit,
     TurnLocation,
     TurnLocator,
@@ -391,13 +389,6 @@ class PointStore(VectorStore):
         more)."""
 
     @abstractmethod
-    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
-        """Per query, (whole payload, dense vector, score) of its best ``limit`` points in its scope by its vector
-        ``using``, best first; one engine call where it can.
-
-        ``queries`` is not empty; no query is an empty sparse vector or has a limit below 1."""
-
-    @abstractmethod
     def _query_keys(self, queries: Sequence[Nearest],
                     payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
         """Per query, (point key: the integer its UUID holds, the payload's ``payload_keys`` of that query or None
@@ -433,14 +424,6 @@ class PointStore(VectorStore):
         where = scope(tenant, conversation_id, EVENT_KIND)
         open_segments = Scope({**where.match, SEGMENT_FIELD: OPEN_SEGMENT})
         return in_time_order([event_from_payload(_required(payload)) for payload, _ in self._scroll(open_segments)])
-
-    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
-        hits = self._nearest(search_scope(scope, EVENT_KIND), vector, DENSE_VECTOR, limit)
-        return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
-
-    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredEvent]:
-        hits = self._nearest(search_scope(scope, EVENT_KIND), query, SPARSE_VECTOR, limit)
-        return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
     # --- turns -----------------------------------------------------------------------------------------------
 
@@ -503,14 +486,6 @@ class PointStore(VectorStore):
                 found.append(sorted(events, key=_event_hit_order))
         return found
 
-    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
-        hits = self._nearest(search_scope(scope, TURN_KIND), vector, DENSE_VECTOR, limit)
-        return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
-
-    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredTurn]:
-        hits = self._nearest(search_scope(scope, TURN_KIND), query, TURN_SPARSE_VECTOR, limit)
-        return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
-
     # --- deletes and counts ----------------------------------------------------------------------------------
 
     def delete_events(self, tenant: str, event_ids: Sequence[str]) -> None:
@@ -535,18 +510,6 @@ class PointStore(VectorStore):
     def _upsert_nonempty(self, points: list[PointData]) -> None:
         if points:
             self._upsert(points)
-
-    def _nearest(
-        self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int
-    ) -> list[tuple[Payload, Any, float]]:
-        """Whole points (payload and dense vector) of one search, best first."""
-        engine_query = self._nearest_query(where, query, using, limit)
-        if engine_query is None:
-            return []
-        # Equal scores are common in keyword search (the same words in several turns); the engine orders them by
-        # its internal point offsets, which differed between two builds of the same memory. By ids instead, so
-        # the same memory answers the same question the same way.
-        return sorted(self._query_many([engine_query])[0], key=_score_then_ids)
 
     def _nearest_query(self, where: Scope, query: Sequence[float] | SparseVector, using: str,
                        limit: int) -> Nearest | None:
@@ -574,14 +537,9 @@ def _vector_name(search: HitSearch) -> str:
     return TURN_SPARSE_VECTOR if search.kind == "turn" else SPARSE_VECTOR
 
 
-def _score_then_ids(hit: tuple[Payload, Any, float]) -> tuple[float, str, str, str]:
-    payload = hit[0] or {}
-    return (-hit[2], str(payload.get("conversation_id", "")), str(payload.get("turn_id", "")),
-            str(payload.get(EVENT_ID_FIELD, "")))
-
-
 def _turn_hit_order(hit: TurnHit) -> tuple[float, str, str, str]:
-    """Best first, equal scores by ids (as _score_then_ids orders whole points)."""
+    """Best first, equal scores by ids: equal scores are common in keyword search, and the engine orders them by its
+    internal point offsets, which differ between two builds of the same memory."""
     return (-hit.score, hit.conversation_id, hit.turn_id, hit.event_id)
 
 

@@ -252,24 +252,6 @@ class EdgeVectorStore(PointStore):
         return [(record.payload, record.vector) for record in records], next_offset
 
     @_sharing
-    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
-        # Whole payloads and vectors are fetched by id afterwards, once for every search of the batch: asking the
-        # search for them cost 5 ms more per 100 hits than the search itself (measured on a 100k-point shard:
-        # 7.3 ms with payloads, 2.3 + 0.6 ms this way).
-        answers = self._run([self._request(query, None) for query in queries])
-        # Each .id access builds a new uuid.UUID: read every id once.
-        ids = [[hit.id for hit in hits] for hits in answers]
-        wanted = list(dict.fromkeys(point for found in ids for point in found))
-        records = self.shard.retrieve(wanted, with_payload=True, with_vector=[layout.DENSE_VECTOR]) if wanted else []
-        by_id = {record.id: record for record in records}
-        results = []
-        for found, hits in zip(ids, answers, strict=True):
-            pairs = [(by_id.get(point_id), hit.score) for point_id, hit in zip(found, hits, strict=True)]
-            results.append([(record.payload, record.vector, float(score)) for record, score in pairs
-                            if record is not None])
-        return results
-
-    @_sharing
     def _query_keys(self, queries: Sequence[Nearest],
                     payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
         answers = self._run([self._request(query, keys) for query, keys in zip(queries, payload_keys, strict=True)])
