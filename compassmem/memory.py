@@ -45,7 +45,15 @@ from compassmem.embedding import Embedder, make_embedder
 from compassmem.errors import NotFound, Unavailable
 from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.llm_events import llm_steps
-from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
+from compassmem.models import (
+    DEFAULT_TENANT,
+    TENANT_PATTERN,
+    Event,
+    Turn,
+    TurnInput,
+    check_id,
+    partition_key,
+)
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
 from compassmem.redaction import redact_stored_turn
@@ -68,7 +76,6 @@ from compassmem.transfer.records import TransferSummary
 log = structlog.get_logger(__name__)
 
 _TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
-TurnInput = Turn | Mapping[str, Any]
 
 
 def _no_memory(tenant: str, conversation_id: str) -> str:

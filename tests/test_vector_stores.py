@@ -725,7 +725,7 @@ def test_edge_store_made_before_subject_ids_gets_the_index_on_reopen(
         store = EdgeVectorStore(tmp_path / "edge", dim=store_dim)
         try:
             assert set(store.shard.info().payload_schema) == {layout.TENANT_FIELD, *current}
-            about = layout.Scope({layout.TENANT_FIELD: "default", layout.SUBJECT_FIELD: "cust-42"})
+            about = layout.PointFilter({layout.TENANT_FIELD: "default", layout.SUBJECT_FIELD: "cust-42"})
             assert store._count(about) == 1  # points written before the index are in it
             assert [e.subject_id for e in store.conversation_events("default", "c1")] == ["cust-42", None]
         finally:

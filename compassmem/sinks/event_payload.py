@@ -12,7 +12,7 @@ queries across one subject's conversations. A turn's payload keeps its ``event_i
 its turns by filter.
 
 ``PointStore`` implements the whole ``VectorStore`` interface on this layout, in terms of five engine primitives
-(upsert, scroll, query, delete, count) taking backend-neutral ``PointData`` and ``Scope`` values; each backend
+(upsert, scroll, query, delete, count) taking backend-neutral ``PointData`` and ``PointFilter`` values; each backend
 only translates those into its engine's types.
 """
 
@@ -272,7 +272,7 @@ def turn_points(turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector], di
 
 
 @dataclass(frozen=True)
-class Scope:
+class PointFilter:
     """Which points an operation touches, independent of the engines' filter classes.
 
     Every ``match`` entry must hold (a tuple value matches any of its items); with ``point_ids``, only those
@@ -281,7 +281,7 @@ class Scope:
 
     match: Mapping[str, str | tuple[str, ...]]
     point_ids: tuple[str, ...] | None = None
-    any_of: tuple[Scope, ...] = ()
+    any_of: tuple[PointFilter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -290,21 +290,21 @@ class Nearest:
 
     query: list[float] | SparseVector
     using: str
-    where: Scope
+    where: PointFilter
     limit: int
 
 
-def scope(tenant: str, conversation_id: str | None = None, kind: str | None = None) -> Scope:
+def tenant_points(tenant: str, conversation_id: str | None = None, kind: str | None = None) -> PointFilter:
     """A tenant's points, optionally only one conversation's and only one kind."""
     match = {TENANT_FIELD: tenant}
     if conversation_id is not None:
         match[CONVERSATION_FIELD] = conversation_id
     if kind is not None:
         match[KIND_FIELD] = kind
-    return Scope(match)
+    return PointFilter(match)
 
 
-def search_scope(where: SearchScope, kind: str) -> Scope:
+def points_in(where: SearchScope, kind: str) -> PointFilter:
     """One kind of point of a search scope: a list of conversations, one subject, or the whole tenant."""
     match: dict[str, str | tuple[str, ...]] = {TENANT_FIELD: where.tenant, KIND_FIELD: kind}
     if where.conversation_ids is not None:
@@ -312,36 +312,36 @@ def search_scope(where: SearchScope, kind: str) -> Scope:
         match[CONVERSATION_FIELD] = ids[0] if len(ids) == 1 else ids
     if where.subject_id is not None:
         match[SUBJECT_FIELD] = where.subject_id
-    return Scope(match)
+    return PointFilter(match)
 
 
-def _hit_scope(where: SearchScope, search: HitSearch) -> Scope:
+def _hit_points(where: SearchScope, search: HitSearch) -> PointFilter:
     """A search's points: its kind within the scope, and only those meeting its time keys when it has some."""
-    points = search_scope(where, TURN_KIND if search.kind == "turn" else EVENT_KIND)
+    points = points_in(where, TURN_KIND if search.kind == "turn" else EVENT_KIND)
     if not search.time_keys:
         return points
-    return Scope({**points.match, TIME_KEYS_FIELD: tuple(search.time_keys)})
+    return PointFilter({**points.match, TIME_KEYS_FIELD: tuple(search.time_keys)})
 
 
-def turns_of(tenant: str, event_ids: Sequence[str]) -> Scope:
-    return Scope({TENANT_FIELD: tenant, KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
+def turns_of(tenant: str, event_ids: Sequence[str]) -> PointFilter:
+    return PointFilter({TENANT_FIELD: tenant, KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
 
 
-def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> Scope:
-    return Scope(scope(tenant, conversation_id, TURN_KIND).match,
+def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> PointFilter:
+    return PointFilter(tenant_points(tenant, conversation_id, TURN_KIND).match,
                  point_ids=(turn_point_id(tenant, conversation_id, turn_id),))
 
 
-def events_by_id(tenant: str, event_ids: Sequence[str]) -> Scope:
+def events_by_id(tenant: str, event_ids: Sequence[str]) -> PointFilter:
     # Tenant-filtered, never by bare id, so one tenant can never read or delete another tenant's points.
     ids = tuple(sorted({point_id(event_id) for event_id in event_ids}))
-    return Scope({TENANT_FIELD: tenant, KIND_FIELD: EVENT_KIND}, point_ids=ids)
+    return PointFilter({TENANT_FIELD: tenant, KIND_FIELD: EVENT_KIND}, point_ids=ids)
 
 
-def events_and_their_turns(tenant: str, event_ids: Sequence[str]) -> Scope:
+def events_and_their_turns(tenant: str, event_ids: Sequence[str]) -> PointFilter:
     """The events (by point id) and the turn points whose ``event_id`` is one of them, all of one tenant."""
-    turns = Scope({KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
-    return Scope({TENANT_FIELD: tenant}, any_of=(events_by_id(tenant, event_ids), turns))
+    turns = PointFilter({KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
+    return PointFilter({TENANT_FIELD: tenant}, any_of=(events_by_id(tenant, event_ids), turns))
 
 
 def in_requested_order(events: Sequence[Event], event_ids: Sequence[str]) -> list[Event]:
@@ -382,7 +382,7 @@ class PointStore(VectorStore):
         """Write a non-empty batch of points (same id = replace), durably enough for ``flush``."""
 
     @abstractmethod
-    def _scroll_page(self, where: Scope, offset: Any, limit: int,
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
                      payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
         """(payload (only ``payload_keys`` when given), vectors with at least the dense one) of up to ``limit``
         points in scope from ``offset`` on (None: from the start), and the offset of the next page (None: no
@@ -400,10 +400,10 @@ class PointStore(VectorStore):
         """The ``payload_keys`` of the points with these keys, by key; a point that no longer exists is left out."""
 
     @abstractmethod
-    def _delete(self, where: Scope) -> None: ...
+    def _delete(self, where: PointFilter) -> None: ...
 
     @abstractmethod
-    def _count(self, where: Scope) -> int: ...
+    def _count(self, where: PointFilter) -> int: ...
 
     # --- events ----------------------------------------------------------------------------------------------
 
@@ -417,12 +417,12 @@ class PointStore(VectorStore):
         return in_requested_order(found, event_ids)
 
     def conversation_events(self, tenant: str, conversation_id: str) -> list[Event]:
-        records = self._scroll(scope(tenant, conversation_id, EVENT_KIND))
+        records = self._scroll(tenant_points(tenant, conversation_id, EVENT_KIND))
         return in_time_order([event_from_point(*record) for record in records])
 
     def provisional_events(self, tenant: str, conversation_id: str | None = None) -> list[Event]:
-        where = scope(tenant, conversation_id, EVENT_KIND)
-        open_segments = Scope({**where.match, SEGMENT_FIELD: OPEN_SEGMENT})
+        where = tenant_points(tenant, conversation_id, EVENT_KIND)
+        open_segments = PointFilter({**where.match, SEGMENT_FIELD: OPEN_SEGMENT})
         return in_time_order([event_from_payload(_required(payload)) for payload, _ in self._scroll(open_segments)])
 
     # --- turns -----------------------------------------------------------------------------------------------
@@ -431,7 +431,7 @@ class PointStore(VectorStore):
         self._upsert_nonempty(turn_points(turns, sparse, self.dim))
 
     def conversation_turns(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:
-        records = self._scroll(scope(tenant, conversation_id, TURN_KIND))
+        records = self._scroll(tenant_points(tenant, conversation_id, TURN_KIND))
         return in_turn_order([turn_from_point(*record) for record in records])
 
     def get_turn(self, tenant: str, conversation_id: str, turn_id: str) -> IndexedTurn | None:
@@ -450,11 +450,11 @@ class PointStore(VectorStore):
         return hot_records_of(self._scroll(where, payload_keys=HOT_FIELDS), self.dim)
 
     def count_turns(self, scope: SearchScope) -> int:
-        return self._count(search_scope(scope, TURN_KIND))
+        return self._count(points_in(scope, TURN_KIND))
 
     def hits(self, scope: SearchScope, searches: Sequence[HitSearch],
              locate: TurnLocator | None = None) -> list[list[TurnHit | EventHit]]:
-        queries = [self._nearest_query(_hit_scope(scope, search), search.query, _vector_name(search), search.limit)
+        queries = [self._nearest_query(_hit_points(scope, search), search.query, _vector_name(search), search.limit)
                    for search in searches]
         asked = [(search, query) for search, query in zip(searches, queries, strict=True) if query is not None]
         # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
@@ -497,21 +497,21 @@ class PointStore(VectorStore):
         self._delete(_one_turn(tenant, conversation_id, turn_id))
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> None:
-        self._delete(scope(tenant, conversation_id))
+        self._delete(tenant_points(tenant, conversation_id))
         log.info("vector_store.conversation_deleted", tenant=tenant, conversation_id=conversation_id)
 
     def delete_tenant(self, tenant: str) -> None:
-        self._delete(scope(tenant))
+        self._delete(tenant_points(tenant))
         log.info("vector_store.tenant_deleted", tenant=tenant)
 
     def count(self, tenant: str, conversation_id: str | None = None) -> int:
-        return self._count(scope(tenant, conversation_id, EVENT_KIND))
+        return self._count(tenant_points(tenant, conversation_id, EVENT_KIND))
 
     def _upsert_nonempty(self, points: list[PointData]) -> None:
         if points:
             self._upsert(points)
 
-    def _nearest_query(self, where: Scope, query: Sequence[float] | SparseVector, using: str,
+    def _nearest_query(self, where: PointFilter, query: Sequence[float] | SparseVector, using: str,
                        limit: int) -> Nearest | None:
         """The engine query of a search, or None when it cannot find anything (no keywords, no limit)."""
         if limit <= 0:
@@ -521,7 +521,7 @@ class PointStore(VectorStore):
         check_query_vector(query, self.dim)
         return Nearest([float(x) for x in query], using, where, limit)
 
-    def _scroll(self, where: Scope, payload_keys: Sequence[str] | None = None) -> list[tuple[Payload, Any]]:
+    def _scroll(self, where: PointFilter, payload_keys: Sequence[str] | None = None) -> list[tuple[Payload, Any]]:
         found: list[tuple[Payload, Any]] = []
         offset: Any = None
         while True:

@@ -18,7 +18,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 
 from compassmem.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
-from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointStore, Scope
+from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointFilter, PointStore
 
 # Collection metadata: which embedder made the collection's vectors (VectorStore.claim_vector_space).
 VECTOR_SPACE_KEY = "compassmem_vector_space"
@@ -136,7 +136,7 @@ class QdrantServerVectorStore(PointStore):
         ]
         self.client.upsert(self.collection, points=structs, wait=True)
 
-    def _scroll_page(self, where: Scope, offset: Any, limit: int,
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
                      payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
         records, next_offset = self.client.scroll(
             self.collection,
@@ -172,10 +172,10 @@ class QdrantServerVectorStore(PointStore):
             for query, payload in zip(queries, payloads, strict=True)
         ])
 
-    def _delete(self, where: Scope) -> None:
+    def _delete(self, where: PointFilter) -> None:
         self.client.delete(self.collection, points_selector=models.FilterSelector(filter=_filter(where)), wait=True)
 
-    def _count(self, where: Scope) -> int:
+    def _count(self, where: PointFilter) -> int:
         return self.client.count(self.collection, count_filter=_filter(where), exact=True).count
 
 
@@ -188,7 +188,7 @@ def _sparse(vector: SparseVector) -> models.SparseVector:
     return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
-def _filter(where: Scope) -> models.Filter:
+def _filter(where: PointFilter) -> models.Filter:
     must: list[Any] = [
         models.FieldCondition(
             key=key,
