@@ -24,6 +24,7 @@ import hmac
 import secrets
 import threading
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -39,6 +40,10 @@ from compassmem.streams.messages import ChangeOp, ClusterChange, EventChange, Re
 
 log = structlog.get_logger(__name__)
 
+# A stream ends after this long and the page reconnects with Last-Event-ID (nothing is lost): an open page never
+# holds a server's shutdown for longer, since uvicorn waits for open responses before it stops.
+LIVE_STREAM_S = 15.0
+_FOLLOW_WAIT_S = 10.0
 # A stream that falls this far behind (a stalled tab) is ended with a resync rather than buffered without bound.
 _QUEUE_LIMIT = 1000
 
@@ -320,6 +325,35 @@ class LiveFeeds:
 
 StreamEvent = Literal["ready", "change", "resync", "unavailable"]
 
+
+
+async def live_stream(feed: LiveFeed | None, tenant: str, conversation_id: str,
+                      last_id: str | None) -> AsyncIterator[bytes]:
+    """One live stream of a conversation as server-sent events (``GET /v1/conversations/{id}/live``)."""
+    if feed is None:
+        yield sse("unavailable", LiveNotice(reason="this API process follows no change feed (set "
+                                                  "COMPASSMEM_KAFKA_BOOTSTRAP, or run compassmem dev)"))
+        return
+    if not await asyncio.to_thread(feed.following.wait, _FOLLOW_WAIT_S):
+        yield sse("unavailable", LiveNotice(reason="the change feed topics do not exist yet (no worker has started)"))
+        return
+    subscription, position = feed.subscribe(tenant, conversation_id, last_id)
+    try:
+        # A resumed stream keeps the client's last id; a new one starts from the position its graph load follows.
+        yield sse("ready", LiveReady(ends_after_s=LIVE_STREAM_S), None if last_id else position)
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + LIVE_STREAM_S
+        while (left := ends - loop.time()) > 0:
+            try:
+                item = await asyncio.wait_for(subscription.queue.get(), left)
+            except TimeoutError:
+                return
+            if isinstance(item, LiveNotice):
+                yield sse("resync", item)
+                return
+            yield sse("change", item.change, feed.event_id(subscription, item.sequence))
+    finally:
+        feed.unsubscribe(subscription)
 
 
 def sse(event: StreamEvent, data: BaseModel, event_id: str | None = None) -> bytes:
