@@ -392,8 +392,11 @@ class PointStore(VectorStore):
     def _query_keys(self, queries: Sequence[Nearest],
                     payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
         """Per query, (point key: the integer its UUID holds, the payload's ``payload_keys`` of that query or None
-        when they are None, score) of its best points, as ``_query_many`` finds them; one engine call where it can.
-        A payload costs more to read than the search itself (qdrant-edge: about 7 us a point, whichever fields)."""
+        when they are None, score) of its best ``limit`` points in its scope by its vector ``using``, best first; one
+        engine call where it can. A payload costs more to read than the search itself (qdrant-edge: about 7 us a
+        point, whichever fields).
+
+        ``queries`` is not empty; no query is an empty sparse vector or has a limit below 1."""
 
     @abstractmethod
     def _payloads(self, keys: Sequence[int], payload_keys: Sequence[str]) -> dict[int, Payload]:
