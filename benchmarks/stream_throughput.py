@@ -43,6 +43,7 @@ from benchmarks.child_producer import READY
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, wait_for, write_results
 from compassmem.child_process import popen_tied_to_us, terminate
 from compassmem.config import Settings
+from compassmem.contracts.search import SearchScope
 from compassmem.embedding import Embedder, make_embedder
 from compassmem.importers import read_turns
 from compassmem.logging_setup import configure_logging
@@ -52,6 +53,7 @@ from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.processors.lexicon import noun_lexicon
 from compassmem.publish.producer import TurnProducer
 from compassmem.sinks.factory import Stores, open_stores
+from compassmem.sinks.vector_store import HitSearch, TurnHit
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.runner import InProcessWorker
 from compassmem.streams.topics import ensure_topics, topic_specs
@@ -149,11 +151,12 @@ class FreshnessProbe:
                 self.pending[key] = (turn, time.monotonic())
 
     def _found(self, turn: Turn, vector: list[float]) -> bool:
-        hits = self.stores.vectors.search(turn.tenant, turn.conversation_id, vector, 10)
-        if any(turn.turn_id in hit.event.turn_ids for hit in hits):
+        event_hits, turn_hits = self.stores.vectors.hits(SearchScope.conversation(turn.tenant, turn.conversation_id),
+                                                         [HitSearch("event", vector, 10), HitSearch("turn", vector, 10)])
+        events = self.stores.vectors.get_events(turn.tenant, [hit.event_id for hit in event_hits])
+        if any(turn.turn_id in event.turn_ids for event in events):
             return True
-        turn_hits = self.stores.vectors.search_turns(turn.tenant, turn.conversation_id, vector, 10)
-        return any(hit.turn.turn_id == turn.turn_id for hit in turn_hits)
+        return any(isinstance(hit, TurnHit) and hit.turn_id == turn.turn_id for hit in turn_hits)
 
     def _run(self) -> None:
         # Oldest first, stopping at the first sample not yet searchable: turns are produced conversation by

@@ -45,11 +45,10 @@ from compassmem.errors import (
     Unauthorized,
     Unavailable,
 )
-from compassmem.models import DEFAULT_TENANT, Turn
+from compassmem.models import DEFAULT_TENANT, Turn, TurnInput
 
 DEFAULT_TIMEOUT_S = 30.0
 R = TypeVar("R", bound=BaseModel)
-TurnInput = Turn | Mapping[str, Any]
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,18 @@ from compassmem.embedding import Embedder, make_embedder
 from compassmem.errors import NotFound, Unavailable
 from compassmem.llm import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.llm_events import llm_steps
-from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Event, Turn, check_id, partition_key
+from compassmem.models import (
+    DEFAULT_TENANT,
+    TENANT_PATTERN,
+    Event,
+    Turn,
+    TurnInput,
+    check_id,
+    partition_key,
+)
 from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
-from compassmem.redaction import delete_stored_tenant, redact_stored_turn
+from compassmem.redaction import redact_stored_turn
 from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.listing import (
@@ -70,7 +78,6 @@ from compassmem.transfer.records import TransferSummary
 log = structlog.get_logger(__name__)
 
 _TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
-TurnInput = Turn | Mapping[str, Any]
 
 
 def _no_memory(tenant: str, conversation_id: str) -> str:
@@ -156,8 +163,7 @@ class Memory:
         with self._writing:
             published = self._publish(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
             events = self.stores.vectors.count(tenant, conversation_id)
-            self.stores.vectors.delete_conversation(tenant, conversation_id)
-            self.stores.graph.delete_conversation(tenant, conversation_id)
+            self.stores.delete_conversation(tenant, conversation_id)
             self.hot.invalidate(tenant, conversation_id)
             if self._pipeline is not None:
                 # Turns added again later start a new memory, with no relations to the deleted events.
@@ -203,7 +209,8 @@ class Memory:
         tenant = _TENANT.validate_python(tenant)
         with self._writing:
             published = self._publish(ForgetCommand(tenant=tenant))
-            events = delete_stored_tenant(self.stores, tenant)
+            events = self.stores.vectors.count(tenant)
+            self.stores.delete_tenant(tenant)
             self.hot.invalidate(tenant)
             if self._pipeline is not None:
                 for key in [k for k in self._pipeline.memories if k.startswith(f"{tenant}/")]:

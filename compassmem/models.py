@@ -12,6 +12,7 @@ import math
 import re
 import unicodedata
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Any
@@ -347,6 +348,10 @@ class Turn(BaseModel):
 
     def search_text(self) -> str:
         return search_text(self.speaker, self.indexed_text(), self.timestamp)
+
+
+# What the library (Memory.add) and the HTTP clients (Client.add) take as a turn: a Turn, or a dict in its schema.
+TurnInput = Turn | Mapping[str, Any]
 
 
 def search_text(speaker: str, text: str, timestamp: datetime) -> str:

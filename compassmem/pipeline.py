@@ -2,7 +2,7 @@
 
 Turns are embedded in batches (the embedder is the bottleneck), then fed one by one, in order, to their
 conversation's ConversationMemory; the updates go to the sinks, which are flushed once per batch. The flush is
-``SinkCheckpoint``'s, the same object the streaming worker flushes as the first step of its own commit
+``SinkGroup``'s, the same object the streaming worker flushes as the first step of its own commit
 (``streams/checkpoint.py``): there it uses ``add_turns`` and leaves the flush to that commit.
 """
 
@@ -33,7 +33,7 @@ from compassmem.processors.passages import passage_spans
 from compassmem.processors.relations import RelationConfig, RelationExtractor
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryJudge, SegmentationConfig
 from compassmem.sinks.batching import Sink
-from compassmem.sinks.checkpoint import PipelineObserver, SinkCheckpoint
+from compassmem.sinks.sink_group import PipelineObserver, SinkGroup
 from compassmem.tracing import record_stages, span, stage
 
 
@@ -99,14 +99,14 @@ def _batches(turns: Iterable[Turn], size: int) -> Iterator[list[Turn]]:
 
 
 class MemoryPipeline:
-    def __init__(self, embedder: Embedder, sinks: Sequence[Sink] | SinkCheckpoint,
+    def __init__(self, embedder: Embedder, sinks: Sequence[Sink] | SinkGroup,
                  config: PipelineConfig | None = None, observer: PipelineObserver | None = None,
                  llm: LlmSteps | None = None, detector: Callable[[], BoundaryDetector] | None = None) -> None:
         """``detector`` makes each conversation's boundary detector (default: the configured topic detector; a
         benchmark passes another to compare what the same turns become)."""
         self.embedder = embedder
-        # A SinkCheckpoint when the caller flushes it too (the stream processor's commit), else one of our own.
-        self.checkpoint = sinks if isinstance(sinks, SinkCheckpoint) else SinkCheckpoint(sinks, observer)
+        # A SinkGroup when the caller flushes it too (the stream processor's commit), else one of our own.
+        self.sink_group = sinks if isinstance(sinks, SinkGroup) else SinkGroup(sinks, observer)
         self.config = config or PipelineConfig()
         self.observer = observer
         self.llm = llm or LlmSteps()
@@ -143,7 +143,7 @@ class MemoryPipeline:
         for batch in _batches(turns, self.config.batch_turns):
             with span("ingest.batch", turns=len(batch), conversations=len({t.key for t in batch})):
                 self.add_turns(batch)
-                self.checkpoint.flush()
+                self.sink_group.flush()
             if progress is not None:
                 progress(len(batch))
         if close_at_end:
@@ -178,7 +178,7 @@ class MemoryPipeline:
                            if name in update.stage_seconds}, applying)
             if self.observer is not None:
                 self.observer.stage("segment", update.stage_seconds.pop("segment", 0.0), len(batch))
-            self.checkpoint.add_update(update)
+            self.sink_group.add_update(update)
             self._turns += len(batch)
 
     def close_all(self) -> None:
@@ -189,8 +189,8 @@ class MemoryPipeline:
 
     def write(self, update: MemoryUpdate) -> None:
         """Add an update's records to every sink and flush them."""
-        self.checkpoint.add_update(update)
-        self.checkpoint.flush()
+        self.sink_group.add_update(update)
+        self.sink_group.flush()
 
     def summary(self) -> IngestSummary:
         memories = list(self.memories.values())

@@ -93,11 +93,3 @@ def _relabelled(graph: nx.MultiDiGraph, before: Event, event: Event | None) -> l
     return [Cluster(tenant=before.tenant, conversation_id=before.conversation_id, cluster_id=before.cluster_id,
                     members=members, centroid=node["centroid"], label=cluster_label(keywords))]
 
-
-def delete_stored_tenant(stores: Stores, tenant: str) -> int:
-    """Delete every conversation of a tenant from both stores; the number of events the vector store held."""
-    events = stores.vectors.count(tenant)
-    stores.vectors.delete_tenant(tenant)
-    stores.graph.delete_tenant(tenant)
-    log.info("redaction.tenant_deleted", tenant=tenant, events=events)
-    return events

@@ -1,4 +1,4 @@
-"""The commit order of a batch (``streams.checkpoint.Checkpoint`` and ``sinks.checkpoint.SinkCheckpoint``).
+"""The commit order of a batch (``streams.checkpoint.Checkpoint`` and ``sinks.sink_group.SinkGroup``).
 
 Every participant here is a recording fake: these tests are about the ordering object itself, so each fake only
 writes down when it was called (and from which thread), or raises where a test needs a step to fail. The
@@ -29,7 +29,7 @@ from compassmem.sinks.batching import (
     Sink,
     VectorSink,
 )
-from compassmem.sinks.checkpoint import SinkCheckpoint
+from compassmem.sinks.sink_group import SinkGroup
 from compassmem.streams.checkpoint import (
     Checkpoint,
     OutgoingRecord,
@@ -164,11 +164,11 @@ class Run:
         self.sinks = [FakeSink(name, self.journal, fail=name == fail_sink)
                       for name in ("vector", "graph", "provisional")]
         self.discarded_state = 0
-        self.sink_checkpoint = SinkCheckpoint(self.sinks, on_discard=self._on_discard)
+        self.sink_group = SinkGroup(self.sinks, on_discard=self._on_discard)
         self.producer = FakeProducer(self.journal, fail_send=fail_send, fail_ack=fail_ack)
         self.table = FakeTable(self.journal, fail=fail_table)
         self.stages = FakeStages()
-        self.checkpoint = Checkpoint(self.sink_checkpoint, store_thread, producer=self.producer, table=self.table,
+        self.checkpoint = Checkpoint(self.sink_group, store_thread, producer=self.producer, table=self.table,
                                      observer=self.stages)
         self.fail_apply, self.fail_offsets = fail_apply, fail_offsets
 
@@ -177,7 +177,7 @@ class Run:
 
     def apply(self) -> BatchOutput:
         self.journal.write("apply")
-        self.sink_checkpoint.add(event("e1"))
+        self.sink_group.add(event("e1"))
         if self.fail_apply:
             raise Boom("processing failed")
         return batch_output()
@@ -277,7 +277,7 @@ def test_a_failed_ack_is_the_last_thing_that_happens(store_thread: ThreadPoolExe
 
 def test_without_a_producer_or_table_the_stores_still_come_before_the_ack(store_thread: ThreadPoolExecutor) -> None:
     journal = Journal()
-    sinks = SinkCheckpoint([FakeSink("vector", journal)])
+    sinks = SinkGroup([FakeSink("vector", journal)])
 
     async def acknowledge() -> None:
         journal.write("ack offsets")
@@ -304,12 +304,12 @@ def test_the_records_and_table_writes_of_a_batch() -> None:
         (StateTable.TOMBSTONES, b"0|acme/gone", b"7", 0)]
 
 
-# -- the store side: SinkCheckpoint ----------------------------------------------------------------------------
+# -- the store side: SinkGroup ----------------------------------------------------------------------------
 
 
 def test_sinks_flush_in_the_order_given_and_the_update_is_reported_once_flushed() -> None:
     journal, stages = Journal(), FakeStages()
-    sinks = SinkCheckpoint([FakeSink("vector", journal), FakeSink("graph", journal)], stages)
+    sinks = SinkGroup([FakeSink("vector", journal), FakeSink("graph", journal)], stages)
     update = MemoryUpdate()
     update.events.append(event("e1"))
     update.stage_seconds["merge"] = 0.01
@@ -324,7 +324,7 @@ def test_sinks_flush_in_the_order_given_and_the_update_is_reported_once_flushed(
 
 def test_a_discarded_update_is_never_reported() -> None:
     journal, stages = Journal(), FakeStages()
-    sinks = SinkCheckpoint([FakeSink("vector", journal, fail=True)], stages)
+    sinks = SinkGroup([FakeSink("vector", journal, fail=True)], stages)
     update = MemoryUpdate()
     update.events.append(event("e1"))
     with pytest.raises(Boom):
@@ -375,7 +375,7 @@ class RecordingGraph:
 def test_a_forget_in_a_batch_drops_what_came_before_it_and_deletes_before_what_comes_after() -> None:
     vectors, graph = RecordingVectors(), RecordingGraph()
     provisional = ProvisionalSink(vectors)  # type: ignore[arg-type]
-    sinks = SinkCheckpoint([VectorSink(vectors), GraphSink(graph), provisional])  # type: ignore[arg-type]
+    sinks = SinkGroup([VectorSink(vectors), GraphSink(graph), provisional])  # type: ignore[arg-type]
     relation = Relation(tenant="acme", conversation_id="c1", relation_id="r1", source="before", target="other",
                         type=RelationType.TEMPORAL, confidence=0.5, evidence="adjacency", created_at=T0)
     for record in (event("before"), turn("t1", "before"), relation, event("kept", conversation_id="c2"),
@@ -429,7 +429,7 @@ class SignallingGraph(RecordingGraph):
 def test_the_vector_stores_flush_runs_while_the_graph_is_written_and_the_checkpoint_waits_for_it() -> None:
     written = threading.Event()
     vectors, graph = SlowFlushVectors(written), SignallingGraph(written)
-    sinks = SinkCheckpoint([VectorSink(vectors), GraphSink(graph)])  # type: ignore[arg-type]
+    sinks = SinkGroup([VectorSink(vectors), GraphSink(graph)])  # type: ignore[arg-type]
     sinks.write(lambda: [sinks.add(record) for record in (event("e1"), turn("t1", "e1"))])
     # The store's flush saw the graph written while it ran (a flush in line would have waited out its 10 s), and
     # the batch counted as stored only once that flush had ended.
@@ -440,7 +440,7 @@ def test_the_vector_stores_flush_runs_while_the_graph_is_written_and_the_checkpo
 def test_a_vector_store_flush_that_fails_fails_the_batch_and_the_redo_writes_it_again() -> None:
     written = threading.Event()
     vectors, graph = SlowFlushVectors(written, fail_once=True), SignallingGraph(written)
-    sinks = SinkCheckpoint([VectorSink(vectors), GraphSink(graph)])  # type: ignore[arg-type]
+    sinks = SinkGroup([VectorSink(vectors), GraphSink(graph)])  # type: ignore[arg-type]
     batch = (event("e1"), turn("t1", "e1"))
     with pytest.raises(Boom, match="disk full"):
         sinks.write(lambda: [sinks.add(record) for record in batch])

@@ -15,7 +15,7 @@ from compassmem.embedding import SentenceTransformerEmbedder
 from compassmem.evaluation.baselines import (
     Bm25TurnRetriever,
     Bm25WindowRetriever,
-    IndexedTurn,
+    BaselineTurn,
     RrfRetriever,
     TurnCorpus,
     build_baselines,
@@ -270,12 +270,12 @@ def test_rrf_fuses_with_constant_60() -> None:
     assert RrfRetriever([Static(["a", "b"]), Static(["d", "b"])]).rank("x", "q") == ["b", "a", "d"]
 
 
-def _synthetic_session(n: int) -> list[IndexedTurn]:
-    return [IndexedTurn(conversation_id="c", turn_id=f"D1:{i}", session_id="1", text=f"t{i}") for i in range(1, n + 1)]
+def _synthetic_session(n: int) -> list[BaselineTurn]:
+    return [BaselineTurn(conversation_id="c", turn_id=f"D1:{i}", session_id="1", text=f"t{i}") for i in range(1, n + 1)]
 
 
 def test_session_windows_chunks_and_sliding() -> None:
-    turns = _synthetic_session(7) + [IndexedTurn(conversation_id="c", turn_id="D2:1", session_id="2", text="x")]
+    turns = _synthetic_session(7) + [BaselineTurn(conversation_id="c", turn_id="D2:1", session_id="2", text="x")]
     chunks = [[t.turn_id for t in w] for w in session_windows(turns, 3, 3)]
     assert chunks == [["D1:1", "D1:2", "D1:3"], ["D1:4", "D1:5", "D1:6"], ["D1:7"], ["D2:1"]]
     sliding = [[t.turn_id[-1] for t in w] for w in session_windows(turns, 3, 1)]

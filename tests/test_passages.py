@@ -131,7 +131,7 @@ def test_forgetting_a_turn_or_a_conversation_takes_its_passages(embedder, tmp_pa
             return any(hit.turn_id == turn_id for hit in hits)
 
         def stored() -> int:  # every passage point of the conversation, searched or not
-            return memory.stores.vectors._count(layout.scope("default", "advice", layout.PASSAGE_KIND))  # noqa: SLF001
+            return memory.stores.vectors._count(layout.tenant_points("default", "advice", layout.PASSAGE_KIND))  # noqa: SLF001
 
         later = [len(passage_spans(turn.indexed_text())) - 1 for turn in turns]
         assert stored() == sum(later) and later[3] >= 20

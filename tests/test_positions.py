@@ -1,11 +1,11 @@
-"""The worker's offset-gap check (compassmem/streams/positions.py), without a broker."""
+"""The worker's offset-gap check (compassmem/streams/faust_fixes/positions.py), without a broker."""
 
 from __future__ import annotations
 
 import pytest
 
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.positions import GapNotRepairedError, PartitionPositions
+from compassmem.streams.faust_fixes.positions import GapNotRepairedError, PartitionPositions
 
 TOPIC = "t.turns"
 

@@ -22,7 +22,7 @@ from compassmem.contracts.commands import ForgetCommand
 from compassmem.sinks.factory import open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
-from compassmem.streams import transport
+from compassmem.streams.faust_fixes import transport
 from compassmem.streams.runner import InProcessWorker
 
 from conftest import StreamRun, interleave, reference_snapshots, stream_conversation, wait_until

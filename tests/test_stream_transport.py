@@ -1,6 +1,6 @@
-"""The worker's Faust consumer (compassmem/streams/transport.py) on its own, without a broker: what its commit may
-pass. Faust counts the offsets it saw skipped in delivery as acknowledged; on the turns topic only offsets the
-broker says do not exist may be (``mark_missing``), so an offset is never committed before the worker applied it.
+"""The worker's Faust consumer (compassmem/streams/faust_fixes/transport.py) on its own, without a broker: what its
+commit may pass. Faust counts the offsets it saw skipped in delivery as acknowledged; on the turns topic only offsets
+the broker says do not exist may be (``mark_missing``), so an offset is never committed before the worker applied it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import asyncio
 import faust
 from faust.types import TP
 
-from compassmem.streams.transport import broker_urls
+from compassmem.streams.faust_fixes.transport import broker_urls
 
 TURNS = "t.turns"
 

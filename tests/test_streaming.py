@@ -24,9 +24,11 @@ from kafka.partitioner.default import murmur2
 from prometheus_client import generate_latest
 
 from compassmem.contracts.commands import ForgetCommand
+from compassmem.contracts.search import SearchScope
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
+from compassmem.sinks.vector_store import HitSearch, TurnHit
 from compassmem.streams.runner import InProcessWorker
 from compassmem.streams.topics import MEMORY_TABLE, TOMBSTONE_TABLE, changelog_topic
 
@@ -481,6 +483,7 @@ def test_a_turn_is_searchable_at_once_and_an_idle_segment_closes(stream_run: Str
                                strict=True))
     settings = stream_run.settings()
     latencies: list[float] = []
+    scope = SearchScope.conversation("default", "fresh")
     with open_stores(settings) as stores:
         worker = InProcessWorker(settings, stream_run.bootstrap, stores, embedder).start()
         try:
@@ -493,11 +496,12 @@ def test_a_turn_is_searchable_at_once_and_an_idle_segment_closes(stream_run: Str
 
                     def found(turn_id: str = turn.turn_id, query: list[float] = query):  # noqa: ANN202
                         # Queryable = a query can return the turn id: its own turn point must exist too.
-                        turn_hits = stores.vectors.search_turns("default", "fresh", query, 10)
-                        if turn_id not in {h.turn.turn_id for h in turn_hits}:
+                        turn_hits, event_hits = stores.vectors.hits(scope, [HitSearch("turn", query, 10),
+                                                                            HitSearch("event", query, 10)])
+                        if turn_id not in {h.turn_id for h in turn_hits if isinstance(h, TurnHit)}:
                             return None
-                        hits = stores.vectors.search("default", "fresh", query, 10)
-                        return next((h.event for h in hits if turn_id in h.event.turn_ids), None)
+                        events = stores.vectors.get_events("default", [h.event_id for h in event_hits])
+                        return next((e for e in events if turn_id in e.turn_ids), None)
 
                     event = wait_until(found, 5, f"turn {turn.turn_id} to be searchable", 0.02)
                     latencies.append(time.monotonic() - sent)

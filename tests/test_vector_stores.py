@@ -31,7 +31,7 @@ from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import HitSearch, TurnLocation, VectorStore
+from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, TurnLocation, VectorStore
 
 Opener = Callable[[], VectorStore]
 EventBuilder = Callable[..., Event]
@@ -85,6 +85,19 @@ def put_turns(sparse_keywords: Sparse) -> Callable[..., None]:
     return put_
 
 
+def _event_hits(store: VectorStore, tenant: str, conversation_id: str, query: Sequence[float] | SparseVector,
+                limit: int) -> list[EventHit]:
+    """The query path's event search (``VectorStore.hits``) within one conversation."""
+    return [hit for hit in store.hits(SearchScope.conversation(tenant, conversation_id),
+                                      [HitSearch("event", query, limit)])[0] if isinstance(hit, EventHit)]
+
+
+def _turn_hits(store: VectorStore, tenant: str, conversation_id: str, query: Sequence[float] | SparseVector,
+               limit: int) -> list[TurnHit]:
+    """The query path's turn search (``VectorStore.turn_hits``) within one conversation."""
+    return store.turn_hits(SearchScope.conversation(tenant, conversation_id), query, limit)
+
+
 def _unit(vector: list[float]) -> np.ndarray:
     array = np.asarray(vector)
     return array / np.linalg.norm(array)
@@ -125,14 +138,15 @@ def test_dense_search_is_scoped_to_tenant_and_conversation(
     other_tenant = [event_builder("c1", i, tenant="bob") for i in range(1, 6)]
     put(store, *mine, *other_conversation, *other_tenant)
 
-    hits = store.search("alice", "c1", mine[2].embedding or [], limit=10)
+    hits = _event_hits(store, "alice", "c1", mine[2].embedding or [], limit=10)
 
-    assert [h.event.event_id for h in hits][0] == mine[2].event_id
+    assert [h.event_id for h in hits][0] == mine[2].event_id
     assert hits[0].score == pytest.approx(1.0, abs=1e-4)
-    assert {h.event.event_id for h in hits} == {e.event_id for e in mine}
-    assert all(h.event.tenant == "alice" and h.event.conversation_id == "c1" for h in hits)
+    assert {h.event_id for h in hits} == {e.event_id for e in mine} and len(hits) == len(mine)
+    assert all(h.conversation_id == "c1" for h in hits)
+    assert len(store.get_events("alice", [h.event_id for h in hits])) == len(mine)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
-    assert store.search("carol", "c1", mine[2].embedding or [], limit=10) == []
+    assert _event_hits(store, "carol", "c1", mine[2].embedding or [], limit=10) == []
 
 
 def test_keyword_search_ranks_a_shared_rare_term_first(
@@ -145,12 +159,12 @@ def test_keyword_search_ranks_a_shared_rare_term_first(
     # Another conversation that mentions the rare term must not appear.
     put(store, event_builder("c2", 1, keywords=["zanzibar"]))
 
-    hits = store.keyword_search("default", "c1", sparse_keywords(["meeting", "zanzibar"]), limit=5)
+    hits = _event_hits(store, "default", "c1", sparse_keywords(["meeting", "zanzibar"]), limit=5)
 
-    assert hits[0].event.event_id == rare.event_id
+    assert hits[0].event_id == rare.event_id
     assert hits[0].score > hits[1].score
-    assert all(h.event.conversation_id == "c1" for h in hits)
-    assert store.keyword_search("default", "c1", SparseVector(indices=[], values=[]), limit=5) == []
+    assert all(h.conversation_id == "c1" for h in hits)
+    assert _event_hits(store, "default", "c1", SparseVector(indices=[], values=[]), limit=5) == []
 
 
 def test_reads_return_embeddings_and_respect_tenants(put: Put, open_store: Opener, event_builder: EventBuilder) -> None:
@@ -205,9 +219,9 @@ def test_data_survives_close_and_reopen(
 
     reopened = open_store()
     assert reopened.count("default", "c1") == 3
-    hits = reopened.search("default", "c1", events[1].embedding or [], limit=1)
-    assert hits[0].event.event_id == events[1].event_id
-    assert reopened.keyword_search("default", "c1", sparse_keywords(["kayak"]), limit=5)
+    hits = _event_hits(reopened, "default", "c1", events[1].embedding or [], limit=1)
+    assert hits[0].event_id == events[1].event_id
+    assert _event_hits(reopened, "default", "c1", sparse_keywords(["kayak"]), limit=5)
     put(reopened, event_builder("c1", 7))
     assert reopened.count("default", "c1") == 4
 
@@ -224,7 +238,7 @@ def test_malformed_batches_are_rejected_before_writing(
     with pytest.raises(ValueError, match="-d"):
         put(store, event_builder("c1", 2, dim=store_dim + 1))
     with pytest.raises(ValueError, match="dimensions"):
-        store.search("default", "c1", [1.0, 0.0], limit=3)
+        _event_hits(store, "default", "c1", [1.0, 0.0], limit=3)
     assert store.count("default") == 0
 
 
@@ -245,7 +259,7 @@ def test_qdrant_client_in_memory_mode(store_dim: int, put: Put, event_builder: E
     store = QdrantServerVectorStore(QdrantClient(":memory:"), "events", dim=store_dim, owns_client=True)
     event = event_builder("c1", 1, keywords=["violin"])
     put(store, event)
-    assert store.search("default", "c1", event.embedding or [], limit=1)[0].event.event_id == event.event_id
+    assert _event_hits(store, "default", "c1", event.embedding or [], limit=1)[0].event_id == event.event_id
     store.close()
 
 
@@ -362,17 +376,20 @@ def test_turn_search_is_scoped_to_tenant_and_conversation(
     other_tenant = [turn_builder("c1", i, tenant="bob") for i in range(1, 6)]
     put_turns(store, *mine, *other_conversation, *other_tenant)
 
-    hits = store.search_turns("alice", "c1", mine[2].embedding or [], limit=10)
+    hits = _turn_hits(store, "alice", "c1", mine[2].embedding or [], limit=10)
 
-    assert hits[0].turn.turn_id == mine[2].turn_id
+    assert hits[0].turn_id == mine[2].turn_id
     assert hits[0].score == pytest.approx(1.0, abs=1e-4)
-    assert sorted(h.turn.turn_id for h in hits) == [t.turn_id for t in mine]
-    assert all(h.turn.tenant == "alice" and h.turn.conversation_id == "c1" for h in hits)
+    # Ten places for fifteen equal candidates: a leak from the other scopes would repeat turn ids.
+    assert sorted(h.turn_id for h in hits) == [t.turn_id for t in mine]
+    # Event ids are made from tenant, conversation and turn (turn_builder): these are alice's c1 turns.
+    assert {(h.turn_id, h.event_id) for h in hits} == {(t.turn_id, t.event_id) for t in mine}
+    assert all(h.conversation_id == "c1" for h in hits)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
-    assert store.search_turns("carol", "c1", mine[2].embedding or [], limit=10) == []
-    assert store.search_turns("alice", "c1", mine[2].embedding or [], limit=0) == []
+    assert _turn_hits(store, "carol", "c1", mine[2].embedding or [], limit=10) == []
+    assert _turn_hits(store, "alice", "c1", mine[2].embedding or [], limit=0) == []
     with pytest.raises(ValueError, match="dimensions"):
-        store.search_turns("alice", "c1", [1.0, 0.0], limit=3)
+        _turn_hits(store, "alice", "c1", [1.0, 0.0], limit=3)
 
 
 def test_scoped_turn_search_covers_a_list_a_subject_or_the_tenant_and_nothing_else(
@@ -390,11 +407,12 @@ def test_scoped_turn_search_covers_a_list_a_subject_or_the_tenant_and_nothing_el
     query = turn_builder("t1", 2).embedding or []
 
     def found(scope: SearchScope) -> set[tuple[str, str]]:
-        hits = store.search_turns_in(scope, query, limit=50)
-        keyword_hits = store.keyword_search_turns_in(scope, SparseVector(indices=[1], values=[1.0]), limit=50)
-        assert all(h.turn.tenant == scope.tenant for h in [*hits, *keyword_hits])
+        hits = store.turn_hits(scope, query, limit=50)
+        keyword_hits = store.turn_hits(scope, SparseVector(indices=[1], values=[1.0]), limit=50)
+        assert all(store.get_turn(scope.tenant, h.conversation_id, h.turn_id) is not None
+                   for h in [*hits, *keyword_hits])
         assert store.count_turns(scope) == len(hits)
-        return {(h.turn.conversation_id, h.turn.turn_id) for h in hits}
+        return {(h.conversation_id, h.turn_id) for h in hits}
 
     assert {c for c, _ in found(SearchScope(tenant="alice", conversation_ids=("t1", "t3")))} == {"t1", "t3"}
     assert {c for c, _ in found(SearchScope(tenant="alice", subject_id="cust-1"))} == {"t1", "t2"}
@@ -454,12 +472,12 @@ def test_turn_keyword_search_ranks_a_shared_rare_term_first(
     # Another conversation that mentions the rare term must not appear.
     put_turns(store, turn_builder("c2", 1, keywords=["zanzibar"]))
 
-    hits = store.keyword_search_turns("default", "c1", sparse_keywords(["meeting", "zanzibar"]), limit=5)
+    hits = _turn_hits(store, "default", "c1", sparse_keywords(["meeting", "zanzibar"]), limit=5)
 
-    assert hits[0].turn.turn_id == rare.turn_id
+    assert hits[0].turn_id == rare.turn_id
     assert hits[0].score > hits[1].score
-    assert all(h.turn.conversation_id == "c1" for h in hits)
-    assert store.keyword_search_turns("default", "c1", SparseVector(indices=[], values=[]), limit=5) == []
+    assert all(h.conversation_id == "c1" for h in hits)
+    assert _turn_hits(store, "default", "c1", SparseVector(indices=[], values=[]), limit=5) == []
 
 
 def test_equal_keyword_matches_are_cut_the_same_way_whatever_the_write_order(
@@ -539,10 +557,10 @@ def test_turn_keyword_idf_is_computed_over_turns_only(
     put_turns(store, zanzibar, *kayaks, *(turn_builder("c1", i, keywords=["filler"]) for i in range(4, 8)))
     put(store, *(event_builder("c1", i, keywords=["zanzibar"]) for i in range(1, 21)))
 
-    hits = store.keyword_search_turns("default", "c1", sparse_keywords(["zanzibar", "kayak"]), limit=5)
+    hits = _turn_hits(store, "default", "c1", sparse_keywords(["zanzibar", "kayak"]), limit=5)
 
-    assert [h.turn.turn_id for h in hits][0] == zanzibar.turn_id
-    assert {h.turn.turn_id for h in hits} == {zanzibar.turn_id, *(t.turn_id for t in kayaks)}
+    assert [h.turn_id for h in hits][0] == zanzibar.turn_id
+    assert {h.turn_id for h in hits} == {zanzibar.turn_id, *(t.turn_id for t in kayaks)}
 
 
 def test_turns_and_events_never_mix(
@@ -565,13 +583,13 @@ def test_turns_and_events_never_mix(
 
     assert store.count("default") == 3 and store.count("default", "c1") == 3
     assert {e.event_id for e in store.conversation_events("default", "c1")} == event_ids
-    assert {h.event.event_id for h in store.search("default", "c1", query, limit=10)} == event_ids
-    keyword_hits = store.keyword_search("default", "c1", sparse_keywords(["kayak"]), limit=10)
-    assert {h.event.event_id for h in keyword_hits} == event_ids
+    assert sorted(h.event_id for h in _event_hits(store, "default", "c1", query, limit=10)) == sorted(event_ids)
+    keyword_hits = _event_hits(store, "default", "c1", sparse_keywords(["kayak"]), limit=10)
+    assert sorted(h.event_id for h in keyword_hits) == sorted(event_ids)
     assert {t.turn_id for t in store.conversation_turns("default", "c1")} == turn_ids
-    assert {h.turn.turn_id for h in store.search_turns("default", "c1", query, limit=10)} == turn_ids
-    turn_keyword_hits = store.keyword_search_turns("default", "c1", sparse_keywords(["kayak"]), limit=10)
-    assert {h.turn.turn_id for h in turn_keyword_hits} == turn_ids
+    assert sorted(h.turn_id for h in _turn_hits(store, "default", "c1", query, limit=10)) == sorted(turn_ids)
+    turn_keyword_hits = _turn_hits(store, "default", "c1", sparse_keywords(["kayak"]), limit=10)
+    assert sorted(h.turn_id for h in turn_keyword_hits) == sorted(turn_ids)
     turn_points = [turn_point_id("default", "c1", t.turn_id) for t in turns]
     assert store.get_events("default", turn_points) == []
 
@@ -616,7 +634,7 @@ def test_conversation_and_tenant_deletes_remove_turns(
     assert store.conversation_turns("default", "c1") == []
     assert store.count("default", "c1") == 0
     assert [t.turn_id for t in store.conversation_turns("default", "c2")] == ["D1:1"]
-    assert store.search_turns("default", "c1", turn_builder("c1", 1).embedding or [], limit=5) == []
+    assert _turn_hits(store, "default", "c1", turn_builder("c1", 1).embedding or [], limit=5) == []
 
     store.delete_tenant("default")
     assert store.conversation_turns("default", "c2") == []
@@ -636,8 +654,8 @@ def test_turns_survive_close_and_reopen(
     stored = reopened.conversation_turns("default", "c1")
     assert [t.turn_id for t in stored] == ["D1:1", "D1:2", "D1:3"]
     assert all(t.embedding is not None for t in stored)
-    assert reopened.search_turns("default", "c1", turns[1].embedding or [], limit=1)[0].turn.turn_id == "D1:2"
-    assert len(reopened.keyword_search_turns("default", "c1", sparse_keywords(["kayak"]), limit=5)) == 3
+    assert _turn_hits(reopened, "default", "c1", turns[1].embedding or [], limit=1)[0].turn_id == "D1:2"
+    assert len(_turn_hits(reopened, "default", "c1", sparse_keywords(["kayak"]), limit=5)) == 3
     put_turns(reopened, turn_builder("c1", 7))
     assert len(reopened.conversation_turns("default", "c1")) == 4
     assert reopened.count("default") == 0
@@ -707,7 +725,7 @@ def test_edge_store_made_before_subject_ids_gets_the_index_on_reopen(
         store = EdgeVectorStore(tmp_path / "edge", dim=store_dim)
         try:
             assert set(store.shard.info().payload_schema) == {layout.TENANT_FIELD, *current}
-            about = layout.Scope({layout.TENANT_FIELD: "default", layout.SUBJECT_FIELD: "cust-42"})
+            about = layout.PointFilter({layout.TENANT_FIELD: "default", layout.SUBJECT_FIELD: "cust-42"})
             assert store._count(about) == 1  # points written before the index are in it
             assert [e.subject_id for e in store.conversation_events("default", "c1")] == ["cust-42", None]
         finally:

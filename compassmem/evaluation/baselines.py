@@ -51,7 +51,7 @@ RRF_CONSTANT = 60
 _SESSION_DATE_KEY = re.compile(r"^session_(\d+)_date_time$")
 
 
-class IndexedTurn(BaseModel):
+class BaselineTurn(BaseModel):
     """A turn as the baselines index it."""
 
     conversation_id: str
@@ -63,8 +63,8 @@ class IndexedTurn(BaseModel):
 class TurnCorpus:
     """The turns of every conversation of a LoCoMo file, in conversation order, with their indexed text."""
 
-    def __init__(self, turns: Sequence[IndexedTurn]) -> None:
-        self.conversations: dict[str, list[IndexedTurn]] = {}
+    def __init__(self, turns: Sequence[BaselineTurn]) -> None:
+        self.conversations: dict[str, list[BaselineTurn]] = {}
         self._text: dict[tuple[str, str], str] = {}
         for turn in turns:
             self.conversations.setdefault(turn.conversation_id, []).append(turn)
@@ -73,7 +73,7 @@ class TurnCorpus:
     def __len__(self) -> int:
         return len(self._text)
 
-    def turns(self, conversation_id: str) -> list[IndexedTurn]:
+    def turns(self, conversation_id: str) -> list[BaselineTurn]:
         return self.conversations.get(conversation_id, [])
 
     def text_of(self, conversation_id: str, turn_id: str) -> str:
@@ -107,7 +107,7 @@ def load_turn_corpus(path: Path) -> TurnCorpus:
     """Turns of a LoCoMo file (via :func:`read_locomo_turns`) indexed the baseline way."""
     dates = locomo_session_dates(path)
     turns = [
-        IndexedTurn(
+        BaselineTurn(
             conversation_id=turn.conversation_id,
             turn_id=turn.turn_id,
             session_id=turn.session_id,
@@ -203,14 +203,14 @@ class RrfRetriever:
         return sorted(fused, key=lambda t: -fused[t])
 
 
-def session_windows(turns: Sequence[IndexedTurn], size: int, stride: int) -> list[list[IndexedTurn]]:
+def session_windows(turns: Sequence[BaselineTurn], size: int, stride: int) -> list[list[BaselineTurn]]:
     """Windows of ``size`` consecutive turns within each session, started every ``stride`` turns."""
     if size < 1 or stride < 1:
         raise ValueError("window size and stride must be >= 1")
-    sessions: dict[str | None, list[IndexedTurn]] = {}
+    sessions: dict[str | None, list[BaselineTurn]] = {}
     for turn in turns:
         sessions.setdefault(turn.session_id, []).append(turn)
-    windows: list[list[IndexedTurn]] = []
+    windows: list[list[BaselineTurn]] = []
     for session in sessions.values():
         if stride >= size:  # chunks: 1-3, 4-6, ...; the last may be shorter
             starts = list(range(0, len(session), stride))

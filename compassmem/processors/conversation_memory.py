@@ -98,7 +98,7 @@ class ConversationHealth(BaseModel):
         return self.merged_segments / self.segments if self.segments else 0.0
 
 
-class ConversationStats(BaseModel):
+class ConversationMemoryStats(BaseModel):
     segments: int = 0
     merged: int = 0
     merge_reasons: Counter[str] = Field(default_factory=Counter)
@@ -127,7 +127,7 @@ class ConversationMemoryState(BaseModel):
     ledger: RelationLedger
     keyword_stats: KeywordStats
     clusters: ClusterState
-    stats: ConversationStats
+    stats: ConversationMemoryStats
 
     @model_validator(mode="before")
     @classmethod
@@ -174,7 +174,7 @@ class ConversationMemory:
         self.ledger = RelationLedger()
         self.keyword_stats = KeywordStats()
         self.clusters = ClusterState()
-        self.stats = ConversationStats()
+        self.stats = ConversationMemoryStats()
         self._derive()
 
     def _derive(self) -> None:

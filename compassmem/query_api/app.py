@@ -3,8 +3,8 @@
 The same app serves both topologies: inside ``compassmem dev`` it shares the worker's store objects, and in
 ``compassmem api`` it runs alone against a Qdrant server and an external FalkorDB (see ``server.py``).
 Everything it reads is scoped by tenant and conversation, so no answer can carry another tenant's events.
-``create_app`` builds the app: the middleware, the error handlers and the routers of ``routers/`` and
-``explorer/``, which take the services and the tenant's API-key check as dependencies (``dependencies.py``).
+``create_app`` builds the app: the middleware, the error handlers, the routers of ``routers/`` (one per resource) and
+the explorer's page, which take the services and the tenant's API-key check as dependencies (``dependencies.py``).
 Endpoints are plain ``def``: FastAPI runs them on its thread pool, which the CPU-bound engine needs anyway;
 ``POST /v1/query`` is a coroutine that awaits the engine on that pool (one hop fewer per query).
 """
@@ -12,7 +12,8 @@ Endpoints are plain ``def``: FastAPI runs them on its thread pool, which the CPU
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import structlog
@@ -29,13 +30,22 @@ from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.query_api.explorer.live import LiveFeeds
-from compassmem.query_api.explorer.router import explorer_router, mount_ui
+from compassmem.query_api.explorer.ui import mount_ui
 from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.request_id import install_request_ids
-from compassmem.query_api.routers import config, management, memory, operations, query, turns
+from compassmem.query_api.routers import config, conversations, events, operations, query, tenants, turns
 from compassmem.query_api.server_spans import ServerSpanMiddleware
 
 log = structlog.get_logger(__name__)
+
+# The order the OpenAPI document lists the paths in, kept from before the routers were split by resource so that
+# the published document did not change; a path not named here follows these.
+DOCUMENT_ORDER = (
+    "/v1/query", "/v1/turns", "/v1/events/{event_id}", "/v1/conversations/{conversation_id}", "/healthz", "/metrics",
+    "/v1/conversations", "/v1/conversations/{conversation_id}/events", "/v1/conversations/{conversation_id}/graph",
+    "/v1/conversations/{conversation_id}/live", "/v1/conversations/{conversation_id}/turns/{turn_id}",
+    "/v1/tenants/{tenant}",
+)
 
 
 def field_errors(errors: Sequence[Any]) -> list[FieldError]:
@@ -105,8 +115,32 @@ class RequestMetricsMiddleware:
                                       time.perf_counter() - started)
 
 
+def _in_document_order(app: FastAPI) -> None:
+    """Make ``app.openapi`` list the paths in ``DOCUMENT_ORDER`` (FastAPI lists them in the order of the routers)."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        schema = generate()  # FastAPI's, made once and kept: reordered in place, the same each time
+        paths = schema.get("paths", {})
+        schema["paths"] = {path: paths[path] for path in sorted(paths, key=_document_place)}
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _document_place(path: str) -> int:
+    return DOCUMENT_ORDER.index(path) if path in DOCUMENT_ORDER else len(DOCUMENT_ORDER)
+
+
+@asynccontextmanager
+async def _stop_live_feeds(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    app.state.live.stop()
+
+
 def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(
+        lifespan=_stop_live_feeds,
         title="compassmem query API",
         version=__version__,
         description="Event-graph long-term memory for LLM agents: ask a question about a conversation and get "
@@ -115,8 +149,8 @@ def create_app(services: ApiServices) -> FastAPI:
     # What the dependencies of dependencies.py hand to the endpoints.
     app.state.services = services
     app.state.authorizer = Authorizer(services.settings.tenant_keys())
-    # The explorer's live streams; the deletions purge what it keeps of what they delete.
-    app.state.live = live = LiveFeeds(services.settings)
+    # The explorer's live streams (stopped with the app); the deletions purge what it keeps of what they delete.
+    app.state.live = LiveFeeds(services.settings)
 
     # Inside the measuring middleware below, so refused bodies are counted too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=services.settings.api_max_body_bytes)
@@ -150,9 +184,10 @@ def create_app(services: ApiServices) -> FastAPI:
         return JSONResponse(status_code=500, content={"detail": f"internal error ({type(exc).__name__}); "
                                                                "see the server log"})
 
-    for router in (query.router, turns.router, memory.router, operations.router,
-                   explorer_router(live), management.router, config.router):
+    for router in (query.router, turns.router, conversations.router, events.router, tenants.router,
+                   operations.router, config.router):
         app.include_router(router)
+    _in_document_order(app)
     mount_ui(app)
     app.add_middleware(ServerSpanMiddleware)
     install_request_ids(app)

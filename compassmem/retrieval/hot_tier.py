@@ -29,7 +29,7 @@ from compassmem.contracts.search import SearchScope
 from compassmem.models import TimeAnchor, search_text, turn_point_key
 from compassmem.processors.text_features import question_share
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
-from compassmem.sinks.graph_store import EdgeFields, GraphEdge, GraphStore
+from compassmem.sinks.graph_store import EdgeFields, WalkEdge, GraphStore
 from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, TurnLocation, TurnLocator, VectorStore
 
 # Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process. Sized
@@ -72,7 +72,7 @@ class HotEvent:
     has_time: tuple[bool, ...]
     turn_vectors: np.ndarray
     turn_counts: tuple[dict[str, int], ...]
-    # Every active relation with this event at one end, as (the other end, the edge's GraphEdge.fields()): what a
+    # Every active relation with this event at one end, as (the other end, the edge's WalkEdge.fields()): what a
     # walk from here can take, ready to use.
     links: tuple[tuple[str, EdgeFields], ...]
     # False for an event loaded without its turns (a neighbour the walk passes through): never a candidate's entry.
@@ -137,7 +137,7 @@ class HotEvent:
             turn_vectors=turn_vectors, turn_counts=tuple(turn_counts),
             # In a fixed order: the walk breaks ties by the order it meets edges, and the graph store returns them
             # in whatever order it stored them (it differed between two builds of the same memory).
-            links=tuple(sorted(links, key=lambda link: (link[0], GraphEdge._make(link[1]).relation_id))),
+            links=tuple(sorted(links, key=lambda link: (link[0], WalkEdge._make(link[1]).relation_id))),
             turns_loaded=turns_loaded,
         )
 

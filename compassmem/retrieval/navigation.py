@@ -16,7 +16,7 @@ from compassmem.contracts.query import PathStep
 from compassmem.models import RelationType
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.retrieval.memory_view import MemoryView
-from compassmem.sinks.graph_store import EdgeFields, GraphEdge
+from compassmem.sinks.graph_store import EdgeFields, WalkEdge
 
 CLUSTER_HOP = "cluster"
 # Edges that only say two events were told one after the other; neighbouring turns already score context.
@@ -132,13 +132,13 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
 
 
 def _path_step(fields: EdgeFields, parent: str, event_id: str) -> PathStep:
-    edge = GraphEdge._make(fields)
+    edge = WalkEdge._make(fields)
     return PathStep(type=edge.type, subtype=edge.subtype, adjacency=edge.evidence in ADJACENCY_EVIDENCE,
                     source=edge.source or parent, target=edge.target or event_id, confidence=edge.confidence)
 
 
 # Positions in an edge's plain fields: the walk reads three of them for every way out of every event it visits.
-_TYPE, _CONFIDENCE, _EVIDENCE = (GraphEdge._fields.index(name) for name in ("type", "confidence", "evidence"))
+_TYPE, _CONFIDENCE, _EVIDENCE = (WalkEdge._fields.index(name) for name in ("type", "confidence", "evidence"))
 
 
 def _steps(view: MemoryView, event_id: str, cluster_id: str | None) -> list[tuple[str, str, float, EdgeFields]]:
@@ -151,7 +151,7 @@ def _steps(view: MemoryView, event_id: str, cluster_id: str | None) -> list[tupl
     members = view.cluster_members(event_id) if cluster_id else []
     if members:
         # One edge for every member: the hop goes through the cluster, so source and target are the same for all.
-        fields = GraphEdge(source=event_id, target=str(cluster_id), relation_id="", type=CLUSTER_HOP, subtype=None,
+        fields = WalkEdge(source=event_id, target=str(cluster_id), relation_id="", type=CLUSTER_HOP, subtype=None,
                            confidence=1.0, evidence="").fields()
         steps.extend((member, CLUSTER_HOP, 1.0, fields) for member in members)
     return steps

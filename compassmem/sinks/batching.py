@@ -1,7 +1,7 @@
-"""Batching sinks in the shape of quix-streams' BaseSink: ``add()`` per record, ``flush()`` at the checkpoint.
+"""Batching sinks in the shape of quix-streams' BaseSink: ``add()`` per record, ``flush()`` with their group.
 
 A sink keeps only the latest version of each record id, so a batch that saw an event three times (created,
-merged into, reclustered) writes it once. When a sink flushes is not its own business: ``checkpoint.SinkCheckpoint``
+merged into, reclustered) writes it once. When a sink flushes is not its own business: ``sink_group.SinkGroup``
 flushes every sink of a writer together, in one order, as the first step of the batch's commit.
 
 Besides the memory's records a sink may be handed two kinds of instruction, in the order they happened:

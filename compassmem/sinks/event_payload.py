@@ -12,7 +12,7 @@ queries across one subject's conversations. A turn's payload keeps its ``event_i
 its turns by filter.
 
 ``PointStore`` implements the whole ``VectorStore`` interface on this layout, in terms of five engine primitives
-(upsert, scroll, query, delete, count) taking backend-neutral ``PointData`` and ``Scope`` values; each backend
+(upsert, scroll, query, delete, count) taking backend-neutral ``PointData`` and ``PointFilter`` values; each backend
 only translates those into its engine's types.
 """
 
@@ -47,8 +47,6 @@ from compassmem.sinks.vector_store import (
     HotEventRow,
     HotRecords,
     HotTurnRow,
-    ScoredEvent,
-    ScoredTurn,
     TurnHit,
     TurnLocation,
     TurnLocator,
@@ -305,7 +303,7 @@ def turn_points(turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector], di
 
 
 @dataclass(frozen=True)
-class Scope:
+class PointFilter:
     """Which points an operation touches, independent of the engines' filter classes.
 
     Every ``match`` entry must hold (a tuple value matches any of its items); with ``point_ids``, only those
@@ -314,7 +312,7 @@ class Scope:
 
     match: Mapping[str, str | tuple[str, ...]]
     point_ids: tuple[str, ...] | None = None
-    any_of: tuple[Scope, ...] = ()
+    any_of: tuple[PointFilter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -323,21 +321,21 @@ class Nearest:
 
     query: list[float] | SparseVector
     using: str
-    where: Scope
+    where: PointFilter
     limit: int
 
 
-def scope(tenant: str, conversation_id: str | None = None, kind: str | None = None) -> Scope:
+def tenant_points(tenant: str, conversation_id: str | None = None, kind: str | None = None) -> PointFilter:
     """A tenant's points, optionally only one conversation's and only one kind."""
     match = {TENANT_FIELD: tenant}
     if conversation_id is not None:
         match[CONVERSATION_FIELD] = conversation_id
     if kind is not None:
         match[KIND_FIELD] = kind
-    return Scope(match)
+    return PointFilter(match)
 
 
-def search_scope(where: SearchScope, kind: str) -> Scope:
+def points_in(where: SearchScope, kind: str) -> PointFilter:
     """One kind of point of a search scope: a list of conversations, one subject, or the whole tenant."""
     match: dict[str, str | tuple[str, ...]] = {TENANT_FIELD: where.tenant, KIND_FIELD: kind}
     if where.conversation_ids is not None:
@@ -345,42 +343,42 @@ def search_scope(where: SearchScope, kind: str) -> Scope:
         match[CONVERSATION_FIELD] = ids[0] if len(ids) == 1 else ids
     if where.subject_id is not None:
         match[SUBJECT_FIELD] = where.subject_id
-    return Scope(match)
+    return PointFilter(match)
 
 
-def _hit_scope(where: SearchScope, search: HitSearch) -> Scope:
+def _hit_points(where: SearchScope, search: HitSearch) -> PointFilter:
     """A search's points: its kind within the scope, and only those meeting its time keys when it has some."""
-    points = search_scope(where, {"turn": TURN_KIND, "event": EVENT_KIND, "passage": PASSAGE_KIND}[search.kind])
+    points = points_in(where, {"turn": TURN_KIND, "event": EVENT_KIND, "passage": PASSAGE_KIND}[search.kind])
     if not search.time_keys:
         return points
-    return Scope({**points.match, TIME_KEYS_FIELD: tuple(search.time_keys)})
+    return PointFilter({**points.match, TIME_KEYS_FIELD: tuple(search.time_keys)})
 
 
-def turns_of(tenant: str, event_ids: Sequence[str]) -> Scope:
-    return Scope({TENANT_FIELD: tenant, KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
+def turns_of(tenant: str, event_ids: Sequence[str]) -> PointFilter:
+    return PointFilter({TENANT_FIELD: tenant, KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
 
 
-def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> Scope:
-    return Scope(scope(tenant, conversation_id, TURN_KIND).match,
-                 point_ids=(turn_point_id(tenant, conversation_id, turn_id),))
+def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> PointFilter:
+    return PointFilter(tenant_points(tenant, conversation_id, TURN_KIND).match,
+                       point_ids=(turn_point_id(tenant, conversation_id, turn_id),))
 
 
-def _turn_and_its_passages(tenant: str, conversation_id: str, turn_id: str) -> Scope:
-    passages = Scope({KIND_FIELD: PASSAGE_KIND, "turn_id": turn_id})
-    return Scope(scope(tenant, conversation_id).match,
-                 any_of=(_one_turn(tenant, conversation_id, turn_id), passages))
+def _turn_and_its_passages(tenant: str, conversation_id: str, turn_id: str) -> PointFilter:
+    passages = PointFilter({KIND_FIELD: PASSAGE_KIND, "turn_id": turn_id})
+    return PointFilter(tenant_points(tenant, conversation_id).match,
+                       any_of=(_one_turn(tenant, conversation_id, turn_id), passages))
 
 
-def events_by_id(tenant: str, event_ids: Sequence[str]) -> Scope:
+def events_by_id(tenant: str, event_ids: Sequence[str]) -> PointFilter:
     # Tenant-filtered, never by bare id, so one tenant can never read or delete another tenant's points.
     ids = tuple(sorted({point_id(event_id) for event_id in event_ids}))
-    return Scope({TENANT_FIELD: tenant, KIND_FIELD: EVENT_KIND}, point_ids=ids)
+    return PointFilter({TENANT_FIELD: tenant, KIND_FIELD: EVENT_KIND}, point_ids=ids)
 
 
-def events_and_their_turns(tenant: str, event_ids: Sequence[str]) -> Scope:
+def events_and_their_turns(tenant: str, event_ids: Sequence[str]) -> PointFilter:
     """The events (by point id) and the turn points whose ``event_id`` is one of them, all of one tenant."""
-    turns = Scope({KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
-    return Scope({TENANT_FIELD: tenant}, any_of=(events_by_id(tenant, event_ids), turns))
+    turns = PointFilter({KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
+    return PointFilter({TENANT_FIELD: tenant}, any_of=(events_by_id(tenant, event_ids), turns))
 
 
 def in_requested_order(events: Sequence[Event], event_ids: Sequence[str]) -> list[Event]:
@@ -421,35 +419,31 @@ class PointStore(VectorStore):
         """Write a non-empty batch of points (same id = replace), durably enough for ``flush``."""
 
     @abstractmethod
-    def _scroll_page(self, where: Scope, offset: Any, limit: int,
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
                      payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
         """(payload (only ``payload_keys`` when given), vectors with at least the dense one) of up to ``limit``
         points in scope from ``offset`` on (None: from the start), and the offset of the next page (None: no
         more)."""
 
     @abstractmethod
-    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
-        """Per query, (whole payload, dense vector, score) of its best ``limit`` points in its scope by its vector
-        ``using``, best first; one engine call where it can.
-
-        ``queries`` is not empty; no query is an empty sparse vector or has a limit below 1."""
-
-    @abstractmethod
     def _query_keys(self, queries: Sequence[Nearest],
                     payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
         """Per query, (point key: the integer its UUID holds, the payload's ``payload_keys`` of that query or None
-        when they are None, score) of its best points, as ``_query_many`` finds them; one engine call where it can.
-        A payload costs more to read than the search itself (qdrant-edge: about 7 us a point, whichever fields)."""
+        when they are None, score) of its best ``limit`` points in its scope by its vector ``using``, best first; one
+        engine call where it can. A payload costs more to read than the search itself (qdrant-edge: about 7 us a
+        point, whichever fields).
+
+        ``queries`` is not empty; no query is an empty sparse vector or has a limit below 1."""
 
     @abstractmethod
     def _payloads(self, keys: Sequence[int], payload_keys: Sequence[str]) -> dict[int, Payload]:
         """The ``payload_keys`` of the points with these keys, by key; a point that no longer exists is left out."""
 
     @abstractmethod
-    def _delete(self, where: Scope) -> None: ...
+    def _delete(self, where: PointFilter) -> None: ...
 
     @abstractmethod
-    def _count(self, where: Scope) -> int: ...
+    def _count(self, where: PointFilter) -> int: ...
 
     # --- events ----------------------------------------------------------------------------------------------
 
@@ -463,21 +457,13 @@ class PointStore(VectorStore):
         return in_requested_order(found, event_ids)
 
     def conversation_events(self, tenant: str, conversation_id: str) -> list[Event]:
-        records = self._scroll(scope(tenant, conversation_id, EVENT_KIND))
+        records = self._scroll(tenant_points(tenant, conversation_id, EVENT_KIND))
         return in_time_order([event_from_point(*record) for record in records])
 
     def provisional_events(self, tenant: str, conversation_id: str | None = None) -> list[Event]:
-        where = scope(tenant, conversation_id, EVENT_KIND)
-        open_segments = Scope({**where.match, SEGMENT_FIELD: OPEN_SEGMENT})
+        where = tenant_points(tenant, conversation_id, EVENT_KIND)
+        open_segments = PointFilter({**where.match, SEGMENT_FIELD: OPEN_SEGMENT})
         return in_time_order([event_from_payload(_required(payload)) for payload, _ in self._scroll(open_segments)])
-
-    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
-        hits = self._nearest(search_scope(scope, EVENT_KIND), vector, DENSE_VECTOR, limit)
-        return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
-
-    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredEvent]:
-        hits = self._nearest(search_scope(scope, EVENT_KIND), query, SPARSE_VECTOR, limit)
-        return [ScoredEvent(event=event_from_point(payload, vec), score=score) for payload, vec, score in hits]
 
     # --- turns -----------------------------------------------------------------------------------------------
 
@@ -488,7 +474,7 @@ class PointStore(VectorStore):
         self._upsert_nonempty(passage_points(passages, self.dim))
 
     def conversation_turns(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:
-        records = self._scroll(scope(tenant, conversation_id, TURN_KIND))
+        records = self._scroll(tenant_points(tenant, conversation_id, TURN_KIND))
         return in_turn_order([turn_from_point(*record) for record in records])
 
     def get_turn(self, tenant: str, conversation_id: str, turn_id: str) -> IndexedTurn | None:
@@ -507,11 +493,11 @@ class PointStore(VectorStore):
         return hot_records_of(self._scroll(where, payload_keys=HOT_FIELDS), self.dim)
 
     def count_turns(self, scope: SearchScope) -> int:
-        return self._count(search_scope(scope, TURN_KIND))
+        return self._count(points_in(scope, TURN_KIND))
 
     def hits(self, scope: SearchScope, searches: Sequence[HitSearch],
              locate: TurnLocator | None = None) -> list[list[TurnHit | EventHit]]:
-        queries = [self._nearest_query(_hit_scope(scope, search), search.query, _vector_name(search), search.limit)
+        queries = [self._nearest_query(_hit_points(scope, search), search.query, _vector_name(search), search.limit)
                    for search in searches]
         asked = [(search, query) for search, query in zip(searches, queries, strict=True) if query is not None]
         # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
@@ -552,14 +538,6 @@ class PointStore(VectorStore):
                 found.append(sorted(events, key=_event_hit_order))
         return found
 
-    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
-        hits = self._nearest(search_scope(scope, TURN_KIND), vector, DENSE_VECTOR, limit)
-        return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
-
-    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredTurn]:
-        hits = self._nearest(search_scope(scope, TURN_KIND), query, TURN_SPARSE_VECTOR, limit)
-        return [ScoredTurn(turn=turn_from_point(payload, vec), score=score) for payload, vec, score in hits]
-
     # --- deletes and counts ----------------------------------------------------------------------------------
 
     def delete_events(self, tenant: str, event_ids: Sequence[str]) -> None:
@@ -571,33 +549,21 @@ class PointStore(VectorStore):
         self._delete(_turn_and_its_passages(tenant, conversation_id, turn_id))
 
     def delete_conversation(self, tenant: str, conversation_id: str) -> None:
-        self._delete(scope(tenant, conversation_id))
+        self._delete(tenant_points(tenant, conversation_id))
         log.info("vector_store.conversation_deleted", tenant=tenant, conversation_id=conversation_id)
 
     def delete_tenant(self, tenant: str) -> None:
-        self._delete(scope(tenant))
+        self._delete(tenant_points(tenant))
         log.info("vector_store.tenant_deleted", tenant=tenant)
 
     def count(self, tenant: str, conversation_id: str | None = None) -> int:
-        return self._count(scope(tenant, conversation_id, EVENT_KIND))
+        return self._count(tenant_points(tenant, conversation_id, EVENT_KIND))
 
     def _upsert_nonempty(self, points: list[PointData]) -> None:
         if points:
             self._upsert(points)
 
-    def _nearest(
-        self, where: Scope, query: Sequence[float] | SparseVector, using: str, limit: int
-    ) -> list[tuple[Payload, Any, float]]:
-        """Whole points (payload and dense vector) of one search, best first."""
-        engine_query = self._nearest_query(where, query, using, limit)
-        if engine_query is None:
-            return []
-        # Equal scores are common in keyword search (the same words in several turns); the engine orders them by
-        # its internal point offsets, which differed between two builds of the same memory. By ids instead, so
-        # the same memory answers the same question the same way.
-        return sorted(self._query_many([engine_query])[0], key=_score_then_ids)
-
-    def _nearest_query(self, where: Scope, query: Sequence[float] | SparseVector, using: str,
+    def _nearest_query(self, where: PointFilter, query: Sequence[float] | SparseVector, using: str,
                        limit: int) -> Nearest | None:
         """The engine query of a search, or None when it cannot find anything (no keywords, no limit)."""
         if limit <= 0:
@@ -607,7 +573,7 @@ class PointStore(VectorStore):
         check_query_vector(query, self.dim)
         return Nearest([float(x) for x in query], using, where, limit)
 
-    def _scroll(self, where: Scope, payload_keys: Sequence[str] | None = None) -> list[tuple[Payload, Any]]:
+    def _scroll(self, where: PointFilter, payload_keys: Sequence[str] | None = None) -> list[tuple[Payload, Any]]:
         found: list[tuple[Payload, Any]] = []
         offset: Any = None
         while True:
@@ -647,14 +613,9 @@ def _vector_name(search: HitSearch) -> str:
     return TURN_SPARSE_VECTOR if search.kind == "turn" else SPARSE_VECTOR
 
 
-def _score_then_ids(hit: tuple[Payload, Any, float]) -> tuple[float, str, str, str]:
-    payload = hit[0] or {}
-    return (-hit[2], str(payload.get("conversation_id", "")), str(payload.get("turn_id", "")),
-            str(payload.get(EVENT_ID_FIELD, "")))
-
-
 def _turn_hit_order(hit: TurnHit) -> tuple[float, str, str, str]:
-    """Best first, equal scores by ids (as _score_then_ids orders whole points)."""
+    """Best first, equal scores by ids: equal scores are common in keyword search, and the engine orders them by its
+    internal point offsets, which differ between two builds of the same memory."""
     return (-hit.score, hit.conversation_id, hit.turn_id, hit.event_id)
 
 

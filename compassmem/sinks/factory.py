@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -12,6 +13,7 @@ from types import TracebackType
 import structlog
 
 from compassmem.config import Settings
+from compassmem.models import DEFAULT_TENANT
 from compassmem.sinks.failures import is_store_unavailable
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
@@ -77,6 +79,21 @@ class Stores:
         """True when the vectors live in an in-process shard that no other process may open."""
         return isinstance(self.vectors, EdgeVectorStore)
 
+    def delete_conversation(self, tenant: str, conversation_id: str) -> None:
+        """Delete a conversation from both stores (what erasure writes: every caller forgets through here)."""
+        self.vectors.delete_conversation(tenant, conversation_id)
+        self.graph.delete_conversation(tenant, conversation_id)
+
+    def delete_tenant(self, tenant: str) -> None:
+        """Delete every conversation of a tenant from both stores."""
+        self.vectors.delete_tenant(tenant)
+        self.graph.delete_tenant(tenant)
+
+    def health(self) -> dict[str, str]:
+        """Per store, 'ok' or the error it gave to a cheap read (what ``/healthz`` answers)."""
+        return {"vectors": _check(lambda: self.vectors.count(DEFAULT_TENANT)),
+                "graph": _check(lambda: self.graph.relations(DEFAULT_TENANT, "healthz"))}
+
     def compact(self) -> bool:
         """Rewrite both stores' files from what they hold now, so that what was deleted (a redaction, a forget)
         leaves the disk too; returns when it has. False when the vectors' files were not rewritten: a Qdrant
@@ -105,6 +122,15 @@ class Stores:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _check(probe: Callable[[], object]) -> str:
+    try:
+        probe()
+    except Exception as error:  # noqa: BLE001 - any failure is the answer to "does the store answer?"
+        log.warning("stores.health_check_failed", error=repr(error))
+        return f"{type(error).__name__}: {error}"
+    return "ok"
 
 
 def open_stores(settings: Settings, dim: int = 384) -> Stores:

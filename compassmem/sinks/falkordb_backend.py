@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, rewrite_append_only_file, save_snapshot
-from compassmem.sinks.graph_store import ConversationStats, EventPosition, GraphEdge, GraphStore
+from compassmem.sinks.graph_store import ConversationStats, EventPosition, WalkEdge, GraphStore
 
 log = structlog.get_logger(__name__)
 
@@ -323,7 +323,7 @@ class FalkorDBGraphStore(GraphStore):
                   "id": after.event_id if after else None}
         return [_event_view(props) for (props,) in self._read(tenant, _EVENT_PAGE, params)]
 
-    def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[GraphEdge]:
+    def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[WalkEdge]:
         ids = sorted(set(event_ids))
         if not ids:
             return []
@@ -332,7 +332,7 @@ class FalkorDBGraphStore(GraphStore):
         # Incoming edges from one of the asked events already came as that event's outgoing ones.
         rows = [*self._read(tenant, _OUT_EDGES, params),
                 *(row for row in self._read(tenant, _IN_EDGES, params) if row[0] not in asked)]
-        return [GraphEdge(source, target, relation_id, kind, subtype, float(confidence), evidence or "")
+        return [WalkEdge(source, target, relation_id, kind, subtype, float(confidence), evidence or "")
                 for source, target, relation_id, kind, subtype, confidence, evidence, superseded_by in rows
                 if superseded_by is None]
 

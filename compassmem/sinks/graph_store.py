@@ -19,7 +19,7 @@ from compassmem.models import Cluster, Event, Relation
 EdgeFields = tuple[str, str, str, str, str | None, float, str]
 
 
-class GraphEdge(NamedTuple):
+class WalkEdge(NamedTuple):
     """An active relation as a walk needs it: its ends (the target may be a cluster id) and what it says."""
 
     source: str
@@ -31,7 +31,7 @@ class GraphEdge(NamedTuple):
     evidence: str
 
     def fields(self) -> EdgeFields:
-        """The edge as a plain tuple (``GraphEdge._make`` gives it back): the query API's hot tier holds thousands,
+        """The edge as a plain tuple (``WalkEdge._make`` gives it back): the query API's hot tier holds thousands,
         and the garbage collector stops tracking a plain tuple of strings and numbers (never a named tuple, nor a
         dict before a full collection)."""
         return tuple(self)
@@ -96,7 +96,7 @@ class GraphStore(ABC):
         ``after`` (None: from the first), each as ``conversation_graph`` gives an event node's attributes."""
 
     @abstractmethod
-    def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[GraphEdge]:
+    def edges_touching(self, tenant: str, event_ids: Sequence[str]) -> list[WalkEdge]:
         """The active relations with one end (or both) among these events, each once: what a walk from them can
         take, without loading whole conversations."""
 

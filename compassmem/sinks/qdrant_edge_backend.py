@@ -52,7 +52,7 @@ from qdrant_edge import SparseVector as EdgeSparseVector
 
 from compassmem.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
-from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointStore, Scope
+from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointFilter, PointStore
 
 log = structlog.get_logger(__name__)
 
@@ -240,7 +240,7 @@ class EdgeVectorStore(PointStore):
         )
 
     @_sharing
-    def _scroll_page(self, where: Scope, offset: Any, limit: int,
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
                      payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
         records, next_offset = self.shard.scroll(
             ScrollRequest(
@@ -250,23 +250,6 @@ class EdgeVectorStore(PointStore):
             )
         )
         return [(record.payload, record.vector) for record in records], next_offset
-
-    @_sharing
-    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
-        # Whole payloads and vectors are fetched by id afterwards, once for every search of the batch: asking the
-        # search for them cost more than the search (docs/decisions/007-store-access-shapes.md).
-        answers = self._run([self._request(query, None) for query in queries])
-        # Each .id access builds a new uuid.UUID: read every id once.
-        ids = [[hit.id for hit in hits] for hits in answers]
-        wanted = list(dict.fromkeys(point for found in ids for point in found))
-        records = self.shard.retrieve(wanted, with_payload=True, with_vector=[layout.DENSE_VECTOR]) if wanted else []
-        by_id = {record.id: record for record in records}
-        results = []
-        for found, hits in zip(ids, answers, strict=True):
-            pairs = [(by_id.get(point_id), hit.score) for point_id, hit in zip(found, hits, strict=True)]
-            results.append([(record.payload, record.vector, float(score)) for record, score in pairs
-                            if record is not None])
-        return results
 
     @_sharing
     def _query_keys(self, queries: Sequence[Nearest],
@@ -296,11 +279,11 @@ class EdgeVectorStore(PointStore):
         return [self.shard.query(requests[0])]
 
     @_sharing
-    def _delete(self, where: Scope) -> None:
+    def _delete(self, where: PointFilter) -> None:
         self.shard.update(UpdateOperation.delete_points_by_filter(_filter(where)))
 
     @_sharing
-    def _count(self, where: Scope) -> int:
+    def _count(self, where: PointFilter) -> int:
         return int(self.shard.count(CountRequest(exact=True, filter=_filter(where))))
 
 
@@ -308,7 +291,7 @@ def _sparse(vector: SparseVector) -> EdgeSparseVector:
     return EdgeSparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
-def _filter(where: Scope) -> Filter:
+def _filter(where: PointFilter) -> Filter:
     must: list[Any] = [
         FieldCondition(key=key, match=MatchAny(list(value)) if isinstance(value, tuple) else MatchValue(value))
         for key, value in where.match.items()

@@ -18,7 +18,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 
 from compassmem.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
-from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointStore, Scope
+from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointFilter, PointStore
 
 # Collection metadata: which embedder made the collection's vectors (VectorStore.claim_vector_space).
 VECTOR_SPACE_KEY = "compassmem_vector_space"
@@ -136,7 +136,7 @@ class QdrantServerVectorStore(PointStore):
         ]
         self.client.upsert(self.collection, points=structs, wait=True)
 
-    def _scroll_page(self, where: Scope, offset: Any, limit: int,
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
                      payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
         records, next_offset = self.client.scroll(
             self.collection,
@@ -148,14 +148,9 @@ class QdrantServerVectorStore(PointStore):
         )
         return [(record.payload, record.vector) for record in records], next_offset
 
-    def _query_many(self, queries: Sequence[Nearest]) -> list[list[tuple[Payload, Any, float]]]:
-        responses = self._query(queries, [True] * len(queries), with_vectors=True)
-        return [[(hit.payload, hit.vector, float(hit.score)) for hit in response.points] for response in responses]
-
     def _query_keys(self, queries: Sequence[Nearest],
                     payload_keys: Sequence[Sequence[str] | None]) -> list[list[tuple[int, Payload | None, float]]]:
-        responses = self._query(queries, [list(keys) if keys is not None else False for keys in payload_keys],
-                                with_vectors=False)
+        responses = self._query(queries, [list(keys) if keys is not None else False for keys in payload_keys])
         return [[(_key(hit.id), hit.payload if keys is not None else None, float(hit.score)) for hit in response.points]
                 for response, keys in zip(responses, payload_keys, strict=True)]
 
@@ -164,8 +159,7 @@ class QdrantServerVectorStore(PointStore):
                                        with_payload=list(payload_keys), with_vectors=False)
         return {_key(record.id): record.payload for record in records}
 
-    def _query(self, queries: Sequence[Nearest], payloads: Sequence[bool | list[str]],
-               with_vectors: bool) -> list[models.QueryResponse]:
+    def _query(self, queries: Sequence[Nearest], payloads: Sequence[bool | list[str]]) -> list[models.QueryResponse]:
         return self.client.query_batch_points(self.collection, requests=[
             models.QueryRequest(
                 query=_sparse(query.query) if isinstance(query.query, SparseVector) else query.query,
@@ -173,15 +167,15 @@ class QdrantServerVectorStore(PointStore):
                 filter=_filter(query.where),
                 limit=query.limit,
                 with_payload=payload,
-                with_vector=[layout.DENSE_VECTOR] if with_vectors else False,
+                with_vector=False,
             )
             for query, payload in zip(queries, payloads, strict=True)
         ])
 
-    def _delete(self, where: Scope) -> None:
+    def _delete(self, where: PointFilter) -> None:
         self.client.delete(self.collection, points_selector=models.FilterSelector(filter=_filter(where)), wait=True)
 
-    def _count(self, where: Scope) -> int:
+    def _count(self, where: PointFilter) -> int:
         return self.client.count(self.collection, count_filter=_filter(where), exact=True).count
 
 
@@ -194,7 +188,7 @@ def _sparse(vector: SparseVector) -> models.SparseVector:
     return models.SparseVector(indices=list(vector.indices), values=list(vector.values))
 
 
-def _filter(where: Scope) -> models.Filter:
+def _filter(where: PointFilter) -> models.Filter:
     must: list[Any] = [
         models.FieldCondition(
             key=key,

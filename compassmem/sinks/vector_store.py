@@ -16,20 +16,9 @@ from datetime import datetime
 from typing import Literal, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel
 
 from compassmem.contracts.search import SearchScope, SparseVector
 from compassmem.models import Event, IndexedTurn, TimeAnchor, TurnPassage
-
-
-class ScoredEvent(BaseModel):
-    event: Event
-    score: float
-
-
-class ScoredTurn(BaseModel):
-    turn: IndexedTurn
-    score: float
 
 
 class TurnHit(NamedTuple):
@@ -139,23 +128,6 @@ class VectorStore(ABC):
         """Every event of one conversation, with embeddings."""
 
     @abstractmethod
-    def search_events_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
-        """Nearest events by cosine similarity within a scope, whole and with embeddings (``hits`` finds only
-        where they are, for less)."""
-
-    @abstractmethod
-    def keyword_search_events_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredEvent]:
-        """Best events by sparse keyword score (IDF-weighted) within a scope."""
-
-    def search(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredEvent]:
-        """Nearest events by cosine similarity within one conversation."""
-        return self.search_events_in(SearchScope.conversation(tenant, conversation_id), vector, limit)
-
-    def keyword_search(self, tenant: str, conversation_id: str, query: SparseVector, limit: int) -> list[ScoredEvent]:
-        """Best events by sparse keyword score (IDF-weighted) within one conversation."""
-        return self.keyword_search_events_in(SearchScope.conversation(tenant, conversation_id), query, limit)
-
-    @abstractmethod
     def provisional_events(self, tenant: str, conversation_id: str | None = None) -> list[Event]:
         """The provisional events (open segments of conversations being streamed: at most one per conversation)
         of a tenant, or of one of its conversations, without embeddings, in time order."""
@@ -205,24 +177,6 @@ class VectorStore(ABC):
 
         With ``locate``, turn searches read no payloads: the turns it locates are taken as it says, and the others
         are read from the store in one more call."""
-
-    @abstractmethod
-    def search_turns_in(self, scope: SearchScope, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
-        """Nearest turns by cosine similarity within a scope."""
-
-    @abstractmethod
-    def keyword_search_turns_in(self, scope: SearchScope, query: SparseVector, limit: int) -> list[ScoredTurn]:
-        """Best turns by sparse keyword score (IDF over turns) within a scope."""
-
-    def search_turns(self, tenant: str, conversation_id: str, vector: Sequence[float], limit: int) -> list[ScoredTurn]:
-        """Nearest turns by cosine similarity within one conversation."""
-        return self.search_turns_in(SearchScope.conversation(tenant, conversation_id), vector, limit)
-
-    def keyword_search_turns(
-        self, tenant: str, conversation_id: str, query: SparseVector, limit: int
-    ) -> list[ScoredTurn]:
-        """Best turns by sparse keyword score (IDF over turns) within one conversation."""
-        return self.keyword_search_turns_in(SearchScope.conversation(tenant, conversation_id), query, limit)
 
     @abstractmethod
     def delete_events(self, tenant: str, event_ids: Sequence[str]) -> None:

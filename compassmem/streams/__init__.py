@@ -10,7 +10,7 @@ state.py      the per-conversation table record and its byte layout
 processor.py  the batch step without Kafka: state in, stores written, state out (exactly-once effect)
 checkpoint.py the order of a batch's commit: stores, feeds and dead letters, table state, offsets
 app.py        the Faust app: tables and agents around processor.py
-transport.py  Faust's aiokafka transport with a short fetch wait and a safe seek after rebalances
+faust_fixes/  the guards around Faust's delivery (transport, recovery order, offset-gap guard): each defect, its test
 runner.py     `compassmem worker` / `compassmem dev` wiring, and an in-process worker thread
 
 The commands that drive it (`compassmem broker`, `produce`, `worker`, `dev`, ...) are in compassmem/cli/streaming.py.

@@ -36,7 +36,7 @@ from typing import Any
 
 import faust
 import structlog
-from faust.types import TP, EventT
+from faust.types import EventT
 from pydantic import ValidationError
 
 from compassmem.config import Settings
@@ -73,7 +73,6 @@ from compassmem.streams.messages import (
     RedactMarker,
     SettingMarker,
 )
-from compassmem.streams.positions import Admission, GapNotRepairedError, PartitionPositions
 from compassmem.streams.processor import (
     BatchInput,
     BatchOutput,
@@ -84,8 +83,9 @@ from compassmem.streams.processor import (
     tombstone_key,
 )
 from compassmem.streams.state import RecordHeader, decode_header
-from compassmem.streams.topics import MEMORY_TABLE, SETTINGS_TABLE, TOMBSTONE_TABLE, first_offset_at_or_after
-from compassmem.streams.transport import broker_urls
+from compassmem.streams.faust_fixes.gap_repair import GapRepair
+from compassmem.streams.faust_fixes.transport import broker_urls
+from compassmem.streams.topics import MEMORY_TABLE, SETTINGS_TABLE, TOMBSTONE_TABLE
 from compassmem.tracing import set_attributes, span
 
 log = structlog.get_logger(__name__)
@@ -98,13 +98,6 @@ _MAX_RECORD_BYTES = 64 * 1024 * 1024
 STORE_REFUSED_BATCH_ATTEMPTS = 3
 _STORE_RETRY_FIRST_S = 0.5
 _STORE_RETRY_MAX_S = 30.0
-# A turns partition behind the broker's end offset that has not moved this long (with no batch running) is sought
-# back to its next offset (positions.py).
-_STALL_S = 3.0
-# ... or this long while another turns partition moves: under a backlog partitions wait their turn
-# (docs/decisions/008-worker-fetching-and-seeks.md). A stall only delays records really lost: nothing past the
-# partition's next offset is applied meanwhile.
-_BUSY_STALL_S = 30.0
 _ANSWER_KINDS = frozenset({ControlKind.FORGET_DONE.value.encode(), ControlKind.COMMAND_REFUSED.value.encode()})
 
 
@@ -223,15 +216,8 @@ class StreamingWorker:
         # Conversation key -> the content offset its last idle close was requested at (one request per position);
         # kept for the conversations this worker owns only.
         self._idle_requested: dict[bytes, int] = {}
-        # The gap check (positions.py): next offset to apply per turns partition, set by every seek.
-        self.positions = PartitionPositions(settings.turns_topic)
         # Control-topic commands whose markers are already in the turns log (read when the control agent starts).
         self._executed_forgets: set[tuple[int, int]] = set()
-        self._batches_running = 0
-        self._end_probe_at = 0.0
-        # How often Faust sought the turns partitions to their committed offsets (rebalances, and its delivery
-        # loop finding the flow stopped after a fetch): one during a seek back moved the positions (see there).
-        self._committed_seeks = 0
         datadir = settings.data_dir.resolve() / "faust"
         self.app = faust.App(
             settings.kafka_app_id,
@@ -254,8 +240,8 @@ class StreamingWorker:
             consumer_max_fetch_size=_MAX_RECORD_BYTES,
             producer_acks=-1,
             # Faust's recovery resumes the stream partitions before it seeks them and clears their queues after:
-            # records fetched in between were lost. recovery.py puts the steps in a safe order.
-            TableManager="compassmem.streams.recovery:SeekFirstTableManager",
+            # records fetched in between were lost. faust_fixes/recovery.py puts the steps in a safe order.
+            TableManager="compassmem.streams.faust_fixes.recovery:SeekFirstTableManager",
         )
         n = settings.kafka_partitions
         self.turns = self.app.topic(settings.turns_topic, partitions=n, **_RAW)
@@ -281,25 +267,21 @@ class StreamingWorker:
             observer=self.metrics,
         )
         self.assigned_partitions: list[int] = []
+        # Faust loses records on the way to the agent: the gap guard (faust_fixes/) seeks back to them.
+        self.gaps = GapRepair(self.app, settings.turns_topic, bootstrap, self.metrics, self._die)
         self.app.on_partitions_assigned.connect(self._on_partitions_assigned)
         self.app.agent(self.turns, name="compassmem.memory")(self._memory_agent)
         self.app.agent(self.control, name="compassmem.control")(self._control_agent)
         self.app.timer(max(0.25, min(5.0, settings.idle_close_s / 4)), name="compassmem.table")(self._table_tick)
         self.app.timer(settings.metrics_lag_interval_s, name="compassmem.lag")(self._lag_tick)
-        self.app.timer(self.positions.reseek_interval_s, name="compassmem.gaps")(self._gap_tick)
+        self.app.timer(self.gaps.positions.reseek_interval_s, name="compassmem.gaps")(self.gaps.tick)
 
     async def _on_partitions_assigned(self, sender: Any, assigned: set, **_: Any) -> None:  # noqa: ANN401
         previous = set(self.assigned_partitions)
         self.assigned_partitions = sorted(tp.partition for tp in assigned if tp.topic == self.settings.turns_topic)
         revoked = previous - set(self.assigned_partitions)
         self.metrics.drop_lag(self.settings.turns_topic, revoked)
-        self.positions.revoked(revoked)
-        listeners = getattr(self.app.consumer, "seek_listeners", None)
-        if listeners is not None and self._on_seek not in listeners:
-            listeners.append(self._on_seek)
-        guarded = getattr(self.app.consumer, "guarded_topics", None)
-        if guarded is not None:
-            guarded.add(self.settings.turns_topic)
+        self.gaps.assigned(self.assigned_partitions, revoked)
         for partition in revoked:
             self._next_offsets.pop(partition, None)
         # Operators (and the tests) see which turns partitions this process owns after each rebalance.
@@ -307,24 +289,19 @@ class StreamingWorker:
 
     # -- the memory agent ----------------------------------------------------------------------------------------
 
-    def _on_seek(self, positions: Any) -> None:  # noqa: ANN401 - Mapping[TP, int], from the consumer's thread
-        self._committed_seeks += 1
-        self.positions.sought({tp.partition: int(offset) for tp, offset in positions.items()
-                               if tp.topic == self.settings.turns_topic})
-
     async def _memory_agent(self, stream: faust.StreamT) -> None:
         batches = stream.noack_take(self.settings.stream_batch_size, within=self.settings.stream_batch_within_s)
         async for events in batches:
             records = [raw_record(event) for event in events]
-            admission = self.positions.admit(records)
+            admission = self.gaps.positions.admit(records)
             admitted = {id(record) for record in admission.admitted}
             # Records held back at a gap are not acknowledged: Faust commits contiguous acknowledgements only,
             # so the committed offset cannot pass them before they are applied.
             acks = [event for event, record in zip(events, records, strict=True) if id(record) in admitted]
-            self._batches_running += 1
+            self.gaps.batches_running += 1
             try:
                 if admission.gaps:
-                    await self._repair_gaps(admission)
+                    await self.gaps.repair(admission)
                 if admission.admitted:
                     await self._handle_batch(admission.admitted, partial(self._acknowledge, stream, acks))
             except _Stopping:
@@ -332,126 +309,13 @@ class StreamingWorker:
             except Exception as error:  # noqa: BLE001 - any failure here must stop the process unacknowledged
                 self._die(error)
             finally:
-                self._batches_running -= 1
+                self.gaps.batches_running -= 1
 
     @staticmethod
     async def _acknowledge(stream: faust.StreamT, events: Sequence[EventT]) -> None:
         """Step 4 of the checkpoint: Faust commits an offset once every record up to it is acknowledged."""
         for event in events:
             await stream.ack(event)
-
-    async def _repair_gaps(self, admission: Admission) -> None:
-        for gap in admission.gaps:
-            log.error("stream.offset_gap", partition=gap.partition, expected=gap.expected, received=gap.received,
-                      held=sum(1 for r in admission.held if r.partition == gap.partition),
-                      effect="held back, not applied; seeking back to the expected offset")
-            self.metrics.offset_gap(gap.partition)
-        await self._seek_back([gap.partition for gap in admission.gaps])
-
-    async def _seek_back(self, partitions: Sequence[int], stalled: bool = False) -> None:
-        """Seek turns partitions back to the next offsets the worker must apply, all in one seek (throttled per
-        partition).
-
-        The broker is asked first which record comes next: missing offsets that do not exist are stepped over, and
-        a partition that only looked stalled (nothing exists at or after its next offset, e.g. its end offset
-        counts a transaction marker) is left alone."""
-        loop = asyncio.get_running_loop()
-        topic = self.settings.turns_topic
-        targets: dict[int, int] = {}
-        for partition in partitions:
-            expected = self.positions.next_offset(partition)
-            if expected is None or not self.positions.seek_due(partition, batch_running=self._batches_running > 0):
-                continue  # a seek there is recent: no broker probe for every held record until it takes effect
-            first = await loop.run_in_executor(None, first_offset_at_or_after, self.bootstrap, topic, partition,
-                                               expected)
-            if self.positions.next_offset(partition) != expected:
-                # Records came while the broker was asked (a slow first fetch looked like a stall): nothing to
-                # repair, and a seek now would throw away what was fetched.
-                continue
-            if first is None and stalled:
-                self.positions.sought({partition: expected})  # nothing to fetch: not a stall; look again later
-                continue
-            if first is not None and first > expected:
-                self.positions.step_over(partition, expected, first)
-                mark_missing = getattr(self.app.consumer, "mark_missing", None)
-                if mark_missing is not None and self.positions.next_offset(partition) == first:
-                    await mark_missing(TP(topic, partition), expected, first - 1)
-            try:
-                target = self.positions.should_seek(partition)
-            except GapNotRepairedError as error:
-                self._die(error)
-            if target is not None:
-                targets[partition] = target
-        if not targets:
-            return
-        # As Faust does around a rebalance: stop the fetcher's delivery first. Records it already fetched past the
-        # hole would otherwise still be delivered after the seek and move its read offset past the target, and it
-        # silently drops re-fetched records below its read offset.
-        # Stopping the flow drops the rest of the batch Faust is delivering for *every* partition (their fetch
-        # positions have already moved past it), so every assigned partition goes back to its own next offset to
-        # apply, in the same seek, not only the ones being repaired: seeking one at a time opened gaps on the others
-        # and the seeks cascaded (docs/decisions/008-worker-fetching-and-seeks.md).
-        sought = {TP(topic, partition): offset for partition, offset in targets.items()}
-        for other in self.assigned_partitions:
-            offset = self.positions.next_offset(other)
-            if other not in targets and offset is not None:
-                sought[TP(topic, other)] = offset
-        consumer = self.app.consumer
-        committed_seeks = self._committed_seeks
-        try:
-            await consumer.stop_delivery()
-            await consumer.seek_wait(sought)
-            undone = self._committed_seeks != committed_seeks
-            if undone:
-                # Faust's delivery loop found the flow stopped after a fetch and sought every partition to its
-                # committed offset meanwhile, and the seek listener moved the positions' next offsets back there.
-                # Ours came after it and is where reading resumes; records the streams already hold continue from
-                # the next offsets to apply, so those are the positions' again (else each looked like a gap).
-                self.positions.sought({tp.partition: offset for tp, offset in sought.items()})
-        finally:
-            consumer.resume_flow()
-        log.warning("stream.seek_back", offsets=targets, also_sought=len(sought) - len(targets),
-                    after_faust_sought_committed=undone)
-
-    async def _gap_tick(self) -> None:
-        """Seek back where records stopped coming: a gap whose records did not come back (after a seek, records
-        Faust had already fetched can arrive first and make it drop the re-fetched ones), or a partition behind
-        the broker's end offset that has not moved while no batch ran (records dropped before they reached the
-        agent, with no later record to reveal the gap)."""
-        repairing = self.positions.pending_repairs()
-        await self._seek_back([partition for partition in repairing if partition in self.assigned_partitions])
-        now = time.monotonic()
-        if self._batches_running or not self.positions.quiet(_STALL_S) or now - self._end_probe_at < _STALL_S:
-            return
-        self._end_probe_at = now
-        tps = [tp for tp in self.app.consumer.assignment() if tp.topic == self.settings.turns_topic]
-        try:
-            ends = await self.app.consumer.highwaters(*tps) if tps else {}
-        except Exception as error:  # noqa: BLE001 - a probe; the next tick tries again
-            if not self.app.should_stop:
-                log.warning("stream.end_offsets_probe_failed", error=repr(error))
-            return
-        end_offsets = {tp.partition: int(offset) for tp, offset in ends.items() if offset is not None}
-        # Faust pauses fetching a partition whose records would overfill the stream's buffer and resumes the paused
-        # ones one at a time as the buffer drains; under a backlog one partition can wait many seconds for its
-        # turn. That is not a stall: nothing was lost, and a seek (which stops the flow of every partition and
-        # throws away what was fetched) only made it worse (docs/decisions/008-worker-fetching-and-seeks.md).
-        paused = self._paused_by_flow_control()
-        self.positions.paused(paused)
-        stalled = [partition for partition in self.positions.stalled(end_offsets, _STALL_S, _BUSY_STALL_S)
-                   if partition in self.assigned_partitions and partition not in repairing]
-        for partition in stalled:
-            log.error("stream.partition_stalled", partition=partition,
-                      next_offset=self.positions.next_offset(partition), end_offset=end_offsets[partition],
-                      effect="seeking back to the next offset to apply")
-            self.metrics.offset_gap(partition)
-        await self._seek_back(stalled, stalled=True)
-
-    def _paused_by_flow_control(self) -> set[int]:
-        """Turns partitions the consumer has stopped fetching while the stream's buffer is full (Faust's private
-        ``_buffered_partitions``; an empty set if a Faust version has none)."""
-        buffered = getattr(self.app.consumer, "_buffered_partitions", None) or set()
-        return {tp.partition for tp in buffered if tp.topic == self.settings.turns_topic}
 
     async def _commit(self, batch: BatchInput, acknowledge: Acknowledge) -> BatchOutput:
         """Commit a batch, waiting out an unavailable store and isolating a refusing one.
@@ -636,11 +500,9 @@ class StreamingWorker:
                 return refusal
             redact_stored_turn(self.stores, command.tenant, command.conversation_id, command.turn_id)
         elif command.conversation_id is None:
-            self.stores.vectors.delete_tenant(command.tenant)
-            self.stores.graph.delete_tenant(command.tenant)
+            self.stores.delete_tenant(command.tenant)
         else:
-            self.stores.vectors.delete_conversation(command.tenant, command.conversation_id)
-            self.stores.graph.delete_conversation(command.tenant, command.conversation_id)
+            self.stores.delete_conversation(command.tenant, command.conversation_id)
         if self.settings.compact_after_erasure:
             # Before the command is acknowledged: a crash before the compaction ends applies it again.
             self.stores.compact()

@@ -3,7 +3,7 @@
 ``Checkpoint.commit`` runs these steps in this order, each only once the one before it is done:
 
 1. **Stores.** The batch is applied and every sink flushed (vector store, graph store, provisional events:
-   ``sinks.checkpoint.SinkCheckpoint``), on the worker's single store thread: the stores are not thread-safe, and
+   ``sinks.sink_group.SinkGroup``), on the worker's single store thread: the stores are not thread-safe, and
    batches and forgets must reach them one at a time in arrival order, so applying and flushing are one job there
    and nothing else gets between them. The one exception is qdrant-edge's own disk flush, which the engine runs
    beside writes: it goes on while the later sinks write, and the step ends only once it has (``Sink.settle``).
@@ -22,7 +22,7 @@ records, table values that carry their offsets), so doing the earlier steps twic
 Steps 2 to 4 run on the event loop, where Faust's producer, tables and stream live. What crosses to the broker
 is described by pydantic models (``OutgoingRecord``, ``TableWrite``) and handed to small participants
 (``Producer``, ``TableWriter``): ``app.py`` implements them over Faust, the tests with recording fakes. The
-in-process pipeline commits with step 1 alone (``MemoryPipeline`` flushes its ``SinkCheckpoint``).
+in-process pipeline commits with step 1 alone (``MemoryPipeline`` flushes its ``SinkGroup``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from typing import Protocol
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from compassmem.sinks.checkpoint import SinkCheckpoint
+from compassmem.sinks.sink_group import SinkGroup
 from compassmem.streams.processor import BatchOutput
 from compassmem.tracing import span, stage
 
@@ -145,7 +145,7 @@ class Checkpoint:
     """Commits batches: step 1 on ``store_thread``, steps 2 to 4 on the event loop. Without a producer or a table
     (tests, tools) those steps are skipped; the order of the rest stays."""
 
-    def __init__(self, sinks: SinkCheckpoint, store_thread: Executor, producer: Producer | None = None,
+    def __init__(self, sinks: SinkGroup, store_thread: Executor, producer: Producer | None = None,
                  table: TableWriter | None = None, observer: StageObserver | None = None) -> None:
         self._sinks = sinks
         self._store_thread = store_thread

@@ -52,7 +52,7 @@ from compassmem.sinks.batching import (
     TurnRedacted,
     VectorSink,
 )
-from compassmem.sinks.checkpoint import PipelineObserver, SinkCheckpoint
+from compassmem.sinks.sink_group import PipelineObserver, SinkGroup
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.failures import is_store_unavailable
 from compassmem.streams.decoding import (
@@ -251,7 +251,7 @@ class MemoryStreamProcessor:
         self.feed = ChangeFeed()
         compacting = [_GuardedSink(CompactingSink(stores.compact), "stores")] if compact_after_erasure else []
         # Step 1 of the batch's commit (checkpoint.py flushes it); the order is the order of the writes.
-        self.sinks = SinkCheckpoint(
+        self.sinks = SinkGroup(
             [_GuardedSink(VectorSink(stores.vectors), "vector store"),
              _GuardedSink(GraphSink(stores.graph), "graph store"),
              _GuardedSink(ProvisionalSink(stores.vectors), "vector store"),

@@ -109,7 +109,7 @@ def first_offset_at_or_after(bootstrap: str, topic: str, partition: int, offset:
                              timeout_s: float = 5.0) -> int | None:
     """The offset of the first record that exists at or after ``offset`` in one partition, read by a consumer of
     its own (no group); None if none arrived within ``timeout_s``. The worker's gap check asks it whether missing
-    offsets exist on the broker (``streams/positions.py``)."""
+    offsets exist on the broker (``streams/faust_fixes/positions.py``)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False,

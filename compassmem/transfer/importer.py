@@ -87,7 +87,7 @@ class _Writer:
         if conversation_id != self.current:
             self.current = conversation_id
             if self.replace:
-                _delete(self.stores, self.tenant, conversation_id)
+                self.stores.delete_conversation(self.tenant, conversation_id)
             else:
                 # A writer may have added it since the first pass.
                 _refuse_existing(self.stores, self.tenant, conversation_id)
@@ -133,7 +133,7 @@ class _Writer:
         failed: list[str] = []
         for conversation_id in doomed:
             try:
-                _delete(self.stores, self.tenant, conversation_id)
+                self.stores.delete_conversation(self.tenant, conversation_id)
             except Exception:  # noqa: BLE001 - the store that failed the write may refuse this too; say so below
                 failed.append(conversation_id)
         where = f"conversation {stopped!r}" if stopped is not None else "the end of a conversation"
@@ -172,7 +172,3 @@ def _refuse_existing(stores: Stores, tenant: str, conversation_id: str | None) -
         raise ImportRefused(f"the target already holds memory for {what}: import into empty stores, or replace the "
                             f"file's conversations (compassmem import --replace, Memory.import_(replace=True))")
 
-
-def _delete(stores: Stores, tenant: str, conversation_id: str) -> None:
-    stores.vectors.delete_conversation(tenant, conversation_id)
-    stores.graph.delete_conversation(tenant, conversation_id)

@@ -2,7 +2,7 @@
 
 The worker publishes every event (provisional ones included), relation and topic it writes, once the stores hold
 them, on the events, relations and clusters topics (``compassmem/streams/messages.py``). ``LiveFeed`` follows the
-three topics from their end on a daemon thread (no consumer group: every API process sees every change) and hands
+three topics from their end (``ChangeFollower``: no consumer group, every API process sees every change) and hands
 each change to the streams watching its conversation. Changes are numbered; the last ``buffer`` of them are kept, so a
 stream that reconnects with the id of the last change it got (SSE ``Last-Event-ID``) receives what it missed, or a
 ``resync`` when that is no longer kept, after which the page reloads the graph.
@@ -24,21 +24,26 @@ import hmac
 import secrets
 import threading
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 import structlog
-from kafka import KafkaConsumer, TopicPartition
 from pydantic import BaseModel, Field, ValidationError
 
 from compassmem.config import Settings
 from compassmem.contracts.commands import CONTROL_COMMAND
 from compassmem.contracts.records import GraphEdge, GraphNode
+from compassmem.query_api.change_follower import ChangeFollower
 from compassmem.retrieval.listing import edge_of_relation, node_of_event
 from compassmem.streams.messages import ChangeOp, ClusterChange, EventChange, RelationChange
 
 log = structlog.get_logger(__name__)
 
+# A stream ends after this long and the page reconnects with Last-Event-ID (nothing is lost): an open page never
+# holds a server's shutdown for longer, since uvicorn waits for open responses before it stops.
+LIVE_STREAM_S = 15.0
+_FOLLOW_WAIT_S = 10.0
 # A stream that falls this far behind (a stalled tab) is ended with a resync rather than buffered without bound.
 _QUEUE_LIMIT = 1000
 
@@ -141,9 +146,7 @@ class LiveFeed:
     """Follows the change feeds and the control topic for the live streams of one API process."""
 
     def __init__(self, bootstrap: str, topics: FeedTopics, *, buffer: int = 4096, poll_ms: int = 100) -> None:
-        self._bootstrap = bootstrap
         self._topics = topics
-        self._poll_ms = poll_ms
         # Signs the ids this process hands out: a Last-Event-ID from another process, a restart or a client's own
         # making does not verify.
         self._secret = secrets.token_bytes(32)
@@ -156,18 +159,17 @@ class LiveFeed:
         # Held while a change is numbered and handed out, and while a new stream replays and registers: no change
         # falls between a replay and the registration.
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.following = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="explorer-live-feed", daemon=True)
+        self._follower = ChangeFollower(bootstrap, topics, self.publish, client_id="compassmem-explorer",
+                                        poll_ms=poll_ms)
+        # Set once changes from then on reach the streams: a page is told "ready" only after it.
+        self.following = self._follower.following
 
     def start(self) -> LiveFeed:
-        self._thread.start()
+        self._follower.start()
         return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        self._follower.stop(timeout_s)
 
     def subscribe(self, tenant: str, conversation_id: str, last_id: str | None) -> tuple[Subscription, str]:
         """The conversation's changes after ``last_id`` (None: from now on), and the id of the position they
@@ -284,46 +286,6 @@ class LiveFeed:
         node = GraphNode.of(cluster.cluster_id, {"kind": "cluster", "label": cluster.label, "members": cluster.members})
         return cluster.tenant, cluster.conversation_id, LiveChange(op="upsert", node=node)
 
-    def _run(self) -> None:
-        # Never auto-created from here: the worker creates its topics with the partition counts it checks.
-        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap.split(","), enable_auto_commit=False,
-                                 group_id=None, allow_auto_create_topics=False, client_id="compassmem-explorer")
-        try:
-            while not self._stop.is_set():
-                try:
-                    if not self.following.is_set():
-                        if not self._assign(consumer):
-                            self._stop.wait(1.0)
-                        continue
-                    batches = consumer.poll(timeout_ms=self._poll_ms)
-                except Exception as error:  # noqa: BLE001 - a broker hiccup must not end the live view
-                    log.warning("explorer.live.poll_failed", error=str(error))
-                    self._stop.wait(1.0)
-                    continue
-                for partition, records in batches.items():
-                    for record in records:
-                        if record.value is not None:
-                            self.publish(partition.topic, record.value)
-        finally:
-            consumer.close()
-
-    def _assign(self, consumer: KafkaConsumer) -> bool:
-        """Follow every partition from its end; False while a topic does not exist yet (no worker has run)."""
-        assigned = []
-        for topic in self._topics:
-            partitions = consumer.partitions_for_topic(topic)
-            if not partitions:
-                return False
-            assigned += [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(assigned)
-        consumer.seek_to_end(*assigned)
-        # Resolve the end offsets now (seek_to_end is lazy): a page told "ready" must not miss a later change.
-        for partition in assigned:
-            consumer.position(partition)
-        self.following.set()
-        log.info("explorer.live.following", partitions=len(assigned))
-        return True
-
 
 def _covers(purge: Purged, item: Kept) -> bool:
     return item.tenant == purge.tenant and purge.conversation_id in (None, item.conversation_id)
@@ -363,6 +325,35 @@ class LiveFeeds:
 
 StreamEvent = Literal["ready", "change", "resync", "unavailable"]
 
+
+
+async def live_stream(feed: LiveFeed | None, tenant: str, conversation_id: str,
+                      last_id: str | None) -> AsyncIterator[bytes]:
+    """One live stream of a conversation as server-sent events (``GET /v1/conversations/{id}/live``)."""
+    if feed is None:
+        yield sse("unavailable", LiveNotice(reason="this API process follows no change feed (set "
+                                                  "COMPASSMEM_KAFKA_BOOTSTRAP, or run compassmem dev)"))
+        return
+    if not await asyncio.to_thread(feed.following.wait, _FOLLOW_WAIT_S):
+        yield sse("unavailable", LiveNotice(reason="the change feed topics do not exist yet (no worker has started)"))
+        return
+    subscription, position = feed.subscribe(tenant, conversation_id, last_id)
+    try:
+        # A resumed stream keeps the client's last id; a new one starts from the position its graph load follows.
+        yield sse("ready", LiveReady(ends_after_s=LIVE_STREAM_S), None if last_id else position)
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + LIVE_STREAM_S
+        while (left := ends - loop.time()) > 0:
+            try:
+                item = await asyncio.wait_for(subscription.queue.get(), left)
+            except TimeoutError:
+                return
+            if isinstance(item, LiveNotice):
+                yield sse("resync", item)
+                return
+            yield sse("change", item.change, feed.event_id(subscription, item.sequence))
+    finally:
+        feed.unsubscribe(subscription)
 
 
 def sse(event: StreamEvent, data: BaseModel, event_id: str | None = None) -> bytes:

@@ -1,12 +1,14 @@
-"""The API's endpoints, one router per concern; ``compassmem/query_api/app.py`` includes them in this order.
+"""The API's endpoints, one router per resource; ``compassmem/query_api/app.py`` includes them.
 
-query.py       POST /v1/query
-turns.py       POST /v1/turns
-memory.py      GET /v1/events/{event_id}, DELETE /v1/conversations/{conversation_id}
-operations.py  GET /healthz, GET /metrics
-management.py  DELETE of one turn (redaction) and of a whole tenant (admin)
-config.py      GET /v1/config, PUT /v1/config/{key}: runtime settings (admin)
+query.py          POST /v1/query
+turns.py          POST /v1/turns
+conversations.py  GET /v1/conversations; a conversation's events, graph and live changes; DELETE of a conversation
+                  (forget) and of one of its turns (redaction)
+events.py         GET /v1/events/{event_id}
+tenants.py        DELETE /v1/tenants/{tenant} (admin)
+operations.py     GET /healthz, GET /metrics
+config.py         GET /v1/config, PUT /v1/config/{key}: runtime settings (admin)
 
-The explorer's endpoints and page are in ``compassmem/query_api/explorer/router.py``. Every router takes what it
-needs through the dependencies of ``compassmem/query_api/dependencies.py``.
+The explorer's page is mounted by ``compassmem/query_api/explorer/ui.py``. Every router takes what it needs through
+the dependencies of ``compassmem/query_api/dependencies.py``.
 """

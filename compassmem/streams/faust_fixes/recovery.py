@@ -15,10 +15,11 @@ are never applied, each conversation's ``last_offset`` moves past them, and the 
 treats them as already applied (the committed offset cannot pass the hole, since Faust commits contiguous acks
 only and transport.py keeps its gap marking off the turns topic, but that does not bring them back).
 
-Here the order is: stop the consumer's delivery (records the fetcher's loop is still handing over would otherwise
-arrive after the seek), clear the queues (``flow_control.resume()``), seek while the stream partitions are still
-paused (nothing of theirs can be fetched yet), and only then resume them and the delivery. ``streams/positions.py`` is the second
-line of defence: whatever the cause, the worker never applies a record past an offset gap.
+Here the order is: stop the consumer's delivery (records the fetcher's loop is still handing over would otherwise arrive
+after the seek), clear the queues (``flow_control.resume()``), seek while the stream partitions are still paused
+(nothing of theirs can be fetched yet), and only then resume them and the delivery. ``positions.py`` (with
+``gap_repair.py``) is the second line of defence: whatever the cause, the worker never applies a record past an offset
+gap.
 """
 
 from __future__ import annotations

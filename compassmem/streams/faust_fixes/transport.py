@@ -1,4 +1,5 @@
-"""Faust's aiokafka transport with two fixes, registered as the ``compassmem-kafka://`` scheme.
+"""Faust's aiokafka transport with four fixes (defects 1-4 of ``__init__.py``), registered as the
+``compassmem-kafka://`` scheme.
 
 Faust builds its consumer with ``fetch_max_wait_ms=1500`` and offers no setting for it. A broker answers a fetch
 as soon as data arrives, up to that wait; Tansu does so for a fetch of one partition, but for a fetch spanning
@@ -80,7 +81,7 @@ class _Consumer(faust_aiokafka.Consumer):
         super().__init__(*args, **kwargs)
         # Told (on the consumer's thread) where the stream partitions were sought to on each rebalance.
         self.seek_listeners: list[SeekListener] = []
-        # Topics whose holes the worker's gap guard handles (streams/positions.py): see _add_gap.
+        # Topics whose holes the worker's gap guard handles (streams/faust_fixes/positions.py): see _add_gap.
         self.guarded_topics: set[str] = set()
         # Set while Faust's delivery loop holds no record: not running, or waiting for the flow to resume
         # (stop_delivery).

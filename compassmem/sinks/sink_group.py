@@ -1,6 +1,6 @@
 """The store side of a batch's commit: one writer's sinks, flushed together in one fixed order.
 
-``SinkCheckpoint`` is step 1 of ``streams.checkpoint.Checkpoint.commit`` (the streaming worker runs it on its store
+``SinkGroup`` is step 1 of ``streams.checkpoint.Checkpoint.commit`` (the streaming worker runs it on its store
 thread) and the whole commit of the in-process ``MemoryPipeline``, which has no change feeds, table or offsets:
 the same object in both, so the order in which stores are written is decided in one place.
 
@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 class PipelineObserver(Protocol):
     """Told what each batch did, e.g. ``monitoring.MemoryMetrics``: the stages' times by the pipeline
-    (``compassmem/pipeline.py``, ``compassmem/streams/processor.py``), what a batch changed by the checkpoint below
+    (``compassmem/pipeline.py``, ``compassmem/streams/processor.py``), what a batch changed by the sink group below
     once it is flushed. Neither keeps metrics itself."""
 
     def stage(self, stage: str, seconds: float, turns: int | None = None) -> None:
@@ -36,7 +36,7 @@ class PipelineObserver(Protocol):
         """What the batch changed: merges, relations written, reclustering runs."""
 
 
-class SinkCheckpoint:
+class SinkGroup:
     """Records in, to every sink; ``flush`` writes them all, sink after sink; ``write`` makes a batch one unit."""
 
     def __init__(self, sinks: Sequence[Sink], observer: PipelineObserver | None = None,
