@@ -96,9 +96,13 @@ class ChangeFollower:
                 return False
             assigned += [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assigned)
+        # Each seek only with partitions to move: kafka-python seeks every assigned partition when given none.
         followed = [partition for partition in assigned if partition.topic not in self._replayed]
-        consumer.seek_to_end(*followed)
-        consumer.seek_to_beginning(*[partition for partition in assigned if partition.topic in self._replayed])
+        replayed = [partition for partition in assigned if partition.topic in self._replayed]
+        if followed:
+            consumer.seek_to_end(*followed)
+        if replayed:
+            consumer.seek_to_beginning(*replayed)
         for partition in assigned:
             consumer.position(partition)
         self.following.set()
