@@ -26,7 +26,7 @@ RUN useradd --create-home --uid 10001 compassmem \
     && chown compassmem:compassmem /data
 USER compassmem
 # The onnx-int8 embedder's export (about 10 s, 60 MB) is built now, into the user's cache, not at every first start.
-RUN python -c "from compassmem.config import Settings; from compassmem.embedding import make_embedder; make_embedder(Settings())"
+RUN python -c "from compassmem.core.config import Settings; from compassmem.embedding.embedders import make_embedder; make_embedder(Settings())"
 
 # 8080: the query API (COMPASSMEM_API_PORT); 9464: the worker's /metrics (COMPASSMEM_METRICS_PORT).
 EXPOSE 8080 9464

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
-from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.importers import read_turns
-from compassmem.models import Turn
-from compassmem.processors.lexicon import noun_lexicon
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.write.importers import read_turns
+from compassmem.core.models import Turn
+from compassmem.text.lexicon import noun_lexicon
 from compassmem.publish.producer import encode_turn
 from compassmem.sinks.factory import open_stores
 from compassmem.streams.decoding import RawRecord

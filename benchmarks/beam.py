@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from compassmem.models import MAX_TEXT_BYTES
+from compassmem.core.models import MAX_TEXT_BYTES
 
 HELD_OUT = "100K"
 HELD_OUT_MESSAGE = "BEAM's 100K chats are held out for the team's own measurement: use the 500K ones"

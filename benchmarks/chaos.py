@@ -37,13 +37,13 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
-from compassmem.child_process import die_with_parent
-from compassmem.config import Settings
-from compassmem.embedding import make_embedder
-from compassmem.importers import read_turns
-from compassmem.logging_setup import configure_logging
-from compassmem.models import Turn
-from compassmem.pipeline import MemoryPipeline
+from compassmem.system.child_process import die_with_parent
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import make_embedder
+from compassmem.write.importers import read_turns
+from compassmem.core.logging_setup import configure_logging
+from compassmem.core.models import Turn
+from compassmem.write.pipeline import MemoryPipeline
 from compassmem.publish.producer import encode_turn
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores, open_stores

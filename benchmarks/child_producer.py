@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
-from compassmem.importers import read_turns
-from compassmem.logging_setup import configure_logging
+from compassmem.write.importers import read_turns
+from compassmem.core.logging_setup import configure_logging
 from compassmem.publish.producer import TurnProducer
 
 READY = "ready"

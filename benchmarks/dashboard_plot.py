@@ -23,10 +23,10 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, wait_for, write_results
-from compassmem.config import Settings
-from compassmem.embedding import make_embedder
-from compassmem.importers import read_turns
-from compassmem.logging_setup import configure_logging
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import make_embedder
+from compassmem.write.importers import read_turns
+from compassmem.core.logging_setup import configure_logging
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.publish.producer import TurnProducer

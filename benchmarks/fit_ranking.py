@@ -27,13 +27,13 @@ import numpy as np
 from pydantic import BaseModel
 from scipy.optimize import minimize
 
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.embedding import make_embedder
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.embedding.embedders import make_embedder
 from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
 from compassmem.evaluation.recall import recall_at
-from compassmem.logging_setup import configure_logging
-from compassmem.memory import Memory
+from compassmem.core.logging_setup import configure_logging
+from compassmem.library.memory import Memory
 from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig
 from compassmem.retrieval.ranking_model import BASE_FEATURES, FEATURES, RankingModel
 

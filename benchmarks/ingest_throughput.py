@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
-from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.importers import read_turns
-from compassmem.memory import Memory
-from compassmem.models import Turn
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.write.importers import read_turns
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 
 
 QUESTIONS = ["What did she research?", "When did they paint a sunrise?", "What is his dream job?",

@@ -78,11 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = require_data(args.data)
 
-    from compassmem.config import Settings
-    from compassmem.embedding import make_embedder
+    from compassmem.core.config import Settings
+    from compassmem.embedding.embedders import make_embedder
     from compassmem.evaluation.baselines import build_baselines, load_turn_corpus
     from compassmem.evaluation.locomo_questions import load_locomo_questions
-    from compassmem.logging_setup import configure_logging
+    from compassmem.core.logging_setup import configure_logging
 
     configure_logging(args.log_level.upper())
     started = time.perf_counter()

@@ -25,19 +25,19 @@ from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
 from benchmarks.locomo_baselines import COLUMNS, results_json, table_rows
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.embedding import Embedder, make_embedder
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.embedding.embedders import Embedder, make_embedder
 from compassmem.evaluation.baselines import TurnCorpus, build_baselines, load_turn_corpus
 from compassmem.evaluation.harness import MethodResult, evaluate_retriever
 from compassmem.evaluation.leave_one_out import LeaveOneOut, candidate_changes, leave_one_out
 from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
 from compassmem.evaluation.question_shapes import SHAPES, question_shape
 from compassmem.evaluation.recall import BUDGETS, recall_at
-from compassmem.importers import read_turns
-from compassmem.logging_setup import configure_logging
-from compassmem.memory import Memory
-from compassmem.models import RelationType
+from compassmem.write.importers import read_turns
+from compassmem.core.logging_setup import configure_logging
+from compassmem.library.memory import Memory
+from compassmem.core.models import RelationType
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.retrieval.navigation import ADJACENT_HOP, CLUSTER_HOP, NavigationConfig
 

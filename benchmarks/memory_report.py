@@ -23,13 +23,13 @@ from pathlib import Path
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, require_data, write_results
 from benchmarks.previous_segmenter import PreviousBoundaryDetector
 from compassmem.cli.main import print_summary
-from compassmem.config import Settings
-from compassmem.embedding import make_embedder
-from compassmem.importers import read_turns
-from compassmem.llm_events import llm_steps
-from compassmem.models import Event, Relation, RelationType
-from compassmem.models import SummarySource
-from compassmem.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import make_embedder
+from compassmem.write.importers import read_turns
+from compassmem.llm.steps import llm_steps
+from compassmem.core.models import Event, Relation, RelationType
+from compassmem.core.models import SummarySource
+from compassmem.write.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.processors.event_frames import frame_lines
 from compassmem.processors.segmentation import JudgeCounts
 from compassmem.sinks.batching import Record, Sink

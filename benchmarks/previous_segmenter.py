@@ -15,7 +15,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from compassmem.models import Turn
+from compassmem.core.models import Turn
 from compassmem.processors.segmentation import (
     TIME_SHIFT_PHRASE,
     BoundaryDetector,
@@ -24,7 +24,7 @@ from compassmem.processors.segmentation import (
     SegmenterState,
     SegmentTurn,
 )
-from compassmem.processors.text_features import count_tokens
+from compassmem.text.text_features import count_tokens
 from compassmem.processors.vectors import unit
 
 SIMILARITY_DELTA = 0.15

@@ -32,15 +32,15 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.http_client_process import ClientProcess
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.embedding import make_embedder
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.embedding.embedders import make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
-from compassmem.importers import read_locomo_turns
-from compassmem.logging_setup import configure_logging
-from compassmem.memory import Memory
+from compassmem.write.importers import read_locomo_turns
+from compassmem.core.logging_setup import configure_logging
+from compassmem.library.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.process_gc import freeze_long_lived_objects
+from compassmem.system.process_gc import freeze_long_lived_objects
 from compassmem.query_api.app import create_app
 from compassmem.query_api.server import (
     BackgroundServer,

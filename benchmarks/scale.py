@@ -69,19 +69,19 @@ from benchmarks.common import (
     write_results,
 )
 from benchmarks.http_client_process import ClientProcess
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.contracts.search import SearchScope
-from compassmem.embedding import Embedder, make_embedder
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.core.contracts.search import SearchScope
+from compassmem.embedding.embedders import Embedder, make_embedder
 from compassmem.evaluation.locomo_questions import load_locomo_questions
-from compassmem.importers import read_turns
-from compassmem.logging_setup import configure_logging
-from compassmem.memory import Memory
-from compassmem.models import Turn
+from compassmem.write.importers import read_turns
+from compassmem.core.logging_setup import configure_logging
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemory
-from compassmem.process_gc import freeze_long_lived_objects
+from compassmem.system.process_gc import freeze_long_lived_objects
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.server import (
@@ -139,8 +139,8 @@ def dir_mb(path: Path) -> float:
 # -- the embedder -------------------------------------------------------------------------------------------------
 
 class CachedEmbedder:
-    """Implements ``compassmem.embedding.Embedder`` by lookup: a copied turn's search text maps to the real vector
-    of the development turn it was copied from (each distinct base text embedded once, up front)."""
+    """Implements ``compassmem.embedding.embedders.Embedder`` by lookup: a copied turn's search text maps to the real
+    vector of the development turn it was copied from (each distinct base text embedded once, up front)."""
 
     def __init__(self, base_vectors: np.ndarray, dim: int) -> None:
         self._vectors = np.asarray(base_vectors, dtype=np.float32)

@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import RESULTS_DIR, cached_vectors, print_table, write_results
-from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.models import Turn
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.core.models import Turn
 from compassmem.processors import segmentation
 from compassmem.processors.segmentation import (
     REQUEST_FEATURES,

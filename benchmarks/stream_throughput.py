@@ -41,16 +41,16 @@ from typing import Any
 
 from benchmarks.child_producer import READY
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, wait_for, write_results
-from compassmem.child_process import popen_tied_to_us, terminate
-from compassmem.config import Settings
-from compassmem.contracts.search import SearchScope
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.importers import read_turns
-from compassmem.logging_setup import configure_logging
-from compassmem.memory import Memory
-from compassmem.models import Turn
+from compassmem.system.child_process import popen_tied_to_us, terminate
+from compassmem.core.config import Settings
+from compassmem.core.contracts.search import SearchScope
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.write.importers import read_turns
+from compassmem.core.logging_setup import configure_logging
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.processors.lexicon import noun_lexicon
+from compassmem.text.lexicon import noun_lexicon
 from compassmem.publish.producer import TurnProducer
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.vector_store import HitSearch, TurnHit

@@ -27,10 +27,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from benchmarks.common import RESULTS_DIR, print_table, write_results
-from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.models import MAX_TEXT_BYTES, Turn
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.core.models import MAX_TEXT_BYTES, Turn
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationMemoryState, MemoryUpdate
 
 TENANT = "default"

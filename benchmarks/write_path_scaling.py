@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
-from compassmem.config import Settings
-from compassmem.embedding import make_embedder
-from compassmem.importers import read_turns
-from compassmem.models import Turn
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import make_embedder
+from compassmem.write.importers import read_turns
+from compassmem.core.models import Turn
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.sinks.batching import Sink
 from compassmem.streams.state import ConversationRecord, RecordHeader, encode_record
 

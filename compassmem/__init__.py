@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from compassmem.client import AsyncClient, Client
-    from compassmem.errors import (
+    from compassmem.library.client import AsyncClient, Client
+    from compassmem.core.errors import (
         BadRequest,
         CompassmemError,
         Forbidden,
@@ -22,14 +22,15 @@ if TYPE_CHECKING:
         Unauthorized,
         Unavailable,
     )
-    from compassmem.memory import Memory
+    from compassmem.library.memory import Memory
 
 __all__ = ["AsyncClient", "BadRequest", "Client", "CompassmemError", "Forbidden", "Memory", "NotFound",
            "ServerError", "Unauthorized", "Unavailable", "__version__"]
-_MODULES = {"Memory": "compassmem.memory", "Client": "compassmem.client", "AsyncClient": "compassmem.client"}
+_MODULES = {"Memory": "compassmem.library.memory", "Client": "compassmem.library.client",
+            "AsyncClient": "compassmem.library.client"}
 
 
 def __getattr__(name: str) -> Any:  # noqa: ANN401 - whichever public class was asked for
     if name not in __all__:
         raise AttributeError(f"module 'compassmem' has no attribute {name!r}")
-    return getattr(import_module(_MODULES.get(name, "compassmem.errors")), name)
+    return getattr(import_module(_MODULES.get(name, "compassmem.core.errors")), name)

@@ -20,7 +20,7 @@ from langgraph.runtime import Runtime
 
 from compassmem import Memory
 from compassmem.integrations.langgraph import CompassmemStore
-from compassmem.logging_setup import configure_logging
+from compassmem.core.logging_setup import configure_logging
 
 
 @dataclass

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compassmem.contracts.search import SparseVector
-from compassmem.models import (
+from compassmem.core.contracts.search import SparseVector
+from compassmem.core.models import (
     Cluster,
     Event,
     Granularity,
@@ -219,8 +219,8 @@ def own_falkordb_dir(tmp_path: Path) -> Path:
 def embedder():  # noqa: ANN201 - imported lazily so store tests load no model
     """The embedder the default settings choose: the one worker processes started by the tests use, so that
     in-process reference memories are built from the same vectors."""
-    from compassmem.config import Settings
-    from compassmem.embedding import make_embedder
+    from compassmem.core.config import Settings
+    from compassmem.embedding.embedders import make_embedder
 
     return make_embedder(Settings())
 
@@ -228,7 +228,7 @@ def embedder():  # noqa: ANN201 - imported lazily so store tests load no model
 @pytest.fixture(scope="session")
 def torch_embedder():  # noqa: ANN201
     """The sentence-transformers reference the onnx-int8 embedder is checked against."""
-    from compassmem.embedding import SentenceTransformerEmbedder
+    from compassmem.embedding.embedders import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
 
@@ -282,7 +282,7 @@ def wait_until(condition: Callable[[], object], timeout_s: float, what: str, int
 def stream_conversation(conversation_id: str, index: int, tenant: str = "default", sessions: int = 3):
     """A deterministic conversation: per session two topics of tests/data/topics.json, four turns each, so the
     memory has topic boundaries, session boundaries and relations between events."""
-    from compassmem.models import Turn
+    from compassmem.core.models import Turn
 
     turns = []
     for session in range(sessions):
@@ -317,7 +317,7 @@ class _RecordingSink(Sink):
         self.records: dict[tuple[str, str], object] = {}
 
     def add(self, record) -> None:  # noqa: ANN001
-        from compassmem.models import Cluster, Event, IndexedTurn, Relation
+        from compassmem.core.models import Cluster, Event, IndexedTurn, Relation
 
         if isinstance(record, Event):
             self.records[("event", record.event_id)] = record
@@ -346,8 +346,8 @@ def memory_snapshot(events, relations, turns) -> dict[str, object]:  # noqa: ANN
 def reference_snapshots(turns, embedder, config=None) -> dict[str, dict[str, object]]:  # noqa: ANN001
     """The in-process pipeline's memory for the same turns (``compassmem ingest``), per tenant/conversation;
     ``config``: a PipelineConfig other than the default."""
-    from compassmem.models import Event, IndexedTurn, Relation
-    from compassmem.pipeline import MemoryPipeline
+    from compassmem.core.models import Event, IndexedTurn, Relation
+    from compassmem.write.pipeline import MemoryPipeline
 
     sink = _RecordingSink()
     MemoryPipeline(embedder, [sink], config).ingest(turns, close_at_end=True)
@@ -412,7 +412,7 @@ class WorkerProcess:
         self.label = label
         self.log_path = log_path
         self._log = log_path.open("ab")
-        from compassmem.child_process import die_with_parent
+        from compassmem.system.child_process import die_with_parent
 
         self.process = _subprocess.Popen(  # noqa: S603
             [_sys.executable, "-m", "compassmem.cli", "worker"], env=env, stdout=self._log,
@@ -509,7 +509,7 @@ class StreamRun:
         return env
 
     def settings(self, data_dir: Path | None = None, **overrides: object):  # noqa: ANN201 - Settings
-        from compassmem.config import Settings
+        from compassmem.core.config import Settings
 
         env = self.env(data_dir or self.root / "inproc")
         fields = {key[len("COMPASSMEM_"):].lower(): value for key, value in env.items()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from compassmem.child_process import popen_tied_to_us, terminate
+from compassmem.system.child_process import popen_tied_to_us, terminate
 
 HOST = "127.0.0.1"
 

@@ -8,8 +8,8 @@ from typing import Any, cast
 
 from fastapi import FastAPI
 
-from compassmem.config import Settings
-from compassmem.memory import Memory
+from compassmem.core.config import Settings
+from compassmem.library.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices

@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from compassmem.api_keys import tenant_of_key
-from compassmem.config import Settings
+from compassmem.core.api_keys import tenant_of_key
+from compassmem.core.config import Settings
 from offline_api import LOCAL_URL, offline_app
 
 ACME_KEY = "acme.AAAAAAAAAAAAAAAAAAAAAAAA"

@@ -23,10 +23,10 @@ from typing import Any
 import httpx
 import pytest
 
-from compassmem.config import Settings
-from compassmem.contracts.query import MAX_QUESTION_CHARS
-from compassmem.memory import Memory
-from compassmem.models import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, Turn
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import MAX_QUESTION_CHARS
+from compassmem.library.memory import Memory
+from compassmem.core.models import MAX_METADATA_BYTES, MAX_METADATA_DEPTH, Turn
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.processors.conversation_memory import ConversationHealth

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.importers import read_turns
-from compassmem.memory import Memory
-from compassmem.models import Turn
-from compassmem.processors.text_features import question_share
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.write.importers import read_turns
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
+from compassmem.text.text_features import question_share
 from compassmem.retrieval.decomposition import analyse
 from compassmem.retrieval.engine import EngineConfig, RankingConfig, asked_speakers
 

@@ -7,7 +7,7 @@ from datetime import datetime
 import bm25s
 import Stemmer
 
-from compassmem.models import search_text
+from compassmem.core.models import search_text
 from compassmem.retrieval.bm25_index import bm25_tokens, token_counts
 
 TEXTS = [

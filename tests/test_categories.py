@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.memory import Memory
-from compassmem.models import IndexedTurn, Turn
-from compassmem.processors.categories import CATEGORY_PREFIX, category_term, category_terms, noun_lemmas
-from compassmem.processors.lexicon import noun_lexicon
-from compassmem.processors.text_features import sparse_keyword_vector
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.library.memory import Memory
+from compassmem.core.models import IndexedTurn, Turn
+from compassmem.text.categories import CATEGORY_PREFIX, category_term, category_terms, noun_lemmas
+from compassmem.text.lexicon import noun_lexicon
+from compassmem.text.text_features import sparse_keyword_vector
 from compassmem.retrieval.decomposition import analyse, asked_categories
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.sinks.batching import turn_keyword_vector

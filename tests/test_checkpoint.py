@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
-from compassmem.models import Event, IndexedTurn, Observation, Relation, RelationType, TemporalInfo
+from compassmem.core.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
+from compassmem.core.models import Event, IndexedTurn, Observation, Relation, RelationType, TemporalInfo
 from compassmem.processors.conversation_memory import MemoryUpdate
 from compassmem.sinks.batching import (
     ConversationForgotten,

@@ -20,7 +20,7 @@ from compassmem import (
     Unauthorized,
     Unavailable,
 )
-from compassmem.contracts.query import QueryRequest
+from compassmem.core.contracts.query import QueryRequest
 
 QUESTION = "Why was the Atlas launch moved, and when did it finally launch?"
 

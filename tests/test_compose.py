@@ -14,7 +14,7 @@ import pytest
 import yaml
 from compose_file import COMPOSE_FILE, compose_environment, load_compose
 
-from compassmem.config import CONFIG_FILE_VARIABLE, ENV_PREFIX, Settings
+from compassmem.core.config import CONFIG_FILE_VARIABLE, ENV_PREFIX, Settings
 from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.server import check_api_topology, check_exposure
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compassmem.config import Settings, SettingsFileError
+from compassmem.core.config import Settings, SettingsFileError
 
 
 @pytest.fixture(autouse=True)

@@ -114,7 +114,7 @@ def test_a_read_only_or_forbidden_directory(mode: int, below: bool) -> None:
 _HOLDER = """
 import sys
 from pathlib import Path
-from compassmem.config import Settings
+from compassmem.core.config import Settings
 from compassmem.sinks.factory import open_stores
 
 with open_stores(Settings(data_dir=Path(sys.argv[1])), dim=384):

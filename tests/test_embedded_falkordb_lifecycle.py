@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 _OWNER_SCRIPT = """
 import json, sys, threading, time
 from pathlib import Path
-import compassmem.child_process as child_process
+import compassmem.system.child_process as child_process
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
 
 data_dir, mode = Path(sys.argv[1]), sys.argv[2]

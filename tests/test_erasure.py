@@ -18,8 +18,8 @@ import pytest
 from test_library import library_settings
 
 from compassmem import Memory
-from compassmem.contracts.commands import ForgetCommand, RedactCommand
-from compassmem.models import IndexedTurn, Turn
+from compassmem.core.contracts.commands import ForgetCommand, RedactCommand
+from compassmem.core.models import IndexedTurn, Turn
 from compassmem.sinks import qdrant_edge_backend
 from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from compassmem.embedding import SentenceTransformerEmbedder
+from compassmem.embedding.embedders import SentenceTransformerEmbedder
 from compassmem.evaluation.baselines import (
     Bm25TurnRetriever,
     Bm25WindowRetriever,
@@ -329,7 +329,7 @@ def test_recall_benchmark_builds_with_llm_labels_and_asks_offline(locomo_file: P
     built, and never while the questions are answered (the difference it reports is the labels')."""
     from benchmarks.locomo_recall import main
 
-    from compassmem.llm_events import LABELS_SYSTEM_PROMPT
+    from compassmem.llm.steps import LABELS_SYSTEM_PROMPT
 
     fake, url = fake_llm
     fake.reset()

@@ -24,10 +24,10 @@ import pytest
 from kafka import KafkaProducer
 from pydantic import SecretStr
 
-from compassmem.config import Settings
-from compassmem.contracts.commands import ForgetCommand, RedactCommand
-from compassmem.memory import Memory
-from compassmem.models import Event, Relation, RelationType, Turn, relation_id_for
+from compassmem.core.config import Settings
+from compassmem.core.contracts.commands import ForgetCommand, RedactCommand
+from compassmem.library.memory import Memory
+from compassmem.core.models import Event, Relation, RelationType, Turn, relation_id_for
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
@@ -292,7 +292,7 @@ def test_an_open_segment_shows_as_a_provisional_event_everywhere(api: httpx.Clie
 
 
 def _open_event(turns: list[Turn], vectors: Any) -> Event:
-    from compassmem.models import Observation, TemporalInfo, event_id_for
+    from compassmem.core.models import Observation, TemporalInfo, event_id_for
 
     return Event(tenant=turns[0].tenant, conversation_id=turns[0].conversation_id,
                  event_id=event_id_for(turns[0].tenant, turns[0].conversation_id, turns[0].turn_id),

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from dev_process import FAST_STREAM_ENV, free_port, running_dev
 
-from compassmem.importers import read_turns
+from compassmem.write.importers import read_turns
 
 CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent

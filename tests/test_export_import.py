@@ -18,8 +18,8 @@ import pytest
 from test_library import library_settings, sample_turns
 
 from compassmem import Memory, NotFound
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.models import Cluster, RelationType
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.core.models import Cluster, RelationType
 from compassmem.processors.relations import make_relation
 from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.transfer.importer import import_memory

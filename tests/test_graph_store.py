@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compassmem.models import Cluster, Event, Relation, RelationType, TimeAnchor
+from compassmem.core.models import Cluster, Event, Relation, RelationType, TimeAnchor
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compassmem.config import Settings
-from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.core.config import Settings
+from compassmem.core.models import Cluster, Event, IndexedTurn, Relation, Turn
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.clustering import Reclusterer, cluster_id_for
 from compassmem.processors.conversation_memory import ConversationMemory, MemoryUpdate
 from compassmem.processors.event_index import EventIndex

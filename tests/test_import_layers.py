@@ -1,13 +1,14 @@
 """The import layers of compassmem, checked from the source, so that the layering stays true.
 
-Every module under ``compassmem/`` belongs to one unit (its top-level package, e.g. ``retrieval``, or its top-level
-module, e.g. ``models``; ``""`` is ``compassmem/__init__.py``), and every unit to one layer of ``LAYERS``. A module may
+Every module under ``compassmem/`` belongs to one unit (its top-level package, e.g. ``retrieval``; ``""`` is
+``compassmem/__init__.py``), and every unit to one layer of ``LAYERS``. A module may
 import from its own layer and the layers below it, never from one above; and neither units nor single modules may
 import each other in a cycle, within a layer either. Every import counts: at module level, inside functions (the
-lazy ones) and under ``if TYPE_CHECKING``. Third-party frameworks stay in the units that adapt them
-(``FRAMEWORKS``), and what the offline evaluation imports loads no web framework at all.
+lazy ones) and under ``if TYPE_CHECKING``. Third-party frameworks stay in the units or modules that
+adapt them (``FRAMEWORKS``), and what the offline evaluation imports loads no web framework at all.
 
-A new package or top-level module must be given a layer here: the test fails for a unit it does not know.
+A new package must be given a layer here: the test fails for a unit it does not know. No module but
+``__init__`` stands outside a package.
 """
 
 from __future__ import annotations
@@ -24,34 +25,37 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "compassmem"
 
 # Bottom first. Each entry: (layer name, units).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # Records, settings and rules every layer shares.
-    ("foundation", ("contracts", "models", "config", "api_keys", "loopback", "errors", "logging_setup", "child_process",
-                    "process_gc", "terminal", "tracing")),
-    ("embedding, LLM, input", ("embedding", "onnx_embedding", "llm", "importers")),
-    # The write path's logic, free of stores (the sinks compute keyword vectors with processors.text_features).
+    # The records, settings and errors every layer shares (core), and the operating system's side (system).
+    ("foundation", ("core", "system")),
+    # Text analysis (the stores and the read side use it, so it sits below them) and the embedders.
+    ("text and embeddings", ("text", "embedding")),
+    # The write path's logic, free of stores.
     ("processors", ("processors",)),
-    # The stores, and the producer of the worker's input topics (what every process but the worker writes there).
+    # The stores (sinks.checkpoint keeps the processors' MemoryUpdate), and the producer of the worker's input
+    # topics (what every process but the worker writes there).
     ("stores and input topics", ("sinks", "publish")),
-    # runtime_settings: the keys' rules are the rules of the write and read paths' own config fields.
-    ("write and read paths", ("pipeline", "retrieval", "redaction", "llm_events", "runtime_settings")),
-    ("library and tools", ("memory", "transfer", "evaluation", "monitoring")),
-    # Adapters: the worker, HTTP, MCP, the HTTP client, the command line, the package's public facade and the
-    # agent frameworks' adapters (the optional extra `langchain`).
-    ("adapters", ("streams", "query_api", "mcp_server", "client", "cli", "", "integrations")),
+    # llm: the client and the write path's LLM steps (they build on write.pipeline's LlmSteps).
+    ("write and read paths", ("write", "retrieval", "llm")),
+    # library.runtime_settings: the keys' rules are the rules of the write and read paths' own config fields.
+    ("library and tools", ("library", "transfer", "evaluation", "monitoring")),
+    # Adapters: the worker, HTTP, MCP, the command line, the package's public facade and the agent frameworks'
+    # adapters (the optional extra `langchain`).
+    ("adapters", ("streams", "query_api", "mcp", "cli", "", "integrations")),
 )
 
-# Framework -> the units that may import it (directly; the subprocess test below checks what loads transitively).
+# Framework -> the units or modules (named below compassmem) that may import it (directly; the subprocess test
+# below checks what loads transitively).
 FRAMEWORKS: dict[str, frozenset[str]] = {
     "fastapi": frozenset({"query_api"}),
     "starlette": frozenset({"query_api"}),
     "uvicorn": frozenset({"query_api"}),
     "faust": frozenset({"streams"}),
     "kafka": frozenset({"streams", "query_api", "publish"}),
-    "mcp": frozenset({"mcp_server"}),
+    "mcp": frozenset({"mcp"}),
     # Optional (pip install compassmem[langchain]): nothing outside the adapters of that extra may need them.
     "langgraph": frozenset({"integrations"}),
     "langchain_core": frozenset({"integrations"}),
-    "opentelemetry": frozenset({"tracing", "query_api"}),
+    "opentelemetry": frozenset({"core.tracing", "query_api"}),
 }
 
 
@@ -64,8 +68,7 @@ class Import:
 
 
 def unit_of(module: str) -> str:
-    """``compassmem.retrieval.engine`` -> ``retrieval``, ``compassmem.models`` -> ``models``,
-    ``compassmem`` -> ``""``."""
+    """``compassmem.retrieval.engine`` -> ``retrieval``, ``compassmem`` -> ``""``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -141,7 +144,7 @@ def upward_imports(imports: Iterable[Import], layers: tuple[tuple[str, tuple[str
 
 
 def unit_name(module: str) -> str:
-    """The unit of a module by its full name: ``compassmem.retrieval``, ``compassmem.models``, ``compassmem``."""
+    """The unit of a module by its full name: ``compassmem.retrieval``, ``compassmem``."""
     return ".".join(module.split(".")[:2])
 
 
@@ -195,12 +198,19 @@ def _strongly_connected(edges: Mapping[str, Mapping[str, object]]) -> list[set[s
     return components
 
 
+def _within(module: str, places: frozenset[str]) -> bool:
+    """Whether ``module`` is one of ``places`` (names below compassmem: a unit such as ``query_api`` or a module
+    such as ``core.tracing``) or inside one."""
+    name = module.removeprefix("compassmem.")
+    return any(name == place or name.startswith(f"{place}.") for place in places)
+
+
 def framework_imports(imports: Iterable[Import], frameworks: Mapping[str, frozenset[str]]) -> list[str]:
     found = []
     for i in imports:
         framework = i.target.split(".")[0]
         allowed = frameworks.get(framework)
-        if allowed is not None and unit_of(i.module) not in allowed:
+        if allowed is not None and not _within(i.module, allowed):
             found.append(f"{i.path}:{i.line}: {i.module} imports {i.target}: {framework} belongs to "
                          f"{', '.join(sorted(allowed))} only")
     return found
@@ -277,7 +287,7 @@ def test_the_package_imports_without_the_langchain_extra() -> None:
 # -- The checks themselves catch what they are for ---------------------------------------------------------------
 
 _FAKE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("bottom", ("models",)), ("middle", ("retrieval", "sinks")), ("top", ("query_api",)))
+    ("bottom", ("core",)), ("middle", ("retrieval", "sinks")), ("top", ("query_api",)))
 
 
 def _fake(module: str, source: str, *, package: bool = False) -> list[Import]:
@@ -286,11 +296,12 @@ def _fake(module: str, source: str, *, package: bool = False) -> list[Import]:
 
 
 def test_an_upward_import_is_reported_with_its_place_and_layers() -> None:
-    imports = _fake("compassmem.models", "import json\n\n\ndef later():\n    from compassmem.query_api.app import x\n")
+    imports = _fake("compassmem.core.models",
+                    "import json\n\n\ndef later():\n    from compassmem.query_api.app import x\n")
 
     assert upward_imports(imports, _FAKE_LAYERS) == [
-        ("compassmem/models.py:5: compassmem.models imports compassmem.query_api.app: layer 'bottom' -> higher "
-         "layer 'top'")]
+        ("compassmem/core/models.py:5: compassmem.core.models imports compassmem.query_api.app: layer 'bottom' -> "
+         "higher layer 'top'")]
 
 
 def test_relative_and_type_checking_imports_count() -> None:
@@ -302,14 +313,14 @@ def test_relative_and_type_checking_imports_count() -> None:
 
 
 def test_an_import_of_the_integrations_from_below_is_reported_with_the_real_layers() -> None:
-    imports = _fake("compassmem.memory", "from compassmem.integrations.langgraph import CompassmemStore\n")
+    imports = _fake("compassmem.library.memory", "from compassmem.integrations.langgraph import CompassmemStore\n")
 
     assert upward_imports(imports, LAYERS) == [
-        ("compassmem/memory.py:1: compassmem.memory imports compassmem.integrations.langgraph: layer 'library and "
-         "tools' -> higher layer 'adapters'")]
-    assert framework_imports(_fake("compassmem.memory", "import langgraph.store.base\n"), FRAMEWORKS) == [
-        "compassmem/memory.py:1: compassmem.memory imports langgraph.store.base: langgraph belongs to integrations "
-        "only"]
+        ("compassmem/library/memory.py:1: compassmem.library.memory imports compassmem.integrations.langgraph: layer "
+         "'library and tools' -> higher layer 'adapters'")]
+    assert framework_imports(_fake("compassmem.library.memory", "import langgraph.store.base\n"), FRAMEWORKS) == [
+        "compassmem/library/memory.py:1: compassmem.library.memory imports langgraph.store.base: langgraph belongs to "
+        "integrations only"]
 
 
 def test_a_cycle_within_one_layer_is_reported() -> None:
@@ -333,10 +344,25 @@ def test_a_cycle_between_modules_of_one_unit_is_reported() -> None:
 
 
 def test_a_unit_without_a_layer_and_a_stray_framework_are_reported() -> None:
-    imports = _fake("compassmem.newthing", "import fastapi\nfrom compassmem.models import Turn\n")
+    imports = _fake("compassmem.newthing", "import fastapi\nfrom compassmem.core.models import Turn\n")
 
     assert unknown_units({i.module for i in imports}, _FAKE_LAYERS) == ["compassmem.newthing"]
     # The file does not exist, so its path is not written out whole (test_self_contained checks every path a
     # tracked file names).
     assert framework_imports(imports, {"fastapi": frozenset({"query_api"})}) == [
         f"{PACKAGE_DIR.name}/newthing.py:1: compassmem.newthing imports fastapi: fastapi belongs to query_api only"]
+
+
+def test_no_module_stands_outside_a_package() -> None:
+    """Every module lives in the package of its layer; only the facade (``__init__``) stands at the top."""
+    loose = sorted(path.name for path in PACKAGE_DIR.glob("*.py") if path.name not in {"__init__.py", "__main__.py"})
+    assert loose == [], "move these into a package"
+
+
+def test_a_framework_outside_its_module_is_reported() -> None:
+    imports = [*_fake("compassmem.core.config", "import opentelemetry.trace\n"),
+               *_fake("compassmem.core.tracing", "import opentelemetry.trace\n")]
+
+    assert framework_imports(imports, FRAMEWORKS) == [
+        "compassmem/core/config.py:1: compassmem.core.config imports opentelemetry.trace: opentelemetry belongs to "
+        "core.tracing, query_api only"]

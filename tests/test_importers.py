@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compassmem.importers import ImportFormatError, read_turns
-from compassmem.models import Turn
+from compassmem.write.importers import ImportFormatError, read_turns
+from compassmem.core.models import Turn
 
 GOOD = {"conversation_id": "c1", "turn_id": "D1:1", "speaker": "Ann", "text": "Hi there",
         "timestamp": "2023-05-08T13:56:00+00:00", "session_id": "1"}
@@ -134,7 +134,7 @@ def test_a_subject_for_a_jsonl_file_is_refused_not_ignored(tmp_path: Path) -> No
 
 def test_ingest_and_produce_take_a_subject_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from compassmem.cli.main import build_parser
-    from compassmem.config import Settings
+    from compassmem.core.config import Settings
 
     parser = build_parser()
     assert parser.parse_args(["ingest", "x.json", "--subject", "cust-42"]).subject == "cust-42"

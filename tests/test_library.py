@@ -12,10 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from compassmem import Memory, NotFound
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest, QueryResponse
-from compassmem.models import Turn
-from compassmem.pipeline import PipelineConfig
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest, QueryResponse
+from compassmem.core.models import Turn
+from compassmem.write.pipeline import PipelineConfig
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"

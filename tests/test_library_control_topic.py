@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from compassmem import Memory, Unavailable
-from compassmem.contracts.commands import CONTROL_COMMAND, ForgetCommand, RedactCommand
+from compassmem.core.contracts.commands import CONTROL_COMMAND, ForgetCommand, RedactCommand
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from conftest import StreamRun, interleave, reference_snapshots, stream_conversation, wait_until
 from test_streaming import graph_matches, replayed

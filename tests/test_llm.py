@@ -17,10 +17,10 @@ import pytest
 from fake_chat_server import ANSWER, FakeChatServer
 from fastapi import FastAPI
 
-from compassmem.config import Settings
-from compassmem.llm import ChatClient, ChatMessage, LlmAnswerer, LlmDecomposer, LlmError, chat_completions_url
-from compassmem.memory import Memory
-from compassmem.models import Turn
+from compassmem.core.config import Settings
+from compassmem.llm.client import ChatClient, ChatMessage, LlmAnswerer, LlmDecomposer, LlmError, chat_completions_url
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
 from compassmem.query_api.app import create_app
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.server import BackgroundServer, build_services

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from fake_chat_server import FakeChatServer
 
-from compassmem.config import Settings
-from compassmem.contracts.search import SearchScope
-from compassmem.llm import ChatClient
-from compassmem.llm_events import (
+from compassmem.core.config import Settings
+from compassmem.core.contracts.search import SearchScope
+from compassmem.llm.client import ChatClient
+from compassmem.llm.steps import (
     LABEL_TURN_CHARS,
     LABEL_TURNS,
     LABELS_PER_TURN,
@@ -23,10 +23,10 @@ from compassmem.llm_events import (
     llm_steps,
     parse_labels,
 )
-from compassmem.models import Turn
-from compassmem.processors.categories import category_term, category_terms
-from compassmem.processors.lexicon import noun_lexicon
-from compassmem.processors.text_features import sparse_keyword_vector
+from compassmem.core.models import Turn
+from compassmem.text.categories import category_term, category_terms
+from compassmem.text.lexicon import noun_lexicon
+from compassmem.text.text_features import sparse_keyword_vector
 from compassmem.retrieval.decomposition import analyse
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.vector_store import HitSearch
@@ -157,7 +157,7 @@ def found_by_category(stores: Stores, question: str) -> list[str]:
 
 def test_the_library_finds_an_instance_by_the_kind_the_llm_named(llm: tuple[FakeChatServer, str], embedder,  # noqa: ANN001
                                                                   tmp_path: Path) -> None:
-    from compassmem.memory import Memory
+    from compassmem.library.memory import Memory
 
     fake, url = llm
     fake.respond = labelling

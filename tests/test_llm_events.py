@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from fake_chat_server import FakeChatServer
 
-from compassmem.config import Settings
-from compassmem.llm import ChatClient
-from compassmem.llm_events import (
+from compassmem.core.config import Settings
+from compassmem.llm.client import ChatClient
+from compassmem.llm.steps import (
     BOUNDARY_TURN_CHARS,
     SUMMARY_TURN_CHARS,
     SUMMARY_TURNS,
@@ -28,8 +28,8 @@ from compassmem.llm_events import (
     llm_steps,
     parse_yes_no,
 )
-from compassmem.models import SummarySource, Turn
-from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig
+from compassmem.core.models import SummarySource, Turn
+from compassmem.write.pipeline import LlmSteps, MemoryPipeline, PipelineConfig
 from compassmem.processors.event_frames import build_event, frame_lines, summarised
 from compassmem.processors.segmentation import (
     JUDGE_CONTEXT_TURNS,
@@ -250,7 +250,7 @@ def test_summaries_come_from_the_llm_when_on(llm: tuple[FakeChatServer, str], em
 
 def test_the_library_writes_llm_summaries_when_the_settings_say_so(llm: tuple[FakeChatServer, str], embedder,  # noqa: ANN001
                                                                    tmp_path: Path) -> None:
-    from compassmem.memory import Memory
+    from compassmem.library.memory import Memory
 
     fake, url = llm
     fake.reply = f'"{SUMMARY}"\n'

@@ -28,9 +28,9 @@ from test_library import library_settings
 from test_mcp_server import TURNS, server_env
 
 from compassmem import Memory
-from compassmem.api_keys import TenantKeys
-from compassmem.config import Settings
-from compassmem.mcp_server import TenantKeyVerifier, check_exposure, transport_security
+from compassmem.core.api_keys import TenantKeys
+from compassmem.core.config import Settings
+from compassmem.mcp.server import TenantKeyVerifier, check_exposure, transport_security
 
 ACME_KEY = "acme.acme-secret-0123456789abcdef"
 GLOBEX_KEY = "globex.globex-secret-0123456789abcdef"

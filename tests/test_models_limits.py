@@ -1,6 +1,6 @@
 """The Turn schema refuses what the stores cannot hold, at every boundary that shares it.
 
-``compassmem.models.Turn`` is the one schema of POST /v1/turns, the turns-topic decoder and the JSONL importer:
+``compassmem.core.models.Turn`` is the one schema of POST /v1/turns, the turns-topic decoder and the JSONL importer:
 U+0000 and other control characters, lone surrogates, unbounded metadata, numeric timestamps and ids that read as
 path segments are refused there, with the field and the rule named. The HTTP side is in tests/test_api_limits.py.
 """
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason
-from compassmem.contracts.query import MAX_QUESTION_CHARS, QueryRequest
-from compassmem.importers import ImportFormatError, read_jsonl_turns
-from compassmem.models import (
+from compassmem.core.contracts.dead_letters import DeadLetter, DeadLetterReason
+from compassmem.core.contracts.query import MAX_QUESTION_CHARS, QueryRequest
+from compassmem.write.importers import ImportFormatError, read_jsonl_turns
+from compassmem.core.models import (
     ID_PATTERN,
     MAX_ATTACHMENTS,
     MAX_CAPTION_CHARS,
@@ -234,7 +234,7 @@ def test_text_keeps_joiners_it_needs_as_written() -> None:
 
 
 def test_ids_in_queries_and_commands_follow_the_same_rule() -> None:
-    from compassmem.contracts.commands import ForgetCommand, RedactCommand
+    from compassmem.core.contracts.commands import ForgetCommand, RedactCommand
 
     fullwidth = "\uff43\uff11"  # "ｃ１", read as "c1"
     query = QueryRequest(question="why?", conversation_id=fullwidth)

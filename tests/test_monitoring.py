@@ -11,12 +11,12 @@ from prometheus_client import generate_latest
 from conftest import stream_conversation
 from prometheus_text import parse_samples, total, value
 
-from compassmem.contracts.dead_letters import DeadLetterReason, DeadLetterStage
-from compassmem.models import RelationType
+from compassmem.core.contracts.dead_letters import DeadLetterReason, DeadLetterStage
+from compassmem.core.models import RelationType
 from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
 from compassmem.monitoring.measured_stores import MeasuredStore
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore

@@ -1,4 +1,4 @@
-"""The onnx-int8 embedder (compassmem/onnx_embedding.py) against the torch reference, and its on-disk cache.
+"""The onnx-int8 embedder (compassmem/embedding/onnx_embedder.py) against the torch reference, and its on-disk cache.
 
 One int8 model is built per test session into a temporary cache folder (a few seconds); the cache tests copy it or
 build their own."""
@@ -19,11 +19,11 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from compassmem import onnx_embedding
-from compassmem.config import BUNDLED_MODEL, Settings
-from compassmem.embedding import SentenceTransformerEmbedder, make_embedder
-from compassmem.models import search_text
-from compassmem.onnx_embedding import OnnxInt8Embedder, OnnxModelError, cache_file, model_directory
+from compassmem.embedding import onnx_embedder as onnx_embedding
+from compassmem.core.config import BUNDLED_MODEL, Settings
+from compassmem.embedding.embedders import SentenceTransformerEmbedder, make_embedder
+from compassmem.core.models import search_text
+from compassmem.embedding.onnx_embedder import OnnxInt8Embedder, OnnxModelError, cache_file, model_directory
 
 NAMES = ["Caroline", "Melanie", "Jon", "Gina", "Deborah", "Jolene", "Evan", "Sam", "Calvin", "Dave", "Maria", "John"]
 SUBJECTS = ["the adoption agency", "my pottery class", "the LGBTQ support group", "our camping trip to the lake",
@@ -226,7 +226,7 @@ def test_the_factory_builds_the_configured_embedder(tmp_path: Path, cache_dir: P
     assert Settings().embedder == "onnx-int8"
     built = make_embedder(Settings(data_dir=tmp_path, embedder_cache_dir=cache_dir), threads=1)
     assert isinstance(built, OnnxInt8Embedder) and built.path == onnx.path
-    assert make_embedder.__module__ == "compassmem.embedding"
+    assert make_embedder.__module__ == "compassmem.embedding.embedders"
     # Unset, the cache lives in the data directory.
     assert Settings(data_dir=tmp_path).embedder_cache_dir is None
     reference = make_embedder(Settings(data_dir=tmp_path, embedder="torch"))

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.contracts.search import SearchScope
-from compassmem.memory import Memory
-from compassmem.models import Turn
-from compassmem.processors.passages import PASSAGE_WORDS, passage_spans
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.core.contracts.search import SearchScope
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
+from compassmem.text.passages import PASSAGE_WORDS, passage_spans
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.sinks import event_payload as layout
 from compassmem.sinks.vector_store import HitSearch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from compassmem.process_gc import freeze_long_lived_objects
+from compassmem.system.process_gc import freeze_long_lived_objects
 
 
 class _Node:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compassmem.models import Event, Relation, RelationType, Turn, relation_id_for
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.core.models import Event, Relation, RelationType, Turn, relation_id_for
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns, merge_into, without_turn
@@ -25,7 +25,7 @@ from compassmem.processors.segmentation import (
     SegmentationConfig,
     SegmentTurn,
 )
-from compassmem.processors.text_features import keyword_stems
+from compassmem.text.text_features import keyword_stems
 from compassmem.sinks.batching import VectorSink
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 

@@ -21,9 +21,9 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from compassmem.config import Settings
-from compassmem.memory import Memory
-from compassmem.models import Cluster, Relation, RelationType, Turn, relation_id_for
+from compassmem.core.config import Settings
+from compassmem.library.memory import Memory
+from compassmem.core.models import Cluster, Relation, RelationType, Turn, relation_id_for
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app

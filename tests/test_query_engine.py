@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.importers import read_turns
-from compassmem.memory import Memory
-from compassmem.models import Event
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.write.importers import read_turns
+from compassmem.library.memory import Memory
+from compassmem.core.models import Event
 from compassmem.retrieval.decomposition import analyse
 from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig, asked_speakers
 from compassmem.retrieval.hot_tier import HotTier
@@ -58,8 +58,8 @@ def test_temporal_question_finds_the_turn_that_says_when(engine: QueryEngine) ->
 
 def test_a_question_is_searched_by_its_content_words_once(engine: QueryEngine,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from compassmem.contracts.search import SparseVector
-    from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
+    from compassmem.core.contracts.search import SparseVector
+    from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
     from compassmem.retrieval.engine import _search_stems
 
     question = "When did Priya adopt Biscuit?"
@@ -204,7 +204,7 @@ def test_a_warm_query_reads_no_hit_payloads_and_answers_as_a_cold_one(engine: Qu
 
 
 def test_the_hot_tier_locates_the_turns_it_would_serve_and_no_others(engine: QueryEngine) -> None:
-    from compassmem.models import turn_point_key
+    from compassmem.core.models import turn_point_key
     from compassmem.sinks.vector_store import TurnLocation
 
     events = engine.vectors.conversation_events("default", "priya-tom")
@@ -247,8 +247,8 @@ def test_the_hot_tier_locates_the_turns_it_would_serve_and_no_others(engine: Que
 
 
 def test_a_scope_whose_hits_the_hot_tier_lacks_is_searched_with_payloads_for_a_while(engine: QueryEngine) -> None:
-    from compassmem.contracts.search import SearchScope
-    from compassmem.models import turn_point_key
+    from compassmem.core.contracts.search import SearchScope
+    from compassmem.core.models import turn_point_key
     from compassmem.retrieval.hot_tier import COLD_SCOPE_QUERIES, LOCATED_SHARE
 
     event = engine.vectors.conversation_events("default", "priya-tom")[0]
@@ -354,7 +354,7 @@ ART_CHAT = [
 def art_memory(embedder, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:  # noqa: ANN001
     from datetime import UTC, datetime, timedelta
 
-    from compassmem.models import Turn
+    from compassmem.core.models import Turn
 
     start = datetime(2024, 6, 3, 10, 0, tzinfo=UTC)
     turns = [Turn(conversation_id="art", turn_id=f"D1:{n}", speaker=speaker, text=text,
@@ -383,8 +383,8 @@ def test_a_question_naming_the_wrong_participant_keeps_the_right_turn_in_the_top
 def test_a_turn_that_asks_gives_way_to_the_turn_that_answers(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     from datetime import UTC, datetime, timedelta
 
-    from compassmem.models import Turn
-    from compassmem.processors.text_features import question_share
+    from compassmem.core.models import Turn
+    from compassmem.text.text_features import question_share
 
     chat = [
         ("Ann", "Hey Bob, long time! How have the holidays been?"),
@@ -524,7 +524,7 @@ def test_a_participants_name_alone_does_not_rank_their_small_talk(embedder, tmp_
     import itertools
     from datetime import UTC, datetime, timedelta
 
-    from compassmem.models import Turn
+    from compassmem.core.models import Turn
 
     dog = [
         ("Ann", "We adopted a puppy from the shelter last month, his name is Max."), ("Bob", "Congrats!"),
@@ -559,7 +559,7 @@ def test_a_participants_name_alone_does_not_rank_their_small_talk(embedder, tmp_
 def test_a_question_naming_a_day_finds_the_yesterday_told_a_day_later(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     from datetime import UTC, datetime, timedelta
 
-    from compassmem.models import Turn
+    from compassmem.core.models import Turn
 
     def session(day: datetime, number: int, lines: list[tuple[str, str]]) -> list[Turn]:
         return [Turn(conversation_id="trips", turn_id=f"D{number}:{n}", speaker=speaker, text=text,
@@ -600,7 +600,7 @@ def test_a_question_naming_a_month_finds_what_was_told_of_it_a_month_later(
         embedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
     from datetime import UTC, datetime, timedelta
 
-    from compassmem.models import Turn
+    from compassmem.core.models import Turn
     from compassmem.retrieval import decomposition
 
     def session(day: datetime, number: int, lines: list[tuple[str, str]]) -> list[Turn]:

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from benchmarks.fit_ranking import Candidates, fit
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
 from compassmem.evaluation.locomo_questions import Question
-from compassmem.importers import read_turns
-from compassmem.memory import Memory
+from compassmem.write.importers import read_turns
+from compassmem.library.memory import Memory
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.retrieval.ranking_model import (
     FEATURES,

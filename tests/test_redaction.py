@@ -18,16 +18,16 @@ import numpy as np
 import pytest
 
 from compassmem import AsyncClient, Client, Forbidden, Memory, NotFound, Unauthorized
-from compassmem.config import Settings
-from compassmem.contracts.commands import RedactCommand
-from compassmem.contracts.dead_letters import DeadLetter
-from compassmem.contracts.records import RedactResult
-from compassmem.models import RelationType, Turn
+from compassmem.core.config import Settings
+from compassmem.core.contracts.commands import RedactCommand
+from compassmem.core.contracts.dead_letters import DeadLetter
+from compassmem.core.contracts.records import RedactResult
+from compassmem.core.models import RelationType, Turn
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.publish.producer import encode_turn
 from compassmem.query_api.app import create_app
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.redaction import redact_stored_turn
+from compassmem.write.redaction import redact_stored_turn
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from compassmem.models import MAX_TEXT_BYTES, Event, Turn
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
-from compassmem.processors.text_features import closes, makes_request, resolves_request
+from compassmem.core.models import MAX_TEXT_BYTES, Event, Turn
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.text.text_features import closes, makes_request, resolves_request
 
 START = datetime(2024, 5, 6, 10, 0, tzinfo=UTC)
 

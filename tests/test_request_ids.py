@@ -49,7 +49,7 @@ _JSON_LOGS = textwrap.dedent("""
     from fastapi.responses import JSONResponse
     from fastapi.testclient import TestClient
 
-    from compassmem.logging_setup import configure_logging
+    from compassmem.core.logging_setup import configure_logging
     from compassmem.query_api.request_id import install_request_ids
 
     configure_logging("INFO", "json")

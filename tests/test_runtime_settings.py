@@ -16,18 +16,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from compassmem.config import Settings
-from compassmem.contracts.commands import CONTROL_COMMAND, SettingCommand
-from compassmem.memory import Memory
+from compassmem.core.config import Settings
+from compassmem.core.contracts.commands import CONTROL_COMMAND, SettingCommand
+from compassmem.library.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import PipelineConfig
+from compassmem.write.pipeline import PipelineConfig
 from compassmem.processors.segmentation import SegmentationConfig
 from compassmem.publish.producer import encode_turn
 from compassmem.publish.publisher import KafkaTurnPublisher
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.runtime_settings import SPECS, setting_command
+from compassmem.library.runtime_settings import SPECS, setting_command
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord

@@ -19,7 +19,7 @@ from benchmarks.scale import (
     per_block,
     subject_of,
 )
-from compassmem.models import Turn
+from compassmem.core.models import Turn
 
 
 def base_turns(conversations: int = 2, turns: int = 65) -> list[Turn]:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis.exceptions
 
-from compassmem.config import Settings
-from compassmem.contracts.dead_letters import DeadLetterReason, DeadLetterStage
+from compassmem.core.config import Settings
+from compassmem.core.contracts.dead_letters import DeadLetterReason, DeadLetterStage
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.decoding import RawRecord
 from compassmem.streams.processor import (

@@ -18,7 +18,7 @@ import pytest
 from kafka.partitioner.default import murmur2
 from prometheus_client import generate_latest
 
-from compassmem.contracts.commands import ForgetCommand
+from compassmem.core.contracts.commands import ForgetCommand
 from compassmem.sinks.factory import open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB

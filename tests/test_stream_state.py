@@ -6,9 +6,9 @@ import json
 
 from conftest import stream_conversation
 
-from compassmem.contracts.commands import ForgetCommand
-from compassmem.contracts.dead_letters import DeadLetter
-from compassmem.pipeline import MemoryPipeline
+from compassmem.core.contracts.commands import ForgetCommand
+from compassmem.core.contracts.dead_letters import DeadLetter
+from compassmem.write.pipeline import MemoryPipeline
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory, ConversationMemoryState
 from compassmem.processors.merging import EventMerger

@@ -23,8 +23,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.partitioner.default import murmur2
 from prometheus_client import generate_latest
 
-from compassmem.contracts.commands import ForgetCommand
-from compassmem.contracts.search import SearchScope
+from compassmem.core.contracts.commands import ForgetCommand
+from compassmem.core.contracts.search import SearchScope
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB
@@ -525,7 +525,7 @@ def test_a_turn_is_searchable_at_once_and_an_idle_segment_closes(stream_run: Str
 
 
 def test_an_in_process_worker_that_cannot_be_built_says_why_at_once(tmp_path: Path) -> None:
-    from compassmem.config import Settings
+    from compassmem.core.config import Settings
 
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="failed to start: .*vectors"):

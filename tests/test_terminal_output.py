@@ -1,6 +1,6 @@
 """What compassmem prints at a terminal never carries a character the terminal would act on: an escape sequence in a
 turn's words or an LLM's answer could clear the screen, rewrite earlier lines or change the title. Every command
-prints through ``compassmem.terminal.echo``, which shows such characters as escapes and keeps tabs and newlines."""
+prints through ``compassmem.core.terminal.echo``, which shows such characters as escapes and keeps tabs and newlines."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from compassmem.cli.main import print_answer
-from compassmem.contracts.query import EvidenceItem, QueryResponse, TurnOut
-from compassmem.terminal import terminal_safe
+from compassmem.core.contracts.query import EvidenceItem, QueryResponse, TurnOut
+from compassmem.core.terminal import terminal_safe
 
 PACKAGE = Path(__file__).resolve().parent.parent / "compassmem"
 

@@ -22,14 +22,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compassmem.models import MAX_TEXT_BYTES, Turn
+from compassmem.core.models import MAX_TEXT_BYTES, Turn
 from compassmem.processors import relations, segmentation, text_features, time_resolution
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory, ConversationMemoryState
 from compassmem.processors.merging import EventMerger
 from compassmem.processors.relations import CUES, RelationExtractor, match_cue
 from compassmem.processors.segmentation import BoundaryDetector
-from compassmem.processors.text_features import MAX_SENTENCE_CHARS, sentences
+from compassmem.text.text_features import MAX_SENTENCE_CHARS, sentences
 from compassmem.retrieval import decomposition
 
 # Generous, so that a loaded CI machine does not flake; the benchmark measures the real figure (~10-20 ms).

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.contracts.search import SearchScope
-from compassmem.memory import Memory
-from compassmem.models import Granularity, TimeAnchor, Turn
-from compassmem.processors.time_keys import question_time_keys, span_keys, turn_time_keys
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.core.contracts.search import SearchScope
+from compassmem.library.memory import Memory
+from compassmem.core.models import Granularity, TimeAnchor, Turn
+from compassmem.text.time_keys import question_time_keys, span_keys, turn_time_keys
 from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.sinks.vector_store import HitSearch, TurnHit
 
@@ -28,7 +28,7 @@ def test_a_span_gives_keys_at_the_finest_level_its_length_allows() -> None:
 
 
 def test_a_duration_becomes_the_year_it_started() -> None:
-    from compassmem.processors.time_resolution import resolve_time_expressions
+    from compassmem.text.time_resolution import resolve_time_expressions
 
     anchors = resolve_time_expressions("We have been together for three years now", SAID)
     assert "y:2021" in turn_time_keys("We have been together for three years now", anchors)
@@ -38,7 +38,7 @@ def test_a_duration_becomes_the_year_it_started() -> None:
 
 
 def test_a_trip_from_one_day_to_another_covers_the_days_between() -> None:
-    from compassmem.processors.time_resolution import resolve_time_expressions
+    from compassmem.text.time_resolution import resolve_time_expressions
 
     text = "I was away from October 11 to October 20, hiking in the Alps."
     keys = turn_time_keys(text, resolve_time_expressions(text, SAID))

@@ -1,4 +1,4 @@
-"""Table-driven tests for compassmem.processors.time_resolution."""
+"""Table-driven tests for compassmem.text.time_resolution."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from compassmem.models import Granularity
-from compassmem.processors.time_resolution import (
+from compassmem.core.models import Granularity
+from compassmem.text.time_resolution import (
     has_time_expression,
     resolve_time_expressions,
     without_time_expressions,

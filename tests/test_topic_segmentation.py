@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compassmem.importers import read_turns
-from compassmem.models import Event, Turn
-from compassmem.pipeline import MemoryPipeline, PipelineConfig
+from compassmem.write.importers import read_turns
+from compassmem.core.models import Event, Turn
+from compassmem.write.pipeline import MemoryPipeline, PipelineConfig
 from compassmem.processors.event_frames import frame_lines, main_entities
 from compassmem.processors.segmentation import BoundaryDetector, BoundaryReason, SegmenterState
-from compassmem.processors.text_features import ends_with_question, offers_more_help, shift_marker
+from compassmem.text.text_features import ends_with_question, offers_more_help, shift_marker
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 START = datetime(2024, 5, 6, 10, 0, tzinfo=UTC)

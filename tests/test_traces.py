@@ -1,5 +1,5 @@
-"""OpenTelemetry traces (``compassmem/tracing.py``, docs/traces.md): the spans of a query, of an HTTP request, of the
-worker's and the pipeline's batches, the trace ids in JSON log lines, and the OTLP export that
+"""OpenTelemetry traces (``compassmem/core/tracing.py``, docs/traces.md): the spans of a query, of an HTTP request, of
+the worker's and the pipeline's batches, the trace ids in JSON log lines, and the OTLP export that
 ``COMPASSMEM_OTEL_ENDPOINT`` switches on.
 
 Spans are read from the SDK's in-memory exporter, over the real engine, real embedded stores, a real uvicorn server
@@ -28,10 +28,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, format_span_id, format_trace_id
 
-from compassmem import tracing
-from compassmem.config import Settings
-from compassmem.memory import Memory
-from compassmem.models import Turn
+from compassmem.core import tracing
+from compassmem.core.config import Settings
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices
@@ -229,8 +229,8 @@ _JSON_LOG_OF_A_TRACED_REQUEST = textwrap.dedent("""
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from compassmem import tracing
-    from compassmem.logging_setup import configure_logging
+    from compassmem.core import tracing
+    from compassmem.core.logging_setup import configure_logging
     from compassmem.query_api.request_id import install_request_ids
     from compassmem.query_api.server_spans import ServerSpanMiddleware
 

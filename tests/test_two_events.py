@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compassmem.config import Settings
-from compassmem.contracts.query import QueryRequest
-from compassmem.memory import Memory
-from compassmem.models import Turn
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
 from compassmem.retrieval.decomposition import analyse, two_events
 from compassmem.retrieval.engine import SubgoalScores, _keep_each_events_best
 

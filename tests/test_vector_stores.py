@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from compassmem.config import Settings
-from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import Event, IndexedTurn, turn_point_id, turn_point_key
-from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
+from compassmem.core.config import Settings
+from compassmem.core.contracts.search import SearchScope, SparseVector
+from compassmem.core.models import Event, IndexedTurn, turn_point_id, turn_point_key
+from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.event_payload import (
     DERIVED_FIELDS,
@@ -815,7 +815,7 @@ def test_a_store_keeps_the_embedder_that_made_its_vectors_and_refuses_another(op
 
 
 def test_opening_the_stores_with_another_embedder_is_one_clear_error(tmp_path: Path) -> None:
-    from compassmem.config import Settings
+    from compassmem.core.config import Settings
     from compassmem.sinks.factory import StoreOpenError, open_vector_store
 
     made = Settings(_env_file=None, data_dir=tmp_path)

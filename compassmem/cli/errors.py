@@ -16,16 +16,16 @@ import sys
 KNOWN_ERRORS: tuple[tuple[str, str], ...] = (
     ("compassmem.sinks.factory", "StoreOpenError"),
     ("compassmem.sinks.falkordb_server", "FalkorDBStartupError"),
-    ("compassmem.onnx_embedding", "OnnxModelError"),
-    ("compassmem.importers", "ImportFormatError"),
+    ("compassmem.embedding.onnx_embedder", "OnnxModelError"),
+    ("compassmem.write.importers", "ImportFormatError"),
     ("compassmem.streams.broker", "BrokerStartupError"),
     ("compassmem.streams.topics", "TopicSetupError"),
     ("compassmem.publish.producer", "ProduceError"),
     ("compassmem.query_api.server", "ApiStartupError"),
-    ("compassmem.mcp_server", "McpStartupError"),
+    ("compassmem.mcp.server", "McpStartupError"),
     ("compassmem.publish.publisher", "PublishError"),
     # The library's own errors (``compassmem.Memory``, the HTTP clients), once that module is part of the package.
-    ("compassmem.errors", "CompassmemError"),
+    ("compassmem.core.errors", "CompassmemError"),
 )
 
 

@@ -17,14 +17,14 @@ from compassmem.cli.errors import one_line
 from compassmem.cli.progress import Progress
 from compassmem.cli.streaming import add_insecure_no_auth, add_streaming_commands
 from compassmem.cli.transfer import add_transfer_commands
-from compassmem.config import ENV_PREFIX, Settings, SettingsFileError
-from compassmem.contracts.query import QueryResponse
-from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
-from compassmem.logging_setup import configure_logging
-from compassmem.models import Event
-from compassmem.pipeline import IngestSummary
-from compassmem.terminal import echo
-from compassmem.tracing import configure_tracing
+from compassmem.core.config import ENV_PREFIX, Settings, SettingsFileError
+from compassmem.core.contracts.query import QueryResponse
+from compassmem.write.importers import SUBJECT_HELP, ImportFormatError, read_turns
+from compassmem.core.logging_setup import configure_logging
+from compassmem.core.models import Event
+from compassmem.write.pipeline import IngestSummary
+from compassmem.core.terminal import echo
+from compassmem.core.tracing import configure_tracing
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +52,7 @@ def print_summary(summary: IngestSummary) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.memory import Memory
+    from compassmem.library.memory import Memory
 
     try:
         turns = list(read_turns(Path(args.path), timezone=settings.import_timezone, tenant=args.tenant,
@@ -94,9 +94,9 @@ def print_answer(question: str, response: QueryResponse, shown: int,
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.contracts.query import QueryRequest
-    from compassmem.errors import NotFound
-    from compassmem.memory import Memory
+    from compassmem.core.contracts.query import QueryRequest
+    from compassmem.core.errors import NotFound
+    from compassmem.library.memory import Memory
 
     scope: dict[str, object]
     words = list(args.words)
@@ -132,7 +132,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_build_index(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.embedding import make_embedder
+    from compassmem.embedding.embedders import make_embedder
     from compassmem.sinks.factory import open_vector_store
 
     # The model's dimension is what the store checks its collection against.
@@ -148,7 +148,7 @@ def cmd_build_index(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.memory import Memory
+    from compassmem.library.memory import Memory
 
     started = time.perf_counter()
     with Memory(settings) as memory:
@@ -187,8 +187,8 @@ def cmd_openapi(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.mcp_server import check_exposure, run_mcp
-    from compassmem.memory import Memory
+    from compassmem.mcp.server import check_exposure, run_mcp
+    from compassmem.library.memory import Memory
 
     if args.port is not None:
         check_exposure(settings, args.host, args.insecure_no_auth)

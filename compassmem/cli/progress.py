@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from compassmem.terminal import echo
+from compassmem.core.terminal import echo
 
 
 class Progress:

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from compassmem.config import Settings
-from compassmem.importers import SUBJECT_HELP, ImportFormatError, read_turns
-from compassmem.terminal import echo
+from compassmem.core.config import Settings
+from compassmem.write.importers import SUBJECT_HELP, ImportFormatError, read_turns
+from compassmem.core.terminal import echo
 
 if TYPE_CHECKING:
-    from compassmem.contracts.commands import Command
+    from compassmem.core.contracts.commands import Command
 
 # How long `compassmem forget`, `redact` and `config set` wait for the worker's answer by default.
 COMMAND_WAIT_S = 30.0
@@ -113,7 +113,7 @@ def _send_command(settings: Settings, make: Callable[[], Command], what: str, wa
     bad field (or setting) or no broker."""
     from pydantic import ValidationError
 
-    from compassmem.importers import describe_validation_error
+    from compassmem.write.importers import describe_validation_error
     from compassmem.publish.producer import ProduceError, TurnProducer
     from compassmem.streams.forget_log import command_answer
     from compassmem.streams.messages import CommandRefused
@@ -123,7 +123,7 @@ def _send_command(settings: Settings, make: Callable[[], Command], what: str, wa
         command = make()
     except ValidationError as error:
         return _fail(describe_validation_error(error))
-    except ValueError as error:  # a runtime setting's key or value (runtime_settings.py)
+    except ValueError as error:  # a runtime setting's key or value (library/runtime_settings.py)
         return _fail(error)
     bootstrap = settings.bootstrap_servers
     try:
@@ -148,7 +148,7 @@ def _send_command(settings: Settings, make: Callable[[], Command], what: str, wa
 
 
 def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.contracts.commands import ForgetCommand
+    from compassmem.core.contracts.commands import ForgetCommand
 
     what = f"forget of conversation {args.conversation!r} of tenant {args.tenant!r}" if args.conversation \
         else f"forget of every conversation of tenant {args.tenant!r}"
@@ -157,7 +157,7 @@ def cmd_forget(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.contracts.commands import RedactCommand
+    from compassmem.core.contracts.commands import RedactCommand
 
     return _send_command(
         settings, lambda: RedactCommand(tenant=args.tenant, conversation_id=args.conversation, turn_id=args.turn,
@@ -167,7 +167,7 @@ def cmd_redact(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_config_set(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.runtime_settings import setting_command
+    from compassmem.library.runtime_settings import setting_command
 
     return _send_command(settings, lambda: setting_command(args.key, args.value),
                          f"setting {args.key} = {args.value}", args.wait,

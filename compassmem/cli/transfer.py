@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from compassmem.config import Settings
-from compassmem.models import DEFAULT_TENANT
-from compassmem.terminal import echo
+from compassmem.core.config import Settings
+from compassmem.core.models import DEFAULT_TENANT
+from compassmem.core.terminal import echo
 
 STDIO = "-"
 
@@ -34,7 +34,7 @@ def add_transfer_commands(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.memory import Memory
+    from compassmem.library.memory import Memory
 
     with Memory(settings) as memory:
         summary = memory.export(sys.stdout if args.out == STDIO else args.out, tenant=args.tenant,
@@ -47,7 +47,7 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.memory import Memory
+    from compassmem.library.memory import Memory
 
     with Memory(settings) as memory:
         summary = memory.import_(sys.stdin if args.path == STDIO else args.path, replace=args.replace)

@@ -39,11 +39,11 @@ import structlog
 from pydantic import BaseModel
 
 from compassmem.retrieval.bm25_index import Bm25Index
-from compassmem.embedding import Embedder
+from compassmem.embedding.embedders import Embedder
 from compassmem.evaluation.harness import BatchPreparable, Retriever
 from compassmem.evaluation.locomo_questions import Question
-from compassmem.importers import ImportFormatError, read_locomo_turns
-from compassmem.models import Turn
+from compassmem.write.importers import ImportFormatError, read_locomo_turns
+from compassmem.core.models import Turn
 
 log = structlog.get_logger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, Field
 
-from compassmem.importers import ImportFormatError, read_locomo_turns
+from compassmem.write.importers import ImportFormatError, read_locomo_turns
 
 log = structlog.get_logger(__name__)
 
@@ -176,7 +176,7 @@ def questions_from_samples(
 def load_locomo_questions(path: Path) -> tuple[list[Question], QuestionReport]:
     """Questions of a LoCoMo file with normalised evidence, and a report of the normalisation.
 
-    Turn ids come from :func:`compassmem.importers.read_locomo_turns`, so "a turn exists" means exactly
+    Turn ids come from :func:`compassmem.write.importers.read_locomo_turns`, so "a turn exists" means exactly
     "memory can hold it".
     """
     turn_ids: dict[str, set[str]] = {}

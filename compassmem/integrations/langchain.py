@@ -25,10 +25,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator, model_validator
 
-from compassmem.contracts.query import MAX_SCOPE_CONVERSATIONS, QueryRequest
-from compassmem.errors import NotFound
+from compassmem.core.contracts.query import MAX_SCOPE_CONVERSATIONS, QueryRequest
+from compassmem.core.errors import NotFound
 from compassmem.integrations.verbs import MemoryVerbs, conversation_turns
-from compassmem.models import DEFAULT_TENANT, TENANT_PATTERN, Turn, check_id, check_speaker
+from compassmem.core.models import DEFAULT_TENANT, TENANT_PATTERN, Turn, check_id, check_speaker
 
 try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun

@@ -10,7 +10,7 @@ Namespaces are ``(tenant, subject, conversation)``: an item is one turn, its key
   turns without a subject.
 - ``conversation``: the conversation id.
 
-Subject and conversation follow compassmem's id rule (``compassmem.models.ID_RULE``) and LangGraph's own (no '.').
+Subject and conversation follow compassmem's id rule (``compassmem.core.models.ID_RULE``) and LangGraph's own (no '.').
 ``put``, ``get`` and ``delete`` take the whole namespace; ``search`` takes a prefix of one to three labels (the
 tenant, a subject of it, one conversation), and ``list_namespaces`` a prefix that names the tenant (compassmem does
 not list tenants). Anything else is an ``InvalidNamespaceError`` naming the namespace and the rule.
@@ -38,8 +38,8 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Strict, StrictStr, ValidationError
 
-from compassmem.contracts.query import QueryRequest
-from compassmem.errors import NotFound, field_rules
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.core.errors import NotFound, field_rules
 from compassmem.integrations.verbs import (
     MemoryVerbs,
     StoredTurn,
@@ -48,7 +48,7 @@ from compassmem.integrations.verbs import (
     event_nodes,
     find_turn,
 )
-from compassmem.models import TENANT_PATTERN, Turn, check_id
+from compassmem.core.models import TENANT_PATTERN, Turn, check_id
 
 try:
     from langgraph.store.base import (

@@ -13,8 +13,8 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from compassmem.contracts.query import QueryRequest, QueryResponse
-from compassmem.contracts.records import (
+from compassmem.core.contracts.query import QueryRequest, QueryResponse
+from compassmem.core.contracts.records import (
     ConversationPage,
     DeleteResult,
     EventOut,
@@ -22,8 +22,8 @@ from compassmem.contracts.records import (
     GraphNode,
     RedactResult,
 )
-from compassmem.errors import NotFound
-from compassmem.models import Turn
+from compassmem.core.errors import NotFound
+from compassmem.core.models import Turn
 
 # Events and conversations asked for per page while walking a listing.
 PAGE = 100

@@ -29,12 +29,12 @@ from prometheus_client import (
 )
 from pydantic import SecretStr
 
-from compassmem.contracts.dead_letters import (
+from compassmem.core.contracts.dead_letters import (
     DeadLetter,
     DeadLetterReason,
     DeadLetterStage,
 )
-from compassmem.contracts.query import QueryResponse
+from compassmem.core.contracts.query import QueryResponse
 from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
 from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
 from compassmem.processors.relations import ADJACENCY_EVIDENCE

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import Cluster, Event, stable_uuid
+from compassmem.core.models import Cluster, Event, stable_uuid
 from compassmem.processors.vectors import unit
 
 WINDOW = 50

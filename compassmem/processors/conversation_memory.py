@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
-from compassmem.models import Cluster, Event, IndexedTurn, Relation, Turn, TurnPassage
+from compassmem.core.models import Cluster, Event, IndexedTurn, Relation, Turn, TurnPassage
 from compassmem.processors.clustering import ClusterState, Reclusterer
 from compassmem.processors.event_index import EventIndex
 from compassmem.processors.event_frames import (

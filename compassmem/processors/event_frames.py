@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from compassmem.processors.vectors import unit
-from compassmem.models import (
+from compassmem.core.models import (
     Event,
     Granularity,
     IndexedTurn,
@@ -25,7 +25,7 @@ from compassmem.models import (
     event_id_for,
 )
 from compassmem.processors.segmentation import Segment, SegmentTurn
-from compassmem.processors.text_features import (
+from compassmem.text.text_features import (
     action_phrases,
     entities,
     first_sentence,
@@ -34,7 +34,7 @@ from compassmem.processors.text_features import (
     sentences,
     words,
 )
-from compassmem.processors.time_resolution import has_time_expression, resolve_time_expressions
+from compassmem.text.time_resolution import has_time_expression, resolve_time_expressions
 
 MAX_KEYWORDS = 24
 MAX_ACTIONS = 12

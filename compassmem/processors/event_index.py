@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from compassmem.models import Event
+from compassmem.core.models import Event
 
 
 def _remove(rows: list[int], row: int) -> None:

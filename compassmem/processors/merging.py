@@ -9,11 +9,11 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import Event
+from compassmem.core.models import Event
 from compassmem.processors.event_index import EventIndex
 from compassmem.processors.relations import KeywordStats
 from compassmem.processors.segmentation import BoundaryReason, Segment
-from compassmem.processors.text_features import entities, jaccard, keyword_stems, weighted_overlap
+from compassmem.text.text_features import entities, jaccard, keyword_stems, weighted_overlap
 
 
 class MergeReason(StrEnum):

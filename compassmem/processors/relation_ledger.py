@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from compassmem.models import Relation, RelationType
+from compassmem.core.models import Relation, RelationType
 
 OVERRIDE_MARGIN = 1.2
 _CONTRADICTABLE = {RelationType.CAUSAL, RelationType.TEMPORAL}

@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import (
+from compassmem.core.models import (
     AllenRelation,
     Event,
     Granularity,
@@ -28,7 +28,7 @@ from compassmem.models import (
     relation_id_for,
 )
 from compassmem.processors.event_index import EventIndex
-from compassmem.processors.text_features import ascii_lower, keyword_stems, sentences
+from compassmem.text.text_features import ascii_lower, keyword_stems, sentences
 
 
 class RelationConfig(BaseModel):

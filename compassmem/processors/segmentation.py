@@ -60,8 +60,8 @@ from typing import Protocol
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import Turn
-from compassmem.processors.text_features import (
+from compassmem.core.models import Turn
+from compassmem.text.text_features import (
     asks,
     closes,
     continues,

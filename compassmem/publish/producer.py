@@ -1,6 +1,6 @@
 """Writing to the worker's input topics with kafka-python: turns (optionally paced) and forget commands.
 
-The message schema of the turns topic is ``compassmem.models.Turn`` as JSON (the JSONL import format, one
+The message schema of the turns topic is ``compassmem.core.models.Turn`` as JSON (the JSONL import format, one
 object per record), keyed by ``tenant/conversation_id`` as UTF-8: the key puts a conversation in one partition,
 which is what keeps it in order. Any Kafka client can produce turns this way; the worker sends records that
 break the schema to the dead-letter topic.
@@ -17,8 +17,8 @@ from kafka import KafkaProducer
 from kafka.errors import KafkaError
 from pydantic import BaseModel
 
-from compassmem.contracts.commands import Command
-from compassmem.models import Turn
+from compassmem.core.contracts.commands import Command
+from compassmem.core.models import Turn
 
 log = structlog.get_logger(__name__)
 

@@ -16,13 +16,13 @@ from typing import Protocol, runtime_checkable
 from kafka.errors import KafkaError, MessageSizeTooLargeError
 
 # One schema and one producer for the worker's input topics, shared with `compassmem produce` and `forget`.
-from compassmem.contracts.commands import (  # noqa: F401 - the commands' schema, for the callers of publish_command
+from compassmem.core.contracts.commands import (  # noqa: F401 - the commands' schema, for publish_command's callers
     Command,
     ForgetCommand,
     RedactCommand,
     SettingCommand,
 )
-from compassmem.models import Turn
+from compassmem.core.models import Turn
 from compassmem.publish.producer import ProduceError, TurnProducer
 
 

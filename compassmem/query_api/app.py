@@ -23,8 +23,8 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from compassmem import __version__
-from compassmem.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
-from compassmem.errors import NotFound, Unavailable
+from compassmem.core.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
+from compassmem.core.errors import NotFound, Unavailable
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware

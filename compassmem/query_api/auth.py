@@ -1,4 +1,4 @@
-"""Who may read and write a tenant's memory over HTTP: the key check of ``compassmem.api_keys.TenantKeys`` on the
+"""Who may read and write a tenant's memory over HTTP: the key check of ``compassmem.core.api_keys.TenantKeys`` on the
 ``Authorization: Bearer <key>`` header, its refusals answered 401 (no key) and 403 (a key that does not open the
 tenant, or is not an admin key). The rules are TenantKeys'; the MCP server applies the same check.
 """
@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 from fastapi import HTTPException, status
 
-from compassmem.api_keys import TenantKeys
-from compassmem.errors import Forbidden, Unauthorized
+from compassmem.core.api_keys import TenantKeys
+from compassmem.core.errors import Forbidden, Unauthorized
 
 
 class Authorizer:

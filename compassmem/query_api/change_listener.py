@@ -18,10 +18,10 @@ from __future__ import annotations
 import structlog
 from pydantic import ValidationError
 
-from compassmem.config import Settings
+from compassmem.core.config import Settings
 from compassmem.query_api.change_follower import ChangeFollower
 from compassmem.retrieval.hot_tier import HotTier
-from compassmem.runtime_settings import RuntimeSettings
+from compassmem.library.runtime_settings import RuntimeSettings
 from compassmem.streams.forget_log import follow_setting
 from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
 

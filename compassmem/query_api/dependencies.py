@@ -11,10 +11,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Path, Query, Request
 from pydantic import AfterValidator
 
-from compassmem.config import Settings
-from compassmem.contracts.records import ErrorResponse, ValidationErrorResponse
-from compassmem.memory import Memory
-from compassmem.models import (
+from compassmem.core.config import Settings
+from compassmem.core.contracts.records import ErrorResponse, ValidationErrorResponse
+from compassmem.library.memory import Memory
+from compassmem.core.models import (
     DEFAULT_TENANT,
     ID_PATTERN,
     ID_RULE,

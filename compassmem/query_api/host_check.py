@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from compassmem.config import ANY_HOST
-from compassmem.contracts.records import ErrorResponse
-from compassmem.loopback import host_of, is_loopback_host
+from compassmem.core.config import ANY_HOST
+from compassmem.core.contracts.records import ErrorResponse
+from compassmem.system.loopback import host_of, is_loopback_host
 
 # Bind addresses that are every interface: no Host name follows from them.
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from compassmem.config import Settings
+from compassmem.core.config import Settings
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.app import create_app
 from compassmem.query_api.dependencies import ApiServices

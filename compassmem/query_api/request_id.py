@@ -23,7 +23,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from compassmem.logging_setup import REQUEST_ID_KEY, current_request_id
+from compassmem.core.logging_setup import REQUEST_ID_KEY, current_request_id
 
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID = re.compile(r"[A-Za-z0-9._:-]{1,128}")

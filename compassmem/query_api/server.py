@@ -21,20 +21,20 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import LOGGING_CONFIG
 
-from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.logging_setup import library_logging_config
-from compassmem.loopback import is_loopback_host
-from compassmem.memory import Memory
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.core.logging_setup import library_logging_config
+from compassmem.system.loopback import is_loopback_host
+from compassmem.library.memory import Memory
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.process_gc import freeze_long_lived_objects
+from compassmem.system.process_gc import freeze_long_lived_objects
 from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError, TurnPublisher
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.dependencies import ApiServices
 from compassmem.sinks.factory import Stores, open_stores
-from compassmem.terminal import echo
+from compassmem.core.terminal import echo
 
 if TYPE_CHECKING:
     from compassmem.streams.runner import DevContext

@@ -1,4 +1,4 @@
-"""A server span per HTTP request when traces are on (``compassmem/tracing.py``): the parent of what the request
+"""A server span per HTTP request when traces are on (``compassmem/core/tracing.py``): the parent of what the request
 does (the query's span), itself the child of the caller's span when the request carries a W3C ``traceparent``.
 
 Named ``METHOD /route/{template}`` once the router matched (bounded names, like the request metrics' labels), with
@@ -12,8 +12,8 @@ from __future__ import annotations
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from compassmem.logging_setup import current_request_id
-from compassmem.tracing import enabled, propagation_headers, span
+from compassmem.core.logging_setup import current_request_id
+from compassmem.core.tracing import enabled, propagation_headers, span
 
 _SERVER_ERROR = 500
 

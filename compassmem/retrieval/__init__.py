@@ -8,5 +8,5 @@ hot_tier.py       recently used events with their turns, vectors, token counts a
 bm25_index.py     BM25 over the windows of turns a query's candidates make
 listing.py        a tenant's conversations, a conversation's events and its graph within limits, page by page
 
-Nothing here speaks HTTP: ``compassmem.query_api`` serves it over FastAPI, ``compassmem.memory`` in process.
+Nothing here speaks HTTP: ``compassmem.query_api`` serves it over FastAPI, ``compassmem.library.memory`` in process.
 """

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from compassmem.processors.lexicon import MIN_CATEGORY_DEPTH, noun_lexicon
-from compassmem.processors.text_features import STOP_WORDS, entities, keyword_stems
-from compassmem.processors.time_resolution import (
+from compassmem.text.lexicon import MIN_CATEGORY_DEPTH, noun_lexicon
+from compassmem.text.text_features import STOP_WORDS, entities, keyword_stems
+from compassmem.text.time_resolution import (
     resolve_time_expressions,
     without_time_expressions,
 )

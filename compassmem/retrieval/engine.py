@@ -14,16 +14,16 @@ import numpy as np
 import structlog
 from pydantic import BaseModel, Field
 
-from compassmem.contracts.query import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
-from compassmem.contracts.search import SearchScope
-from compassmem.embedding import Embedder
-from compassmem.logging_setup import current_request_id
-from compassmem.processors.categories import category_term
-from compassmem.processors.lexicon import load_in_background
-from compassmem.processors.passages import passage_spans
-from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector
-from compassmem.processors.time_keys import question_time_keys
-from compassmem.processors.time_resolution import resolve_time_expressions
+from compassmem.core.contracts.query import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
+from compassmem.core.contracts.search import SearchScope
+from compassmem.embedding.embedders import Embedder
+from compassmem.core.logging_setup import current_request_id
+from compassmem.text.categories import category_term
+from compassmem.text.lexicon import load_in_background
+from compassmem.text.passages import passage_spans
+from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
+from compassmem.text.time_keys import question_time_keys
+from compassmem.text.time_resolution import resolve_time_expressions
 from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
 from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
@@ -39,7 +39,7 @@ from compassmem.retrieval.ranking_model import (
     shipped_model,
 )
 from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, TurnLocator, VectorStore
-from compassmem.tracing import set_attributes, span, stage
+from compassmem.core.tracing import set_attributes, span, stage
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +51,7 @@ class RankingConfig(BaseModel):
     # neighbour_events) are what is ranked, so a query's cost follows these numbers, not the memory's size.
     # Cold loads over big scopes make these caps the tail of latency: docs/decisions/004-query-candidate-caps.md.
     dense_candidates: int = Field(default=100, ge=1)
-    # Nearest passages of long turns (processors/passages.py), per subgoal: a turn found by a later passage is a
+    # Nearest passages of long turns (text/passages.py), per subgoal: a turn found by a later passage is a
     # candidate, and its dense score is its best passage's.
     passage_candidates: int = Field(default=50, ge=0)
     # The dense list's weight in a turn's fused score (the keyword list's is 1, the window list's window_weight).
@@ -420,7 +420,7 @@ class QueryEngine:
     def _time_channel(self, scope: SearchScope, analysis: QuestionAnalysis, vector: np.ndarray,
                       candidates: dict[str, HotEvent], locate: TurnLocator | None) -> list[TurnHit]:
         """The turns speaking of the time the question names, nearest to the question first (``time_candidates``
-        of them; processors/time_keys.py), their events added to ``candidates``. Those turns often share neither
+        of them; text/time_keys.py), their events added to ``candidates``. Those turns often share neither
         words nor meaning with the question ("Yesterday I met Dana in Boston" for "Which city was Jon in on 20
         October?"): no other search makes them candidates, and in the fusion they are a ranked list of their own.
         Relative times in the question are resolved against the latest turn among the candidates found so far."""

@@ -25,9 +25,9 @@ from datetime import datetime
 
 import numpy as np
 
-from compassmem.contracts.search import SearchScope
-from compassmem.models import TimeAnchor, search_text, turn_point_key
-from compassmem.processors.text_features import question_share
+from compassmem.core.contracts.search import SearchScope
+from compassmem.core.models import TimeAnchor, search_text, turn_point_key
+from compassmem.text.text_features import question_share
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, WalkEdge, GraphStore
 from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, TurnLocation, TurnLocator, VectorStore

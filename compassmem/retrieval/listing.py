@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from compassmem.contracts.records import (
+from compassmem.core.contracts.records import (
     ConversationPage,
     ConversationSummary,
     EventPage,
@@ -37,7 +37,7 @@ from compassmem.contracts.records import (
     GraphNode,
     LimitedConversationGraph,
 )
-from compassmem.models import Event, Relation
+from compassmem.core.models import Event, Relation
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.graph_store import ConversationStats, EventPosition
 

@@ -93,7 +93,7 @@ class MemoryView:
         # The time channel's turns (engine._time_channel), nearest to the question first: one more ranked list.
         self.time_hits: list[TurnKey] = []
         self._window_scores: dict[str, np.ndarray] = {}
-        # Per query text, the rows found by a later passage of theirs (processors/passages.py): rows, the passages'
+        # Per query text, the rows found by a later passage of theirs (text/passages.py): rows, the passages'
         # similarities and indexes; and per row the passage closer than the turn's opening to any subgoal, with its
         # similarity: the passage its evidence shows.
         self._passage_rows: dict[str, tuple[np.ndarray, np.ndarray, list[int]]] = {}

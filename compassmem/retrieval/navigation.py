@@ -12,8 +12,8 @@ import heapq
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.contracts.query import PathStep
-from compassmem.models import RelationType
+from compassmem.core.contracts.query import PathStep
+from compassmem.core.models import RelationType
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.retrieval.memory_view import MemoryView
 from compassmem.sinks.graph_store import EdgeFields, WalkEdge

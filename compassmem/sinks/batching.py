@@ -17,8 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
-from compassmem.contracts.search import SparseVector
-from compassmem.models import (
+from compassmem.core.contracts.search import SparseVector
+from compassmem.core.models import (
     Cluster,
     Event,
     IndexedTurn,
@@ -28,8 +28,8 @@ from compassmem.models import (
     search_text,
     turn_point_id,
 )
-from compassmem.processors.categories import category_terms
-from compassmem.processors.text_features import keyword_stems, sparse_keyword_vector, tie_break
+from compassmem.text.categories import category_terms
+from compassmem.text.text_features import keyword_stems, sparse_keyword_vector, tie_break
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.vector_store import VectorStore
 

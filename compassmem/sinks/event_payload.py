@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import structlog
 
-from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import (
+from compassmem.core.contracts.search import SearchScope, SparseVector
+from compassmem.core.models import (
     Event,
     IndexedTurn,
     TimeAnchor,
@@ -39,8 +39,8 @@ from compassmem.models import (
     turn_point_id,
     turn_point_key,
 )
-from compassmem.processors.time_keys import turn_time_keys
-from compassmem.processors.time_resolution import resolve_time_expressions
+from compassmem.text.time_keys import turn_time_keys
+from compassmem.text.time_resolution import resolve_time_expressions
 from compassmem.sinks.vector_store import (
     EventHit,
     HitSearch,
@@ -76,7 +76,7 @@ TURN_KIND = "turn"
 PASSAGE_KIND = "passage"
 PASSAGE_FIELD = "passage"
 # Keyword payload indexes besides the tenant one (which the backends create with is_tenant=True).
-# A turn's times as keys (processors/time_keys.py): derived from its text and timestamp when it is written, dropped
+# A turn's times as keys (text/time_keys.py): derived from its text and timestamp when it is written, dropped
 # on the way back, searched by the time channel of a query (HitSearch.time_keys).
 TIME_KEYS_FIELD = "time_keys"
 KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD, TIME_KEYS_FIELD)

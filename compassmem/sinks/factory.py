@@ -12,8 +12,8 @@ from types import TracebackType
 
 import structlog
 
-from compassmem.config import Settings
-from compassmem.models import DEFAULT_TENANT
+from compassmem.core.config import Settings
+from compassmem.core.models import DEFAULT_TENANT
 from compassmem.sinks.failures import is_store_unavailable
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError

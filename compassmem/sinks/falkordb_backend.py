@@ -28,7 +28,7 @@ import structlog
 from falkordb import FalkorDB, Graph
 from redis.exceptions import ResponseError
 
-from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
+from compassmem.core.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, rewrite_append_only_file, save_snapshot
 from compassmem.sinks.graph_store import ConversationStats, EventPosition, WalkEdge, GraphStore
 

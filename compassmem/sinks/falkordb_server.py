@@ -38,7 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from compassmem.child_process import popen_tied_to_us, terminate
+from compassmem.system.child_process import popen_tied_to_us, terminate
 
 log = structlog.get_logger(__name__)
 

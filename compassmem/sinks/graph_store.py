@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import networkx as nx
 
-from compassmem.models import Cluster, Event, Relation
+from compassmem.core.models import Cluster, Event, Relation
 
 
 EdgeFields = tuple[str, str, str, str, str | None, float, str]

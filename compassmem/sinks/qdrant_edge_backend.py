@@ -50,7 +50,7 @@ from qdrant_edge import (
 )
 from qdrant_edge import SparseVector as EdgeSparseVector
 
-from compassmem.contracts.search import SparseVector
+from compassmem.core.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
 from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointFilter, PointStore
 

@@ -16,7 +16,7 @@ import structlog
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
 
-from compassmem.contracts.search import SparseVector
+from compassmem.core.contracts.search import SparseVector
 from compassmem.sinks import event_payload as layout
 from compassmem.sinks.event_payload import Nearest, Payload, PointData, PointFilter, PointStore
 

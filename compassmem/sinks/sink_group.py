@@ -19,14 +19,14 @@ from typing import Protocol, TypeVar
 
 from compassmem.processors.conversation_memory import MemoryUpdate
 from compassmem.sinks.batching import Record, Sink
-from compassmem.tracing import stage
+from compassmem.core.tracing import stage
 
 T = TypeVar("T")
 
 
 class PipelineObserver(Protocol):
     """Told what each batch did, e.g. ``monitoring.MemoryMetrics``: the stages' times by the pipeline
-    (``compassmem/pipeline.py``, ``compassmem/streams/processor.py``), what a batch changed by the sink group below
+    (``compassmem/write/pipeline.py``, ``compassmem/streams/processor.py``), what a batch changed by the sink group below
     once it is flushed. Neither keeps metrics itself."""
 
     def stage(self, stage: str, seconds: float, turns: int | None = None) -> None:

@@ -17,8 +17,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from compassmem.contracts.search import SearchScope, SparseVector
-from compassmem.models import Event, IndexedTurn, TimeAnchor, TurnPassage
+from compassmem.core.contracts.search import SearchScope, SparseVector
+from compassmem.core.models import Event, IndexedTurn, TimeAnchor, TurnPassage
 
 
 class TurnHit(NamedTuple):
@@ -29,7 +29,7 @@ class TurnHit(NamedTuple):
     event_id: str
     score: float
     speaker: str
-    # Which passage of the turn matched (processors/passages.py): 0 for the turn's own vector, its opening.
+    # Which passage of the turn matched (text/passages.py): 0 for the turn's own vector, its opening.
     passage: int = 0
 
 
@@ -96,7 +96,7 @@ class HitSearch(NamedTuple):
     kind: Literal["turn", "event", "passage"]
     query: Sequence[float] | SparseVector
     limit: int
-    # Turns only: when given, only turns whose time keys (processors/time_keys.py) include one of these.
+    # Turns only: when given, only turns whose time keys (text/time_keys.py) include one of these.
     time_keys: tuple[str, ...] = ()
 
 

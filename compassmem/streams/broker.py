@@ -19,7 +19,7 @@ from types import TracebackType
 
 import structlog
 
-from compassmem.child_process import popen_tied_to_us, terminate
+from compassmem.system.child_process import popen_tied_to_us, terminate
 
 log = structlog.get_logger(__name__)
 

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from compassmem.sinks.sink_group import SinkGroup
 from compassmem.streams.processor import BatchOutput
-from compassmem.tracing import span, stage
+from compassmem.core.tracing import span, stage
 
 log = structlog.get_logger(__name__)
 

@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from compassmem.contracts.dead_letters import (
+from compassmem.core.contracts.dead_letters import (
     DeadLetter,
     DeadLetterReason,
     DeadLetterStage,
 )
-from compassmem.importers import describe_validation_error
-from compassmem.models import Turn
+from compassmem.write.importers import describe_validation_error
+from compassmem.core.models import Turn
 from compassmem.streams.messages import (
     CONTROL_HEADER,
     ControlKind,

@@ -18,9 +18,9 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from compassmem.config import Settings
-from compassmem.contracts.commands import CONTROL_COMMAND, SettingCommand
-from compassmem.runtime_settings import RuntimeSettings, SettingValueError, UnknownSettingError
+from compassmem.core.config import Settings
+from compassmem.core.contracts.commands import CONTROL_COMMAND, SettingCommand
+from compassmem.library.runtime_settings import RuntimeSettings, SettingValueError, UnknownSettingError
 from compassmem.streams.messages import CONTROL_HEADER, CommandRefused, ControlKind, ForgetDone
 
 log = structlog.get_logger(__name__)

@@ -1,5 +1,5 @@
 """The worker's own records on the streaming topics (a turn is ``models.Turn``; the control topic's commands and the
-dead-letter record, which code outside the worker writes or reads too, are in ``compassmem/contracts/``).
+dead-letter record, which code outside the worker writes or reads too, are in ``compassmem/core/contracts/``).
 
 - turns topic, besides turns: ``ForgetMarker``, ``RedactMarker``, ``SettingMarker`` and ``IdleCloseMarker``,
   written by the worker itself and told apart by the ``compassmem-control`` header. They sit in the log at the
@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from compassmem.contracts.commands import ForgetCommand, RedactCommand, SettingCommand, SettingValue
-from compassmem.models import TENANT_PATTERN, Cluster, Event, Relation, partition_key
+from compassmem.core.contracts.commands import ForgetCommand, RedactCommand, SettingCommand, SettingValue
+from compassmem.core.models import TENANT_PATTERN, Cluster, Event, Relation, partition_key
 
 CONTROL_HEADER = "compassmem-control"
 

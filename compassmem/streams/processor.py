@@ -31,15 +31,15 @@ from functools import partial
 
 import structlog
 
-from compassmem.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
-from compassmem.embedding import Embedder
-from compassmem.models import Cluster, Event, Relation, partition_key
-from compassmem.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, WriteSteps
+from compassmem.core.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
+from compassmem.embedding.embedders import Embedder
+from compassmem.core.models import Cluster, Event, Relation, partition_key
+from compassmem.write.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, WriteSteps
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment, SegmentationConfig
-from compassmem.redaction import redact_stored_turn
-from compassmem.runtime_settings import LlmSwitch, overrides
+from compassmem.write.redaction import redact_stored_turn
+from compassmem.library.runtime_settings import LlmSwitch, overrides
 from compassmem.sinks.batching import (
     CompactingSink,
     ConversationForgotten,

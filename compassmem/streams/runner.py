@@ -21,16 +21,16 @@ from typing import Protocol
 import structlog
 from prometheus_client import start_http_server
 
-from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
-from compassmem.logging_setup import library_logging_config
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.core.logging_setup import library_logging_config
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
-from compassmem.process_gc import freeze_long_lived_objects
+from compassmem.system.process_gc import freeze_long_lived_objects
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.topics import ensure_topics, topic_specs
-from compassmem.terminal import echo
+from compassmem.core.terminal import echo
 
 log = structlog.get_logger(__name__)
 

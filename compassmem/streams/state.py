@@ -24,7 +24,7 @@ import zlib
 import numpy as np
 from pydantic import BaseModel, Field
 
-from compassmem.models import Event, partition_key
+from compassmem.core.models import Event, partition_key
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemoryState
 
 MAGIC = b"CMS1"

@@ -15,7 +15,7 @@ import structlog
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
-from compassmem.config import Settings
+from compassmem.core.config import Settings
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ from typing import TextIO
 import structlog
 from pydantic import ValidationError
 
-from compassmem.models import Cluster, Relation
+from compassmem.core.models import Cluster, Relation
 from compassmem.retrieval.listing import list_conversations, list_events
 from compassmem.sinks.factory import Stores
 from compassmem.transfer.records import (

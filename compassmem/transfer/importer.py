@@ -16,7 +16,7 @@ from typing import TextIO
 
 import structlog
 
-from compassmem.contracts.search import SearchScope
+from compassmem.core.contracts.search import SearchScope
 from compassmem.sinks.batching import GraphSink, VectorSink
 from compassmem.sinks.factory import Stores
 from compassmem.transfer.reader import FilePlan, check_file, replay

@@ -28,8 +28,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
-from compassmem.errors import CompassmemError
-from compassmem.models import (
+from compassmem.core.errors import CompassmemError
+from compassmem.core.models import (
     MAX_INDEXED_TEXT_BYTES,
     TENANT_PATTERN,
     Cluster,

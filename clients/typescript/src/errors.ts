@@ -1,5 +1,5 @@
 /**
- * The errors of the client, one class per kind of refusal, as the Python client's (`compassmem.errors`):
+ * The errors of the client, one class per kind of refusal, as the Python client's (`compassmem.core.errors`):
  * `BadRequest` (400/413/422, with the server's per-field `errors`), `Unauthorized` (401), `Forbidden` (403),
  * `NotFound` (404), `Unavailable` (503, and a server that cannot be reached or does not answer in time),
  * `ServerError` (another 5xx); every one a `CompassmemError`.

@@ -31,9 +31,9 @@ from typing import Literal, NamedTuple
 import structlog
 from pydantic import BaseModel, Field, ValidationError
 
-from compassmem.config import Settings
-from compassmem.contracts.commands import CONTROL_COMMAND
-from compassmem.contracts.records import GraphEdge, GraphNode
+from compassmem.core.config import Settings
+from compassmem.core.contracts.commands import CONTROL_COMMAND
+from compassmem.core.contracts.records import GraphEdge, GraphNode
 from compassmem.query_api.change_follower import ChangeFollower
 from compassmem.retrieval.listing import edge_of_relation, node_of_event
 from compassmem.streams.messages import ChangeOp, ClusterChange, EventChange, RelationChange

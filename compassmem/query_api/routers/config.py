@@ -1,5 +1,6 @@
 """Runtime settings over HTTP (admin keys only): the values in force in this API process, and changes, each
-recorded on the control topic for the workers and every API process to apply (``compassmem/runtime_settings.py``).
+recorded on the control topic for the workers and every API process to apply
+(``compassmem/library/runtime_settings.py``).
 
 No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime.
 """
@@ -10,9 +11,9 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from compassmem.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
+from compassmem.core.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
 from compassmem.query_api.dependencies import INVALID, UNAVAILABLE, AuthorizerOf, Services
-from compassmem.runtime_settings import (
+from compassmem.library.runtime_settings import (
     SPECS,
     SettingInForce,
     SettingRecorded,

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, status
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, AwareDatetime
 
-from compassmem.contracts.records import (
+from compassmem.core.contracts.records import (
     ConversationPage,
     DeleteResult,
     ErrorResponse,
@@ -25,7 +25,7 @@ from compassmem.contracts.records import (
     LimitedConversationGraph,
     RedactResult,
 )
-from compassmem.models import check_id, check_storable
+from compassmem.core.models import check_id, check_storable
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
     INVALID,

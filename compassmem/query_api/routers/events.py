@@ -5,7 +5,7 @@ No ``from __future__ import annotations``: FastAPI reads the endpoints' annotati
 
 from fastapi import APIRouter
 
-from compassmem.contracts.records import ErrorResponse, EventOut
+from compassmem.core.contracts.records import ErrorResponse, EventOut
 from compassmem.query_api.dependencies import AUTH_ERRORS, INVALID, EventId, Services, Tenant
 
 router = APIRouter()

@@ -9,8 +9,8 @@ import structlog
 from fastapi import APIRouter, HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
 
-from compassmem.contracts.query import QueryRequest, QueryResponse
-from compassmem.errors import NotFound, Unavailable
+from compassmem.core.contracts.query import QueryRequest, QueryResponse
+from compassmem.core.errors import NotFound, Unavailable
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
     DEADLINE,

@@ -10,8 +10,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
 
-from compassmem.contracts.records import ErrorResponse, TenantDeleteResult
-from compassmem.models import TENANT_PATTERN
+from compassmem.core.contracts.records import ErrorResponse, TenantDeleteResult
+from compassmem.core.models import TENANT_PATTERN
 from compassmem.query_api.dependencies import INVALID, UNAVAILABLE, AuthorizerOf, Live, Services
 
 TenantPath = Annotated[str, Path(pattern=TENANT_PATTERN, description="The tenant to delete.")]

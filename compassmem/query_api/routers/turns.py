@@ -8,8 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, HTTPException, Request, status
 from pydantic import Discriminator, Field, Tag
 
-from compassmem.contracts.records import MAX_TURNS_PER_REQUEST, TurnsAccepted
-from compassmem.models import Turn
+from compassmem.core.contracts.records import MAX_TURNS_PER_REQUEST, TurnsAccepted
+from compassmem.core.models import Turn
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
     INVALID,

@@ -1,0 +1,1 @@
+"""The records, settings, errors, logging and tracing every layer shares."""

@@ -1,0 +1,416 @@
+"""``Memory``: compassmem as a library, and the one module that wires the embedder, the stores, the write
+pipeline and the query engine together.
+
+    with Memory() as memory:                      # Settings() from COMPASSMEM_* (embedded stores by default)
+        memory.add(turns)
+        response = memory.query("Why was the launch moved?", conversation_id="priya-tom")
+
+The verbs take and return the HTTP API's own records (``QueryRequest``/``QueryResponse``, ``ConversationPage``,
+``EventPage``, ``LimitedConversationGraph``, ``DeleteResult``), so code moves between ``Memory`` and
+``compassmem.Client`` without changing what it reads.
+Failures are the classes of ``compassmem.core.errors``; bad fields raise pydantic's ValidationError (a ValueError).
+
+Writes (``add``, ``forget``, ``redact_turn``, ``delete_tenant``) go straight to the stores through an in-process
+pipeline, like ``compassmem ingest``. The deletions also reach a worker when a stream is configured
+(``COMPASSMEM_KAFKA_BOOTSTRAP``): like the HTTP API's, each records its command on the control topic first, so that
+the worker deletes what it holds (its stores and state) and a replay of the turns topic does not bring the memory
+back; a command the broker does not acknowledge deletes nothing (Unavailable). An embedded store belongs to one
+process, so while a ``Memory`` holds the data directory no ``compassmem dev`` or second ``Memory`` can open it
+(StoreOpenError says so).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Annotated, Any
+
+import structlog
+from pydantic import StringConstraints, TypeAdapter
+
+from compassmem.core.config import Settings
+from compassmem.core.contracts.commands import Command, ForgetCommand, RedactCommand, SettingValue
+from compassmem.core.contracts.query import QueryRequest, QueryResponse
+from compassmem.core.contracts.records import (
+    ConversationPage,
+    DeleteResult,
+    EventOut,
+    EventPage,
+    LimitedConversationGraph,
+    RedactResult,
+    TenantDeleteResult,
+)
+from compassmem.embedding.embedders import Embedder, make_embedder
+from compassmem.core.errors import NotFound, Unavailable
+from compassmem.llm.client import ChatClient, LlmAnswerer, LlmDecomposer
+from compassmem.llm.steps import llm_steps
+from compassmem.core.models import (
+    DEFAULT_TENANT,
+    TENANT_PATTERN,
+    Event,
+    Turn,
+    TurnInput,
+    check_id,
+    partition_key,
+)
+from compassmem.write.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
+from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
+from compassmem.write.redaction import redact_stored_turn
+from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
+from compassmem.retrieval.hot_tier import HotTier
+from compassmem.retrieval.listing import (
+    ConversationOrder,
+    CursorSigner,
+    conversation_graph,
+    list_conversations,
+    list_events,
+)
+from compassmem.library.runtime_settings import RuntimeSettings, SettingRecorded, overrides, setting_command
+from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.factory import Stores, open_stores
+from compassmem.transfer.exporter import export_memory
+from compassmem.transfer.files import Target, reading, writing
+from compassmem.transfer.importer import import_memory
+from compassmem.transfer.records import TransferSummary
+
+log = structlog.get_logger(__name__)
+
+_TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
+
+
+def _no_memory(tenant: str, conversation_id: str) -> str:
+    return f"no memory for conversation {conversation_id!r} of tenant {tenant!r}"
+
+
+def _page_size(limit: int) -> int:
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    return limit
+
+
+class Memory:
+    """Long-term memory of conversations: add turns, ask questions with evidence, look at and forget memory.
+
+    ``Memory(settings)`` opens the stores the settings name (embedded qdrant-edge and FalkorDB under
+    ``settings.data_dir`` unless COMPASSMEM_QDRANT_URL / COMPASSMEM_FALKORDB_URL are set) and builds the embedder
+    they choose. A process that already holds open stores and an embedder (the query API: ``compassmem api`` measures
+    its store calls, and inside ``compassmem dev`` it shares the worker's) passes them in; they stay the caller's to
+    close. ``engine_config`` and ``pipeline_config`` replace what the settings choose of the query engine (ranking,
+    the graph walk) and of the write path (batch size, memory window), for experiments such as the benchmarks'
+    ablations. ``control`` is where the deletions record their commands (the API passes the publisher it holds);
+    without one, a Kafka producer is made on the first deletion when COMPASSMEM_KAFKA_BOOTSTRAP is set. Safe to share
+    between threads.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, stores: Stores | None = None,
+                 embedder: Embedder | None = None, engine_config: EngineConfig | None = None,
+                 pipeline_config: PipelineConfig | None = None, control: ControlPublisher | None = None) -> None:
+        self.settings = settings or Settings()
+        self.embedder = embedder or make_embedder(self.settings)
+        self._owns_stores = stores is None
+        self.stores = stores or open_stores(self.settings, dim=self.embedder.dim)
+        self._pipeline_config = pipeline_config
+        self._control = control
+        # Made by this object (and closed by it) on the first deletion with a stream configured.
+        self._own_control: KafkaTurnPublisher | None = None
+        secret = self.settings.cursor_secret
+        self.cursors = CursorSigner(secret.get_secret_value() if secret else None)
+        try:
+            self.hot = HotTier(self.stores.vectors, self.stores.graph, max_turns=self.settings.api_hot_turns,
+                               max_age_s=self.settings.api_view_max_age_s,
+                               followed_max_age_s=self.settings.api_hot_followed_max_age_s)
+            chat = self._chat = ChatClient.from_settings(self.settings)
+            self.engine = QueryEngine(self.embedder, self.stores.vectors, self.hot, engine_config,
+                                      answerer=LlmAnswerer(chat) if chat else None,
+                                      decomposer=LlmDecomposer(chat).decompose if chat else None)
+        except BaseException:
+            self.close()
+            raise
+        # The runtime settings in force here; the API's control-topic reader applies the changes it reads.
+        self.runtime = RuntimeSettings(self.settings, on_change=self._use_setting)
+        # Built on the first add: a reader (the API, `ask`) never needs the segmentation state.
+        self._pipeline: MemoryPipeline | None = None
+        # One writer at a time: the pipeline's per-conversation state is not thread-safe (queries need no lock).
+        self._writing = threading.Lock()
+        self._closed = False
+
+    # -- writing -------------------------------------------------------------------------------------------------
+
+    def add(self, turns: TurnInput | Iterable[TurnInput], *,
+            progress: Callable[[int], None] | None = None) -> IngestSummary:
+        """Build memory from turns (``Turn`` objects or dicts in the turn schema), in order, and write it.
+
+        Each call ends its conversations' open segments, so add a whole exchange or session at a time rather than
+        turn by turn. Within one ``Memory`` a conversation's later calls continue its memory (merging, relations,
+        topics); a new ``Memory`` starts a fresh segmentation state for turns added to a stored conversation.
+        Returns the running totals of this object's writes."""
+        batch = [turns] if isinstance(turns, Turn | Mapping) else list(turns)
+        validated = [turn if isinstance(turn, Turn) else Turn.model_validate(turn) for turn in batch]
+        with self._writing:
+            summary = self._writer().ingest(validated, progress=progress)
+        for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
+            # Merges rewrite older events: cached copies would be stale until their maximum age.
+            self.hot.invalidate(tenant, conversation_id)
+        return summary
+
+    def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
+        """Delete a conversation from both stores (and, with ``compact_after_erasure``, from their files), after
+        recording a forget command on the control topic when a stream is configured (``forget_published``).
+        Forgetting one that has no memory is not an error (``events_deleted`` is 0)."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        with self._writing:
+            published = self._publish(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
+            events = self.stores.vectors.count(tenant, conversation_id)
+            self.stores.delete_conversation(tenant, conversation_id)
+            self.hot.invalidate(tenant, conversation_id)
+            if self._pipeline is not None:
+                # Turns added again later start a new memory, with no relations to the deleted events.
+                self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)
+            self._erased()
+        log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events,
+                 forget_published=published)
+        return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
+                            forget_published=published)
+
+    def redact_turn(self, conversation_id: str, turn_id: str, *, tenant: str = DEFAULT_TENANT) -> RedactResult:
+        """Delete one turn: the event that held it is rebuilt from its other turns (summary, keywords, entities,
+        embedding) or, when it was the last, deleted with its relations. As for ``forget``, a redaction command is
+        recorded first when a stream is configured (``redaction_published``). NotFound when no store holds the
+        turn (and then nothing is recorded)."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        turn_id = check_id(turn_id)
+        missing = f"no turn {turn_id!r} in conversation {conversation_id!r} of tenant {tenant!r}"
+        with self._writing:
+            if self.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
+                raise NotFound(missing)
+            # "checked": the worker may find the turn already gone (deleted below), which is no reason to refuse it.
+            published = self._publish(RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
+                                                    if_absent="checked"))
+            stored = redact_stored_turn(self.stores, tenant, conversation_id, turn_id)
+            self.hot.invalidate(tenant, conversation_id)
+            if stored is None:  # redacted meanwhile by another process, e.g. the worker's control agent
+                raise NotFound(missing)
+            pipeline = self._pipeline
+            memory = pipeline.memories.get(partition_key(tenant, conversation_id)) if pipeline else None
+            if memory is not None:
+                # Later adds to this conversation must not write the turn back with its event.
+                memory.redact_turn(turn_id, stored.before, stored.event, stored.relations)
+            self._erased()
+        return RedactResult(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
+                            event_id=stored.event_id, event_deleted=stored.event is None,
+                            redaction_published=published)
+
+    def delete_tenant(self, tenant: str) -> TenantDeleteResult:
+        """Delete every conversation of a tenant from both stores (an operator's step: over HTTP it needs an admin
+        key), after recording a forget command for the whole tenant when a stream is configured. Deleting a tenant
+        that has no memory is not an error."""
+        tenant = _TENANT.validate_python(tenant)
+        with self._writing:
+            published = self._publish(ForgetCommand(tenant=tenant))
+            events = self.stores.vectors.count(tenant)
+            self.stores.delete_tenant(tenant)
+            self.hot.invalidate(tenant)
+            if self._pipeline is not None:
+                for key in [k for k in self._pipeline.memories if k.startswith(f"{tenant}/")]:
+                    self._pipeline.memories.pop(key)
+            self._erased()
+        log.info("memory.tenant_deleted", tenant=tenant, events=events, forget_published=published)
+        return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)
+
+    # -- runtime settings ----------------------------------------------------------------------------------------
+
+    def set_setting(self, key: str, value: object) -> SettingRecorded:
+        """Record a runtime setting change on the control topic (``compassmem/library/runtime_settings.py``): workers
+        apply it at its marker in each turns partition, API processes as they read it. UnknownSettingError or
+        SettingValueError for a bad key or value; Unavailable without a stream or an acknowledgement."""
+        command = setting_command(key, value)
+        try:
+            control = self._control_publisher()
+            if control is None:
+                raise Unavailable("a runtime setting is a record on the control topic, and no stream is "
+                                  "configured (COMPASSMEM_KAFKA_BOOTSTRAP)")
+            partition, offset = control.publish_command(command)
+        except PublishError as error:
+            raise Unavailable(f"the setting was not acknowledged, nothing changed: {error}") from error
+        log.info("memory.setting_recorded", setting=key, value=command.value, offset=offset)
+        return SettingRecorded(setting=key, value=command.value, requested_at=command.requested_at,
+                               control_partition=partition, control_offset=offset)
+
+    def _use_setting(self, key: str, value: SettingValue) -> None:
+        """A runtime change of a read-path key takes effect here (write-path keys are the workers')."""
+        ranking = overrides(RankingConfig, {key: value})
+        if ranking:
+            self.engine.use_ranking(self.engine.config.ranking.model_copy(update=ranking))
+        hot_turns = overrides(Settings, {key: value}).get("api_hot_turns")
+        if hot_turns is not None:
+            self.hot.resize(int(hot_turns))
+
+    def _publish(self, command: Command) -> bool:
+        """Record a deletion's command on the control topic; False when no stream is configured. Unavailable when
+        the broker does not acknowledge it: deleting without the log entry would let a replay of the turns topic
+        bring the memory back (and the worker, which never heard of it, keeps it)."""
+        try:
+            control = self._control_publisher()
+            if control is None:
+                return False
+            control.publish_command(command)
+        except PublishError as error:
+            raise Unavailable(f"the {command.command} command was not acknowledged, nothing deleted: {error}") \
+                from error
+        return True
+
+    def _control_publisher(self) -> ControlPublisher | None:
+        if self._control is None and self.settings.kafka_bootstrap:
+            self._own_control = KafkaTurnPublisher(self.settings.kafka_bootstrap, self.settings.turns_topic,
+                                                   self.settings.control_topic, client_id="compassmem-library")
+            self._control = self._own_control
+        return self._control
+
+    def compact(self) -> bool:
+        """Rewrite both stores' files from what they hold now, so that what earlier redactions and forgets deleted
+        leaves the disk as well (``compassmem compact``; after every erasure with COMPASSMEM_COMPACT_AFTER_ERASURE).
+        False when the vectors live on a Qdrant server, whose files are its operator's to compact."""
+        with self._writing:
+            return self.stores.compact()
+
+    def _erased(self) -> None:
+        if self.settings.compact_after_erasure:
+            self.stores.compact()
+
+    # -- reading -------------------------------------------------------------------------------------------------
+
+    def query(self, request: QueryRequest | str, *, conversation_id: str | None = None,
+              conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
+              all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
+              max_hops: int | None = None, deadline_s: float | None = None) -> QueryResponse:
+        """Answer a question with ranked source turns and the evidence events that hold them.
+
+        Pass a ``QueryRequest``, or the question and its fields (exactly one scope: ``conversation_id``,
+        ``conversation_ids``, ``subject_id`` or ``all_conversations=True``). NotFound when the scope holds no
+        memory at all; Unavailable when ``deadline_s`` passed while gathering evidence."""
+        fields: dict[str, Any] = {name: value for name, value in (
+            ("conversation_id", conversation_id), ("conversation_ids", conversation_ids),
+            ("subject_id", subject_id), ("all_conversations", all_conversations), ("tenant", tenant),
+            ("budget_turns", budget_turns), ("max_hops", max_hops)) if value is not None}
+        if isinstance(request, QueryRequest):
+            if fields:
+                raise TypeError(f"give either a QueryRequest or a question with its fields, not both "
+                                f"({', '.join(fields)})")
+        else:
+            request = QueryRequest(question=request, **fields)
+        try:
+            response = self.engine.query(request, deadline_s=deadline_s)
+        except QueryDeadlineExceeded as error:
+            raise Unavailable(str(error)) from error
+        # Only an empty answer asks whether the scope holds anything at all (NotFound rather than no evidence).
+        if not response.turn_ids and self.stores.vectors.count_turns(request.scope) == 0:
+            raise NotFound(f"no memory for {request.scope_label} of tenant {request.tenant!r}")
+        return response
+
+    def conversations(self, *, tenant: str = DEFAULT_TENANT, query: str | None = None, limit: int = 50,
+                      cursor: str | None = None, order: ConversationOrder = "recent") -> ConversationPage:
+        """One page of the tenant's conversations with their event and turn counts and last update, most recent
+        first (or by id); ``query`` keeps those whose id, subject, an event summary or a participant contains it.
+        Pass the page's ``next_cursor`` for the next one (None on the last page); any other cursor is a ValueError
+        (CursorError) naming it. Cursors are signed with ``COMPASSMEM_CURSOR_SECRET``, else with a secret of this
+        process."""
+        return list_conversations(self.stores, _TENANT.validate_python(tenant), query=query,
+                                  limit=_page_size(limit), cursor=cursor, order=order, cursors=self.cursors)
+
+    def events(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, limit: int = 50,
+               cursor: str | None = None) -> EventPage:
+        """One page of a conversation's events in time order; ``next_cursor`` as for ``conversations``. NotFound
+        when the conversation has no memory."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        page = list_events(self.stores, tenant, conversation_id, limit=_page_size(limit), cursor=cursor,
+                           cursors=self.cursors)
+        if not page.events and cursor is None:
+            raise NotFound(_no_memory(tenant, conversation_id))
+        return page
+
+    def graph(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, max_nodes: int | None = None,
+              since: datetime | None = None) -> LimitedConversationGraph:
+        """A conversation's event graph: events, topic clusters and every relation (superseded ones marked);
+        ``max_nodes`` keeps the most recent events, ``since`` those that end at or after it."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        graph = conversation_graph(self.stores, tenant, conversation_id,
+                                   max_nodes=None if max_nodes is None else _page_size(max_nodes), since=since)
+        if graph is None:
+            raise NotFound(_no_memory(tenant, conversation_id))
+        return graph
+
+    def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
+        """One event with its source turns (observations), as ``GET /v1/events/{id}`` and ``Client.event`` give it;
+        NotFound when the tenant has no such event."""
+        found = self.get_events([event_id], tenant=tenant)
+        if not found:
+            raise NotFound(f"no event {event_id!r} for tenant {tenant!r}")
+        return EventOut.of(found[0])
+
+    def get_events(self, event_ids: Sequence[str], *, tenant: str = DEFAULT_TENANT) -> list[Event]:
+        """The stored events of these ids (evidence names them) that the tenant has; unknown ids are left out."""
+        return self.stores.vectors.get_events(_TENANT.validate_python(tenant), list(event_ids))
+
+    # -- lifetime ------------------------------------------------------------------------------------------------
+
+    def _writer(self) -> MemoryPipeline:
+        if self._pipeline is None:
+            # The worker's window too (unless pipeline_config replaces it), so that adding a conversation builds
+            # the memory streaming it would.
+            self._pipeline = MemoryPipeline(
+                self.embedder, [VectorSink(self.stores.vectors), GraphSink(self.stores.graph)],
+                self._pipeline_config or PipelineConfig.from_settings(self.settings),
+                llm=llm_steps(self.settings, self._chat))
+        return self._pipeline
+
+    def close(self) -> None:
+        """Close the stores this object opened (not ones passed in). Safe to call twice."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        try:
+            if self._own_control is not None:
+                self._own_control.close()
+        finally:
+            if self._owns_stores:
+                self.stores.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- export and import ---------------------------------------------------------------------------------------
+
+    def export(self, destination: Target, *, conversation_id: str | None = None,
+               tenant: str = DEFAULT_TENANT) -> TransferSummary:
+        """Write the tenant's memory, or one conversation's, to a path or text stream as JSONL (the format of
+        ``compassmem.transfer.records``): turns and events with their vectors, clusters, relations (superseded ones
+        too). NotFound when ``conversation_id`` has no memory."""
+        tenant = _TENANT.validate_python(tenant)
+        if conversation_id is not None:
+            self.events(conversation_id, tenant=tenant, limit=1)  # NotFound before a file is made
+        with writing(destination) as out:
+            return export_memory(self.stores, out, tenant=tenant, conversation_id=conversation_id,
+                                 vector_space=self.settings.vector_space, dim=self.embedder.dim)
+
+    def import_(self, source: Target, *, replace: bool = False) -> TransferSummary:
+        """Restore an export (a path or text stream) into these stores. The whole file is checked first: a bad line
+        anywhere raises ExportFormatError naming it, and nothing is written. Refused (ImportRefused) when its
+        vectors come from another embedder, or when the stores already hold its tenant (a tenant export) or a
+        conversation of it, unless ``replace``: then each of its conversations replaces the stored one. If writing
+        fails part-way, what was written is deleted again and ImportFailed says so (with ``replace``, which
+        conversations were replaced)."""
+        with self._writing, reading(source) as lines:
+            return import_memory(self.stores, lines, vector_space=self.settings.vector_space,
+                                 dim=self.embedder.dim, replace=replace, on_written=self._conversation_imported)
+
+    def _conversation_imported(self, tenant: str, conversation_id: str) -> None:
+        self.hot.invalidate(tenant, conversation_id)
+        if self._pipeline is not None:
+            # Segmentation state of a replaced conversation describes memory that is gone.
+            self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)

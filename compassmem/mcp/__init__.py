@@ -1,0 +1,1 @@
+"""The MCP server: the memory's tools for agents."""

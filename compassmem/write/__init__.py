@@ -1,0 +1,1 @@
+"""The write path's wiring (MemoryPipeline), the conversation file readers and redaction."""
