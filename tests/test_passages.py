@@ -6,13 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
+
 from compassmem.core.config import Settings
 from compassmem.core.contracts.query import QueryRequest
 from compassmem.core.contracts.search import SearchScope
 from compassmem.library.memory import Memory
 from compassmem.core.models import Turn
 from compassmem.text.passages import PASSAGE_WORDS, passage_spans
-from compassmem.retrieval.engine import EngineConfig, RankingConfig
 from compassmem.sinks import event_payload as layout
 from compassmem.sinks.vector_store import HitSearch
 
@@ -92,18 +93,20 @@ def test_a_long_text_is_cut_into_passages_that_cover_every_word_at_paragraph_end
 
 
 def test_a_fact_in_the_fifth_paragraph_of_a_3000_word_answer_is_found_and_shown(embedder, tmp_path: Path) -> None:  # noqa: ANN001
-    question = "How much money was set aside each quarter to refurbish the Portuguese office?"
+    # Asked of the assistant's side ("you"), as a user asks about an answer: the ranking model's prior for short
+    # turns in chats of long answers (docs/decisions/003-fitted-ranking.md) is not what this test is about.
+    question = "How much money did you say was set aside each quarter to refurbish the Portuguese office?"
     with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
         memory.add(_chat())
         answer = memory.query(QueryRequest(conversation_id="advice", question=question, budget_turns=3))
-        without = Memory(memory.settings, stores=memory.stores, embedder=memory.embedder,
-                         engine_config=EngineConfig(ranking=RankingConfig(passage_candidates=0)))
-        # The store's passage search finds the passage and reports it as its turn, with its index.
+        # The store's passage search finds the passage and reports it as its turn, with its index ...
         vector = memory.embedder.embed([question])[0]
         hits = memory.stores.vectors.hits(SearchScope(tenant="default", conversation_ids=("advice",)),
                                           [HitSearch("passage", vector, 3)])[0]
-        own = memory.engine.candidate_features(QueryRequest(conversation_id="advice", question=question))
-        plain = without.engine.candidate_features(QueryRequest(conversation_id="advice", question=question))
+        # ... closer to the question than the turn's own vector, which knows its opening only.
+        opening = memory.stores.vectors.get_turn("default", "advice", "m1")
+    assert opening is not None and opening.embedding is not None
+    assert hits[0].score > float(np.dot(vector, opening.embedding)) + 0.05
     assert hits[0].turn_id == "m1" and hits[0].passage >= 1
     assert answer.turn_ids[0] == "m1"
     shown = next(t for item in answer.evidence for t in item.turns if t.turn_id == "m1")
@@ -112,11 +115,6 @@ def test_a_fact_in_the_fifth_paragraph_of_a_3000_word_answer_is_found_and_shown(
     assert shown.span is not None and whole[shown.span[0]: shown.span[1]] == shown.text
     assert "48,000 euros" in shown.text
     assert len(shown.text.split()) <= PASSAGE_WORDS
-    # Without the passages the answer's dense similarity is its opening's, about gardening and tests.
-    refs, features = own
-    row = [ref.turn_id for ref in refs].index("m1")
-    plain_row = [ref.turn_id for ref in plain[0]].index("m1")
-    assert features["dense"][row] > plain[1]["dense"][plain_row]
 
 
 def test_forgetting_a_turn_or_a_conversation_takes_its_passages(embedder, tmp_path: Path) -> None:  # noqa: ANN001
