@@ -31,16 +31,16 @@ from pydantic import BaseModel
 from benchmarks.common import RESULTS_DIR, print_table, require_data, write_results
 from benchmarks.ingest_throughput import embedding_only
 from benchmarks.locomo_recall import MemoryRetriever, memory_settings
-from compassmem.config import Settings
-from compassmem.embedding import Embedder, make_embedder
+from compassmem.core.config import Settings
+from compassmem.embedding.embedders import Embedder, make_embedder
 from compassmem.evaluation.baselines import DenseTurnRetriever, TurnCorpus, load_turn_corpus
 from compassmem.evaluation.harness import MethodResult, evaluate_retriever
 from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
 from compassmem.evaluation.recall import BUDGETS, TOGETHER
-from compassmem.importers import read_turns
-from compassmem.logging_setup import configure_logging
-from compassmem.memory import Memory
-from compassmem.models import Turn
+from compassmem.write.importers import read_turns
+from compassmem.core.logging_setup import configure_logging
+from compassmem.library.memory import Memory
+from compassmem.core.models import Turn
 
 DEFAULT = "onnx-int8"
 DECISION_BUDGET = 10
