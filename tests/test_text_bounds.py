@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compassmem.core.models import MAX_TEXT_BYTES, Turn
-from compassmem.processors import relations, segmentation, text_features, time_resolution
+from compassmem.processors import relations, segmentation
+from compassmem.text import text_features, time_resolution
 from compassmem.processors.clustering import Reclusterer
 from compassmem.processors.conversation_memory import ConversationMemory, ConversationMemoryState
 from compassmem.processors.merging import EventMerger

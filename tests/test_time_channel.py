@@ -84,3 +84,25 @@ def test_which_city_on_a_day_finds_the_yesterday_told_the_next_day(embedder, tmp
         without = Memory(memory.settings, stores=memory.stores, embedder=memory.embedder,
                          engine_config=EngineConfig(ranking=RankingConfig(time_candidates=0)))
         assert answer not in without.query(question).turn_ids
+
+
+def test_a_duration_answers_which_year_it_started(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    said = datetime(2024, 6, 10, 19, 0, tzinfo=UTC)
+    lines = [("Ann", "Ben cooks dinner most nights, he is much better at it than me."),
+             ("Kim", "Lucky you! What do you two do at weekends?"),
+             ("Ann", "We love hiking together, and Ben drags me to the climbing gym."),
+             ("Kim", "How did you meet him in the first place?"),
+             ("Ann", "At a friend's birthday party, he spilled a drink on my shoes."),
+             ("Kim", "That is a great story. Are you still happy with him?"),
+             ("Ann", "Very. Ben and I have been together for three years now."),
+             ("Kim", "Time flies. Any plans to move in together?"),
+             ("Ann", "We talk about it, but my flat is tiny and his is far from work.")]
+    turns = [Turn(conversation_id="ann", turn_id=f"a{n}", speaker=speaker, text=text,
+                  timestamp=said + timedelta(minutes=n), session_id="1")
+             for n, (speaker, text) in enumerate(lines)]
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+        found = memory.query(QueryRequest(conversation_id="ann", budget_turns=3,
+                                          question="Which year did Ann and Ben start dating?")).turn_ids
+    # "for three years now", said in June 2024, is a start in 2021: the turn that answers "which year".
+    assert "a6" in found
