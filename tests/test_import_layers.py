@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("text and embeddings", ("text", "embedding")),
     # The write path's logic, free of stores.
     ("processors", ("processors",)),
-    # The stores (sinks.checkpoint keeps the processors' MemoryUpdate), and the producer of the worker's input
+    # The stores (sinks.sink_group takes the processors' MemoryUpdate), and the producer of the worker's input
     # topics (what every process but the worker writes there).
     ("stores and input topics", ("sinks", "publish")),
     # llm: the client and the write path's LLM steps (they build on write.pipeline's LlmSteps).
