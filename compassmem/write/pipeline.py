@@ -158,11 +158,12 @@ class MemoryPipeline:
         for batch in _batches(turns, self.config.batch_turns):
             with stage("batch.embed", turns=len(batch)) as took:
                 # The passages of long turns after their first in the same call: the embedder's batches stay full.
-                later = [(turn, index, span) for turn in batch
-                         for index, span in enumerate(passage_spans(turn.indexed_text())) if index]
+                # A turn's indexed text is built once: it is cut into passages and each passage sliced from it.
+                later = [(turn, text, index, span) for turn in batch for text in (turn.indexed_text(),)
+                         for index, span in enumerate(passage_spans(text)) if index]
                 embedded = self.embedder.embed([t.search_text() for t in batch] + [
-                    search_text(turn.speaker, turn.indexed_text()[start:end], turn.timestamp)
-                    for turn, _, (start, end) in later])
+                    search_text(turn.speaker, text[start:end], turn.timestamp)
+                    for turn, text, _, (start, end) in later])
             vectors = embedded[: len(batch)]
             if self.observer is not None:
                 self.observer.stage("embed", took.seconds, len(batch))
@@ -170,7 +171,7 @@ class MemoryPipeline:
                 TurnPassage(tenant=turn.tenant, conversation_id=turn.conversation_id, turn_id=turn.turn_id,
                             subject_id=turn.subject_id, index=index, start=start, end=end,
                             embedding=vector.tolist())
-                for (turn, index, (start, end)), vector in zip(later, embedded[len(batch):], strict=True)])
+                for (turn, _, index, (start, end)), vector in zip(later, embedded[len(batch):], strict=True)])
             applying = time.time_ns()
             for turn, vector in zip(batch, vectors, strict=True):
                 update.extend(self.memory_for(turn.tenant, turn.conversation_id).add_turn(turn, vector))
