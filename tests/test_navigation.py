@@ -36,7 +36,7 @@ class _View:
         for index in range(relations):
             source, target = rng.sample(self.event_ids, 2)
             kind = rng.choice([k for k in DEFAULT_TYPE_WEIGHTS if k not in (CLUSTER_HOP, "adjacent")])
-            fields = WalkEdge(source, target, f"r{index}", kind, None, rng.uniform(0.3, 1.0), "").fields()
+            fields = WalkEdge(source, target, f"r{index}", kind, None, rng.uniform(0.3, 1.0), False).fields()
             self._links[source].append((target, fields))
             self._links[target].append((source, fields))
 

@@ -14,7 +14,6 @@ from pydantic import BaseModel, Field
 
 from compassmem.core.contracts.query import PathStep
 from compassmem.core.models import RelationType
-from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.retrieval.memory_view import MemoryView
 from compassmem.sinks.graph_store import EdgeFields, WalkEdge
 
@@ -133,12 +132,12 @@ def walk(view: MemoryView, query: np.ndarray, seeds: dict[str, float], max_hops:
 
 def _path_step(fields: EdgeFields, parent: str, event_id: str) -> PathStep:
     edge = WalkEdge._make(fields)
-    return PathStep(type=edge.type, subtype=edge.subtype, adjacency=edge.evidence in ADJACENCY_EVIDENCE,
+    return PathStep(type=edge.type, subtype=edge.subtype, adjacency=edge.adjacent,
                     source=edge.source or parent, target=edge.target or event_id, confidence=edge.confidence)
 
 
 # Positions in an edge's plain fields: the walk reads three of them for every way out of every event it visits.
-_TYPE, _CONFIDENCE, _EVIDENCE = (WalkEdge._fields.index(name) for name in ("type", "confidence", "evidence"))
+_TYPE, _CONFIDENCE, _ADJACENT = (WalkEdge._fields.index(name) for name in ("type", "confidence", "adjacent"))
 
 
 def _steps(view: MemoryView, event_id: str, cluster_id: str | None) -> list[tuple[str, str, float, EdgeFields]]:
@@ -146,12 +145,12 @@ def _steps(view: MemoryView, event_id: str, cluster_id: str | None) -> list[tupl
     of ``cluster_id`` (its topic cluster, or None to leave the cluster out)."""
     steps: list[tuple[str, str, float, EdgeFields]] = []
     for neighbour, fields in view.neighbours(event_id):
-        key = ADJACENT_HOP if fields[_EVIDENCE] in ADJACENCY_EVIDENCE else fields[_TYPE]
+        key = ADJACENT_HOP if fields[_ADJACENT] else fields[_TYPE]
         steps.append((neighbour, key, fields[_CONFIDENCE], fields))
     members = view.cluster_members(event_id) if cluster_id else []
     if members:
         # One edge for every member: the hop goes through the cluster, so source and target are the same for all.
         fields = WalkEdge(source=event_id, target=str(cluster_id), relation_id="", type=CLUSTER_HOP, subtype=None,
-                           confidence=1.0, evidence="").fields()
+                           confidence=1.0, adjacent=False).fields()
         steps.extend((member, CLUSTER_HOP, 1.0, fields) for member in members)
     return steps

@@ -29,6 +29,7 @@ from falkordb import FalkorDB, Graph
 from redis.exceptions import ResponseError
 
 from compassmem.core.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
+from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, rewrite_append_only_file, save_snapshot
 from compassmem.sinks.graph_store import ConversationStats, EventPosition, WalkEdge, GraphStore
 
@@ -123,15 +124,18 @@ RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
 # Relations around some events, as a walk needs them (fields, not properties(r): parsing whole property maps costs
 # more than the query). Filters stay out of the Cypher: a WHERE on the far end made FalkorDB's planner start from a
 # scan of every Event (docs/decisions/007-store-access-shapes.md); the caller filters instead.
-_EDGE_FIELDS = "r.relation_id, r.type, r.subtype, r.confidence, r.evidence, r.superseded_by"
+# What a walk reads of each active relation (WalkEdge); superseded ones stay on the server.
+_EDGE_FIELDS = "r.relation_id, r.type, r.subtype, r.confidence, r.evidence IN $adjacency"
 _OUT_EDGES = f"""
 UNWIND $ids AS id
 MATCH (s:Event {{event_id: id}})-[r:REL]->(t)
+WHERE r.superseded_by IS NULL
 RETURN s.event_id, coalesce(t.event_id, t.cluster_id), {_EDGE_FIELDS}
 """
 _IN_EDGES = f"""
 UNWIND $ids AS id
 MATCH (t:Event {{event_id: id}})<-[r:REL]-(s)
+WHERE r.superseded_by IS NULL
 RETURN s.event_id, t.event_id, {_EDGE_FIELDS}
 """
 # Display reads (the explorer): stubs are relation endpoints whose event has not arrived, not events to show.
@@ -328,13 +332,12 @@ class FalkorDBGraphStore(GraphStore):
         if not ids:
             return []
         asked = set(ids)
-        params = {"ids": ids}
-        # Incoming edges from one of the asked events already came as that event's outgoing ones.
+        params = {"ids": ids, "adjacency": sorted(ADJACENCY_EVIDENCE)}
         rows = [*self._read(tenant, _OUT_EDGES, params),
+                # Incoming edges from one of the asked events already came as that event's outgoing ones.
                 *(row for row in self._read(tenant, _IN_EDGES, params) if row[0] not in asked)]
-        return [WalkEdge(source, target, relation_id, kind, subtype, float(confidence), evidence or "")
-                for source, target, relation_id, kind, subtype, confidence, evidence, superseded_by in rows
-                if superseded_by is None]
+        return [WalkEdge(source, target, relation_id, kind, subtype, float(confidence), bool(adjacent))
+                for source, target, relation_id, kind, subtype, confidence, adjacent in rows]
 
     def relations(self, tenant: str, conversation_id: str) -> list[Relation]:
         rows = self._read(tenant, _CONVERSATION_RELATIONS, {"c": conversation_id})

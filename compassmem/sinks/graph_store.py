@@ -28,7 +28,9 @@ class WalkEdge(NamedTuple):
     type: str
     subtype: str | None
     confidence: float
-    evidence: str
+    # Whether the relation only says two events are adjacent in time (ADJACENCY_EVIDENCE): the walk's one use of a
+    # relation's evidence, read as a flag so that a load does not carry every relation's evidence text.
+    adjacent: bool
 
     def fields(self) -> EdgeFields:
         """The edge as a plain tuple (``WalkEdge._make`` gives it back): the query API's hot tier holds thousands,
