@@ -468,9 +468,11 @@ def long_file(source: Memory, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _passage_hits(memory: Memory, question: str) -> list[tuple[str, int, float]]:
+    """Each turn of the long conversation found by a passage (all of them: more than it holds), as (turn, the
+    passage's index, score)."""
     vector = memory.embedder.embed([question])[0]
     hits = memory.stores.vectors.hits(SearchScope.conversation(LONG_TENANT, LONG_CONVERSATION),
-                                      [HitSearch("passage", vector, 3)])[0]
+                                      [HitSearch("passage", vector, 100)])[0]
     return [(hit.turn_id, hit.passage, hit.score) for hit in hits if isinstance(hit, TurnHit)]
 
 
@@ -498,12 +500,13 @@ def test_the_passages_of_long_turns_travel_with_them_and_find_the_same_fact(
         assert summary.counts.passages == stored_passages(target, LONG_TENANT) == stored_passages(source, LONG_TENANT)
         assert (target.stores.vectors.passages_of_turns(LONG_TENANT, LONG_CONVERSATION, turn_ids)
                 == source.stores.vectors.passages_of_turns(LONG_TENANT, LONG_CONVERSATION, turn_ids))
-        # The fact's passage is found by meaning after the import as before it, with the same score. (The other
-        # answers are the same text, their paragraphs repeated: which of equal passages ranks first is the engine's
-        # choice, so only their scores compare.)
+        # The fact's passage is found by meaning after the import as before it, and every turn by its best passage
+        # with the same score. (The other answers repeat their paragraphs: which of a turn's equal passages stands
+        # for it is the engine's choice, so only the fact's index compares.)
         hits, hits_before = _passage_hits(target, FACT_QUESTION), _passage_hits(source, FACT_QUESTION)
         assert hits[0] == hits_before[0] and hits[0][0] == "m1" and hits[0][1] >= 1
-        assert [score for _, _, score in hits] == [score for _, _, score in hits_before]
+        assert [(turn_id, score) for turn_id, _, score in hits] == [(turn_id, score) for turn_id, _, score in
+                                                                     hits_before]
         answer_after = target.query(FACT_QUESTION, conversation_id=LONG_CONVERSATION, tenant=LONG_TENANT,
                                     budget_turns=3)
     assert answer_after.turn_ids[0] == "m1"
