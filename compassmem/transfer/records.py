@@ -14,11 +14,10 @@
 Records of one conversation are contiguous and closed by their ``conversation`` line, so a reader can check and
 write a conversation as a whole; the trailer counts and the ``end`` line tell a cut-off file from a complete one.
 The records inside are the stores' own models (``Event``, ``IndexedTurn``, ``TurnPassage``, ``Relation``,
-``Cluster``), held to the
-rules of what may enter the stores when a line is read (and written: an export never writes what an import would
-refuse): the ``Turn`` rules on what a store keeps of a turn (ids, speaker, text, session), no control character or
-lone surrogate in any string, at most ``MAX_STRING_BYTES`` in one, and finite vectors of unit length (a topic's
-centroid, a mean of unit vectors: at most unit length).
+``Cluster``), held to the rules of what may enter the stores when a line is read (and written: an export never
+writes what an import would refuse): the ``Turn`` rules on what a store keeps of a turn (ids, speaker, text,
+session), no control character or lone surrogate in any string, at most ``MAX_STRING_BYTES`` in one, and finite
+vectors of unit length (a topic's centroid, a mean of unit vectors: at most unit length).
 
 Versions: a file says which it is in its header, and is read by the rules of that version. Version 1 holds no
 passages (an import of it searches long turns by their openings); version 2 adds the ``passage`` line and the
