@@ -1,11 +1,12 @@
 """``compassmem export`` / ``compassmem import`` (``Memory.export`` / ``Memory.import_``) on real embedded stores:
 memory exported from one data directory and imported into a fresh one is the same memory (events with their turns
-and vectors, relations with their types and superseded marks, clusters) and answers a question the same way; bad
-files and targets that already hold the memory are refused with one clear message."""
+and vectors, the passages of long turns, relations with their types and superseded marks, clusters) and answers a
+question the same way; bad files and targets that already hold the memory are refused with one clear message."""
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -16,12 +17,17 @@ from typing import Any
 
 import pytest
 from test_library import library_settings, sample_turns
+from test_passages import FACT_QUESTION, chat_of_long_answers
 
 from compassmem import Memory, NotFound
+from compassmem.core.contracts.query import QueryResponse
+from compassmem.core.contracts.search import SearchScope
+from compassmem.core.models import Cluster, RelationType, Turn
 from compassmem.embedding.embedders import Embedder, make_embedder
-from compassmem.core.models import Cluster, RelationType
 from compassmem.processors.relations import make_relation
+from compassmem.sinks import event_payload as layout
 from compassmem.sinks.batching import turn_keyword_vector
+from compassmem.sinks.vector_store import HitSearch, TurnHit
 from compassmem.transfer.importer import import_memory
 from compassmem.transfer.records import Counts, ExportFormatError, ImportFailed, ImportRefused
 
@@ -197,7 +203,7 @@ def test_a_file_of_another_embedder_is_refused(exported: dict[str, Path], tmp_pa
             assert target.stores.vectors.count("default") == 0
 
 
-def test_command_line_round_trip(exported: dict[str, Path], tmp_path: Path) -> None:
+def test_command_line_round_trip(exported: dict[str, Path], long_file: Path, tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("COMPASSMEM_")}
     env.update(COMPASSMEM_DATA_DIR=str(tmp_path / "data"),
                COMPASSMEM_EMBEDDER_CACHE_DIR=str(library_settings(tmp_path).embedder_cache_dir))
@@ -220,6 +226,16 @@ def test_command_line_round_trip(exported: dict[str, Path], tmp_path: Path) -> N
         return [line for line in map(json.loads, text.splitlines()) if line["kind"] != "header"]
 
     assert records(exported_again.stdout) == records(original)
+    # The counts name the passages of long turns too.
+    passages = records(long_file.read_text())[-2]["counts"]["passages"]
+    assert passages > 20
+    imported_long = compassmem("import", str(long_file))
+    assert imported_long.returncode == 0, imported_long.stderr
+    assert f"6 turns, {passages} passages" in imported_long.stdout
+    exported_long = compassmem("export", "--tenant", LONG_TENANT)
+    assert exported_long.returncode == 0, exported_long.stderr
+    assert f"6 turns, {passages} passages" in exported_long.stderr
+    assert records(exported_long.stdout) == records(long_file.read_text())
     missing = compassmem("import", str(tmp_path / "missing.jsonl"))
     assert missing.returncode == 2 and "missing.jsonl: No such file or directory" in missing.stderr
 
@@ -424,3 +440,175 @@ def test_an_export_refuses_what_an_import_would_refuse(tmp_path: Path, embedder:
                                                     "which an import would refuse .turn.embedding: holds NaN"):
             memory.export(backup, tenant=OTHER_TENANT)
         assert not backup.exists()
+
+
+# -- the passages of long turns ------------------------------------------------------------------------------------
+
+LONG_TENANT, LONG_CONVERSATION = "longform", "advice"
+
+
+def stored_passages(memory: Memory, tenant: str) -> int:
+    """Every passage point of the tenant, searched or not."""
+    return memory.stores.vectors._count(layout.tenant_points(tenant, None, layout.PASSAGE_KIND))  # noqa: SLF001
+
+
+def stored_turns(memory: Memory, tenant: str, conversation_id: str) -> list[str]:
+    return [turn.turn_id for turn in memory.stores.vectors.conversation_turns(tenant, conversation_id)]
+
+
+@pytest.fixture(scope="module")
+def long_file(source: Memory, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tenant holding three answers of about 3,000 words (tests/test_passages.py), exported: the fact sits in the
+    fifth paragraph of the first, which only a passage's vector knows of."""
+    source.add([Turn.model_validate({**turn.model_dump(), "tenant": LONG_TENANT}) for turn in chat_of_long_answers()])
+    path = tmp_path_factory.mktemp("long") / "longform.jsonl"
+    summary = source.export(path, tenant=LONG_TENANT)
+    assert summary.counts.passages == stored_passages(source, LONG_TENANT) > 20
+    return path
+
+
+def _passage_hits(memory: Memory, question: str) -> list[tuple[str, int, float]]:
+    """Each turn of the long conversation found by a passage (all of them: more than it holds), as (turn, the
+    passage's index, score)."""
+    vector = memory.embedder.embed([question])[0]
+    hits = memory.stores.vectors.hits(SearchScope.conversation(LONG_TENANT, LONG_CONVERSATION),
+                                      [HitSearch("passage", vector, 100)])[0]
+    return [(hit.turn_id, hit.passage, hit.score) for hit in hits if isinstance(hit, TurnHit)]
+
+
+def _shown(answer: QueryResponse, turn_id: str) -> tuple[tuple[int, int] | None, str]:
+    turn = next(t for item in answer.evidence for t in item.turns if t.turn_id == turn_id)
+    return turn.span, turn.text
+
+
+def test_the_passages_of_long_turns_travel_with_them_and_find_the_same_fact(
+        source: Memory, long_file: Path, tmp_path: Path, embedder: Embedder) -> None:
+    lines = records_of(long_file)
+    assert lines[0]["version"] == 2
+    # Every passage line follows its turn's line or the passage before it.
+    for before, line in itertools.pairwise(lines):
+        if line["kind"] == "passage":
+            passage = line["passage"]
+            assert (before["kind"], before[before["kind"]]["turn_id"]) in (("turn", passage["turn_id"]),
+                                                                           ("passage", passage["turn_id"]))
+            assert before.get("passage", {"index": 0})["index"] == passage["index"] - 1
+    turn_ids = stored_turns(source, LONG_TENANT, LONG_CONVERSATION)
+    answer_before = source.query(FACT_QUESTION, conversation_id=LONG_CONVERSATION, tenant=LONG_TENANT,
+                                 budget_turns=3)
+    with open_memory(tmp_path / "data", embedder) as target:
+        summary = target.import_(long_file)
+        assert summary.counts.passages == stored_passages(target, LONG_TENANT) == stored_passages(source, LONG_TENANT)
+        assert (target.stores.vectors.passages_of_turns(LONG_TENANT, LONG_CONVERSATION, turn_ids)
+                == source.stores.vectors.passages_of_turns(LONG_TENANT, LONG_CONVERSATION, turn_ids))
+        # The fact's passage is found by meaning after the import as before it, and every turn by its best passage
+        # with the same score. (The other answers repeat their paragraphs: which of a turn's equal passages stands
+        # for it is the engine's choice, so only the fact's index compares.)
+        hits, hits_before = _passage_hits(target, FACT_QUESTION), _passage_hits(source, FACT_QUESTION)
+        assert hits[0] == hits_before[0] and hits[0][0] == "m1" and hits[0][1] >= 1
+        assert [(turn_id, score) for turn_id, _, score in hits] == [(turn_id, score) for turn_id, _, score in
+                                                                     hits_before]
+        answer_after = target.query(FACT_QUESTION, conversation_id=LONG_CONVERSATION, tenant=LONG_TENANT,
+                                    budget_turns=3)
+    assert answer_after.turn_ids[0] == "m1"
+    span, text = _shown(answer_after, "m1")
+    assert (span, text) == _shown(answer_before, "m1")
+    assert span is not None and "48,000 euros" in text
+
+
+def test_a_file_of_version_1_without_passages_still_imports(long_file: Path, tmp_path: Path,
+                                                            embedder: Embedder) -> None:
+    """What an export wrote before passages travelled: version 1, no passage lines, counts without passages."""
+    lines = records_of(long_file)
+    old = [line for line in lines if line["kind"] != "passage"]
+    old[0]["version"] = 1
+    for line in old:
+        if line["kind"] == "conversation":
+            del line["counts"]["passages"]
+    with open_memory(tmp_path / "data", embedder) as target:
+        with pytest.raises(ExportFormatError, match="line [0-9]+: a passage line in a file of version 1; passages came "
+                                                    "with version 2"):
+            target.import_(as_file([{**lines[0], "version": 1}, *lines[1:]]))
+        with pytest.raises(ExportFormatError, match="line 1: version: the file is of version 3 of the "
+                                                    "compassmem-export format, newer than this compassmem reads"):
+            target.import_(as_file([{**lines[0], "version": 3}, *lines[1:]]))
+        assert target.stores.vectors.count(LONG_TENANT) == 0
+        summary = target.import_(as_file(old))
+        assert summary.counts.passages == 0 and summary.counts.turns == 6
+        assert len(stored_turns(target, LONG_TENANT, LONG_CONVERSATION)) == 6
+        assert stored_passages(target, LONG_TENANT) == 0
+
+
+def _first_passage(lines: list[dict[str, Any]]) -> int:
+    return next(i for i, line in enumerate(lines) if line["kind"] == "passage")
+
+
+def _passage_edit(change: Any) -> Any:  # noqa: ANN401 - an edit of the file's records
+    def edit(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        change(lines[_first_passage(lines)]["passage"])
+        return lines
+    return edit
+
+
+def _repeat_a_passage(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    index = _first_passage(lines)
+    lines.insert(index + 1, lines[index])
+    return lines
+
+
+def _passage_before_its_turn(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    index = _first_passage(lines)
+    lines.insert(index - 1, lines.pop(index))
+    return lines
+
+
+def _drop_a_passage(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    del lines[_first_passage(lines)]
+    return lines
+
+
+PASSAGE_EDITS = [
+    (_passage_edit(lambda p: p["embedding"].append(0.0)), "passage.embedding: a 385-d vector; the header says 384-d"),
+    (_passage_edit(lambda p: p["embedding"].__setitem__(0, float("nan"))), "passage.embedding: holds NaN"),
+    (_passage_edit(_set("turn_id", "ghost")),
+     "passage.turn_id: turn 'ghost' has no line before this passage in conversation 'advice'"),
+    (_passage_before_its_turn, "passage.turn_id: turn 'm1' has no line before this passage"),
+    (_passage_edit(_set("conversation_id", "elsewhere")),
+     "a record of conversation 'elsewhere' inside conversation 'advice'"),
+    (_passage_edit(_set("tenant", "acme")), "a passage of tenant 'acme' in a file of tenant 'longform'"),
+    (_passage_edit(_set("index", 0)), "passage.index: Input should be greater than or equal to 1"),
+    (_repeat_a_passage, r"passage 1 of turn 'm1' of conversation 'advice' again \(first on line"),
+    (_passage_edit(_set("end", 1_000_000)),
+     (r"passage.end: is 1000000, past the end of turn 'm1', whose text is [0-9]+ characters long \(the turn is on "
+      r"line [0-9]+\)")),
+    (_passage_edit(lambda p: p.__setitem__("end", p["start"])), "passage.end: is [0-9]+, not after passage.start"),
+    (_passage_edit(_set("subject_id", "cust-9")), "passage.subject_id: is 'cust-9', and turn 'm1' is about None"),
+    (_drop_a_passage, r"conversation 'advice' should have .* the file holds"),
+]
+
+
+def test_a_bad_passage_line_is_named_and_nothing_is_written(long_file: Path, tmp_path: Path,
+                                                           embedder: Embedder) -> None:
+    with open_memory(tmp_path / "data", embedder) as target:
+        for edit, message in PASSAGE_EDITS:
+            with pytest.raises(ExportFormatError, match=f"line [0-9]+: {message}"):
+                target.import_(as_file(edit(records_of(long_file))))
+            assert target.stores.vectors.count(LONG_TENANT) == 0 and stored_passages(target, LONG_TENANT) == 0
+        assert target.conversations(tenant=LONG_TENANT).conversations == []
+
+
+def test_undoing_or_replacing_an_import_takes_its_passages(long_file: Path, tmp_path: Path,
+                                                           embedder: Embedder) -> None:
+    """``Stores.delete_conversation``, which undoes a failed import and clears the way for --replace, deletes the
+    conversation's passage points with its turns."""
+    def full_disk(tenant: str, conversation_id: str) -> None:
+        raise RuntimeError("the disk is full")
+
+    with open_memory(tmp_path / "data", embedder) as target:
+        settings = target.settings
+        with long_file.open() as stream, pytest.raises(ImportFailed, match="the stores hold nothing of the file"):
+            import_memory(target.stores, stream, vector_space=settings.vector_space, dim=embedder.dim,
+                          on_written=full_disk)
+        assert stored_passages(target, LONG_TENANT) == 0 and stored_turns(target, LONG_TENANT, LONG_CONVERSATION) == []
+        expected = target.import_(long_file).counts.passages
+        assert target.import_(long_file, replace=True).counts.passages == expected
+        assert stored_passages(target, LONG_TENANT) == expected

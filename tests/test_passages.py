@@ -42,6 +42,7 @@ TOPICS = {
 }
 FACT = ("For the office itself, the finance team reserved 48,000 euros every quarter to renovate the Lisbon "
         "branch, covering new desks, better lighting and a quieter meeting room.")
+FACT_QUESTION = "How much money did you say was set aside each quarter to refurbish the Portuguese office?"
 
 
 def _paragraph(topic: str, words: int = 140) -> str:
@@ -60,7 +61,8 @@ def _long_answer(fact_paragraph: int | None) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _chat() -> list[Turn]:
+def chat_of_long_answers() -> list[Turn]:
+    """Three long answers in conversation 'advice'; the fact is in the fifth paragraph of the first ('m1')."""
     exchanges = [
         ("Can you give me a long overview of practical advice for everyday life and work?", _long_answer(4)),
         ("And another overview like that, please, for my team's newsletter.", _long_answer(None)),
@@ -95,9 +97,9 @@ def test_a_long_text_is_cut_into_passages_that_cover_every_word_at_paragraph_end
 def test_a_fact_in_the_fifth_paragraph_of_a_3000_word_answer_is_found_and_shown(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     # Asked of the assistant's side ("you"), as a user asks about an answer: the ranking model's prior for short
     # turns in chats of long answers (docs/decisions/003-fitted-ranking.md) is not what this test is about.
-    question = "How much money did you say was set aside each quarter to refurbish the Portuguese office?"
+    question = FACT_QUESTION
     with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
-        memory.add(_chat())
+        memory.add(chat_of_long_answers())
         answer = memory.query(QueryRequest(conversation_id="advice", question=question, budget_turns=3))
         # The store's passage search finds the passage and reports it as its turn, with its index ...
         vector = memory.embedder.embed([question])[0]
@@ -110,7 +112,7 @@ def test_a_fact_in_the_fifth_paragraph_of_a_3000_word_answer_is_found_and_shown(
     assert hits[0].turn_id == "m1" and hits[0].passage >= 1
     assert answer.turn_ids[0] == "m1"
     shown = next(t for item in answer.evidence for t in item.turns if t.turn_id == "m1")
-    whole = _chat()[1].text
+    whole = chat_of_long_answers()[1].text
     # The evidence is the passage holding the fact, where its span says, not the 3,000 words.
     assert shown.span is not None and whole[shown.span[0]: shown.span[1]] == shown.text
     assert "48,000 euros" in shown.text
@@ -118,7 +120,7 @@ def test_a_fact_in_the_fifth_paragraph_of_a_3000_word_answer_is_found_and_shown(
 
 
 def test_forgetting_a_turn_or_a_conversation_takes_its_passages(embedder, tmp_path: Path) -> None:  # noqa: ANN001
-    turns = _chat()
+    turns = chat_of_long_answers()
     scope = SearchScope(tenant="default", conversation_ids=("advice",))
     with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
         memory.add(turns)

@@ -13,7 +13,7 @@ from qdrant_client import QdrantClient
 
 from compassmem.core.config import Settings
 from compassmem.core.contracts.search import SearchScope, SparseVector
-from compassmem.core.models import Event, IndexedTurn, turn_point_id, turn_point_key
+from compassmem.core.models import Event, IndexedTurn, TurnPassage, turn_point_id, turn_point_key
 from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.event_payload import (
@@ -434,6 +434,38 @@ def test_turns_of_events_returns_only_those_events_turns_of_the_tenant(
     assert len(store.turns_of_events("default", ["e-1", "e-2"])) == 4
     assert [t.turn_id for t in store.turns_of_events("bob", ["e-1"])] == ["D1:5"]
     assert store.turns_of_events("default", []) == []
+
+
+def test_passages_of_turns_are_read_back_whole_by_turn_then_index_within_their_conversation(
+    put_turns: Put, open_store: Opener, turn_builder: TurnBuilder, store_dim: int
+) -> None:
+    """What an export reads of a page of turns: one filtered read, the turns' passages in the order asked, nothing
+    of another conversation or tenant that has turns of the same ids."""
+    store = open_store()
+    rng = np.random.default_rng(7)
+
+    def passage(turn_id: str, index: int, conversation_id: str = "c1", tenant: str = "default") -> TurnPassage:
+        return TurnPassage(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id, subject_id="cust-1",
+                           index=index, start=100 * index, end=100 * index + 80,
+                           embedding=_unit(list(rng.normal(size=store_dim))).tolist())
+
+    put_turns(store, turn_builder("c1", 1), turn_builder("c1", 2))
+    wanted = [passage("D1:1", 2), passage("D1:2", 1), passage("D1:1", 1), passage("D1:2", 3)]
+    store.upsert_passages([*wanted, passage("D1:1", 1, conversation_id="c2"), passage("D1:1", 1, tenant="bob"),
+                           passage("D1:3", 1)])
+
+    found = store.passages_of_turns("default", "c1", ["D1:2", "D1:1"])
+    assert [(p.turn_id, p.index) for p in found] == [("D1:2", 1), ("D1:2", 3), ("D1:1", 1), ("D1:1", 2)]
+    by_key = {(p.turn_id, p.index): p for p in wanted}
+    for read in found:
+        stored = by_key[(read.turn_id, read.index)]
+        assert read.model_dump(exclude={"embedding"}) == stored.model_dump(exclude={"embedding"})
+        assert np.allclose(read.embedding, stored.embedding, atol=1e-6)
+    assert [p.tenant for p in store.passages_of_turns("bob", "c1", ["D1:1"])] == ["bob"]
+    assert store.passages_of_turns("default", "c1", []) == []
+    store.delete_conversation("default", "c1")
+    assert store.passages_of_turns("default", "c1", ["D1:1", "D1:2", "D1:3"]) == []
+    assert len(store.passages_of_turns("default", "c2", ["D1:1"])) == 1
 
 
 def test_hot_records_hold_what_the_full_records_say_for_those_events_of_the_tenant(

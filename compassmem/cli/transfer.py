@@ -16,8 +16,9 @@ STDIO = "-"
 def add_transfer_commands(commands: argparse._SubParsersAction[Any]) -> None:
     export = commands.add_parser(
         "export", help="write a tenant's memory, or one conversation's, as JSONL",
-        description="Writes turns and events with their vectors, topic clusters and relations (superseded ones "
-                    "too), conversation by conversation, for `compassmem import` to restore elsewhere.")
+        description="Writes turns (with the passages of long ones) and events with their vectors, topic "
+                    "clusters and relations (superseded ones too), conversation by conversation, for "
+                    "`compassmem import` to restore elsewhere.")
     export.add_argument("--tenant", default=DEFAULT_TENANT)
     export.add_argument("--conversation", metavar="ID", help="export only this conversation")
     export.add_argument("--out", default=STDIO, metavar="FILE", help="where to write (default '-': stdout)")

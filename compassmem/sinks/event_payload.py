@@ -269,10 +269,24 @@ def passage_points(passages: Sequence[TurnPassage], dim: int) -> list[PointData]
                              f"{passage.conversation_id} has a {len(passage.embedding)}-d embedding; the store holds "
                              f"{dim}-d vectors")
     return [PointData(passage_point_id(p.tenant, p.conversation_id, p.turn_id, p.index), list(p.embedding), None,
-                      None, {TENANT_FIELD: p.tenant, CONVERSATION_FIELD: p.conversation_id, "turn_id": p.turn_id,
-                             SUBJECT_FIELD: p.subject_id, KIND_FIELD: PASSAGE_KIND, PASSAGE_FIELD: p.index,
-                             "start": p.start, "end": p.end})
+                      None, passage_to_payload(p))
             for p in passages]
+
+
+def passage_to_payload(passage: TurnPassage) -> dict[str, Any]:
+    return {TENANT_FIELD: passage.tenant, CONVERSATION_FIELD: passage.conversation_id, "turn_id": passage.turn_id,
+            SUBJECT_FIELD: passage.subject_id, KIND_FIELD: PASSAGE_KIND, PASSAGE_FIELD: passage.index,
+            "start": passage.start, "end": passage.end}
+
+
+def passage_from_point(payload: dict[str, Any] | None, vector: Any) -> TurnPassage:
+    fields = _required(payload)
+    embedding = dense_of(vector)
+    if embedding is None:
+        raise RuntimeError("the vector store returned a passage point without its vector")
+    return TurnPassage(tenant=fields[TENANT_FIELD], conversation_id=fields[CONVERSATION_FIELD],
+                       turn_id=fields["turn_id"], subject_id=fields.get(SUBJECT_FIELD), index=fields[PASSAGE_FIELD],
+                       start=fields["start"], end=fields["end"], embedding=embedding)
 
 
 def check_query_vector(vector: Sequence[float], dim: int) -> None:
@@ -361,6 +375,11 @@ def turns_of(tenant: str, event_ids: Sequence[str]) -> PointFilter:
 def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> PointFilter:
     return PointFilter(tenant_points(tenant, conversation_id, TURN_KIND).match,
                        point_ids=(turn_point_id(tenant, conversation_id, turn_id),))
+
+
+def passages_of(tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> PointFilter:
+    return PointFilter({**tenant_points(tenant, conversation_id, PASSAGE_KIND).match,
+                        "turn_id": tuple(sorted(set(turn_ids)))})
 
 
 def _turn_and_its_passages(tenant: str, conversation_id: str, turn_id: str) -> PointFilter:
@@ -472,6 +491,14 @@ class PointStore(VectorStore):
 
     def upsert_passages(self, passages: Sequence[TurnPassage]) -> None:
         self._upsert_nonempty(passage_points(passages, self.dim))
+
+    def passages_of_turns(self, tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> list[TurnPassage]:
+        if not turn_ids:
+            return []
+        position = {turn_id: n for n, turn_id in enumerate(dict.fromkeys(turn_ids))}
+        records = self._scroll(passages_of(tenant, conversation_id, turn_ids))
+        found = [passage_from_point(*record) for record in records]
+        return sorted(found, key=lambda p: (position[p.turn_id], p.index))
 
     def conversation_turns(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:
         records = self._scroll(tenant_points(tenant, conversation_id, TURN_KIND))

@@ -141,6 +141,11 @@ class VectorStore(ABC):
         """Insert or replace the later passages of long turns (their turn's redaction or forget deletes them)."""
 
     @abstractmethod
+    def passages_of_turns(self, tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> list[TurnPassage]:
+        """The stored passages of these turns of one conversation, with embeddings, in one filtered read: by turn in
+        the order ``turn_ids`` lists them, then by index (a turn of one passage has none)."""
+
+    @abstractmethod
     def conversation_turns(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:
         """Every turn of one conversation, with embeddings, in timestamp order."""
 

@@ -1,8 +1,10 @@
 """Export: a tenant's conversations (or one) from the stores into the JSONL records of ``records``.
 
-Conversation by conversation and event page by event page, so memory holds one page of events and their turns
-plus one conversation's clusters and relations at a time, however large the tenant is. Events come from the vector
-store (the graph store keeps no observations or embeddings), provisional ones (open segments) included.
+Conversation by conversation and event page by event page, so memory holds one page of events, their turns and
+the turns' passages plus one conversation's clusters and relations at a time, however large the tenant is. Events
+come from the vector store (the graph store keeps no observations or embeddings), provisional ones (open segments)
+included. A long turn's passages (text/passages.py) follow it, so an imported memory finds what its later
+paragraphs say as the exported one did.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TextIO
 import structlog
 from pydantic import ValidationError
 
-from compassmem.core.models import Cluster, Relation
+from compassmem.core.models import Cluster, IndexedTurn, Relation, TurnPassage
 from compassmem.retrieval.listing import list_conversations, list_events
 from compassmem.sinks.factory import Stores
 from compassmem.transfer.records import (
@@ -26,10 +28,12 @@ from compassmem.transfer.records import (
     EventLine,
     ExportFormatError,
     Header,
+    PassageLine,
     RecordLine,
     RelationLine,
     TransferSummary,
     TurnLine,
+    check_passage_of_turn,
     dump,
 )
 
@@ -72,27 +76,33 @@ def _line(make: Callable[[], RecordLine], what: str) -> RecordLine:
     restored."""
     try:
         return make()
-    except ValidationError as error:
-        problem = "; ".join(item["msg"].removeprefix("Value error, ") for item in error.errors(include_url=False))
+    except ValueError as error:  # a ValidationError, or a passage that does not fit its turn
+        problem = str(error) if not isinstance(error, ValidationError) else "; ".join(
+            item["msg"].removeprefix("Value error, ") for item in error.errors(include_url=False))
         raise ExportFormatError(f"the stores hold {what}, which an import would refuse ({problem}); nothing was "
                                 "exported") from None
 
 
 def _export_conversation(stores: Stores, out: TextIO, tenant: str, conversation_id: str) -> Counts:
-    turns = events = 0
+    turns = passages = events = 0
     cursor: str | None = None
     while True:
         page = list_events(stores, tenant, conversation_id, limit=EVENT_PAGE, cursor=cursor)
         ids = [node.id for node in page.events]
-        turns_by_event: dict[str, list[TurnLine]] = {}
-        for turn in stores.vectors.turns_of_events(tenant, ids):
-            turns_by_event.setdefault(turn.event_id, []).append(
-                _line(partial(TurnLine, turn=turn), f"turn {turn.turn_id!r} of conversation {conversation_id!r}"))
+        turns_by_event: dict[str, list[tuple[RecordLine, list[RecordLine]]]] = {}
+        for turn, its_passages in _with_passages(stores, tenant, conversation_id,
+                                                  stores.vectors.turns_of_events(tenant, ids)):
+            what = f"turn {turn.turn_id!r} of conversation {conversation_id!r}"
+            turns_by_event.setdefault(turn.event_id, []).append((
+                _line(partial(TurnLine, turn=turn), what),
+                [_line(partial(_passage_line, passage, turn), f"passage {passage.index} of {what}")
+                 for passage in its_passages]))
         for event in stores.vectors.get_events(tenant, ids):
             out.write(dump(_line(partial(EventLine, event=event), f"event {event.event_id!r}")))
-            for line in turns_by_event.get(event.event_id, []):
-                out.write(dump(line))
-                turns += 1
+            for turn_line, passage_lines in turns_by_event.get(event.event_id, []):
+                out.write(dump(turn_line))
+                out.writelines(map(dump, passage_lines))
+                turns, passages = turns + 1, passages + len(passage_lines)
             events += 1
         if page.next_cursor is None:
             break
@@ -102,7 +112,22 @@ def _export_conversation(stores: Stores, out: TextIO, tenant: str, conversation_
         out.write(dump(_line(partial(ClusterLine, cluster=cluster), f"topic {cluster.cluster_id!r}")))
     for relation in relations:
         out.write(dump(_line(partial(RelationLine, relation=relation), f"relation {relation.relation_id!r}")))
-    return Counts(turns=turns, events=events, relations=len(relations), clusters=len(clusters))
+    return Counts(turns=turns, passages=passages, events=events, relations=len(relations), clusters=len(clusters))
+
+
+def _with_passages(stores: Stores, tenant: str, conversation_id: str,
+                   turns: list[IndexedTurn]) -> list[tuple[IndexedTurn, list[TurnPassage]]]:
+    """Each turn with its stored passages in order, read in one call for the page of turns."""
+    by_turn: dict[str, list[TurnPassage]] = {}
+    for passage in stores.vectors.passages_of_turns(tenant, conversation_id, [turn.turn_id for turn in turns]):
+        by_turn.setdefault(passage.turn_id, []).append(passage)
+    return [(turn, by_turn.get(turn.turn_id, [])) for turn in turns]
+
+
+def _passage_line(passage: TurnPassage, turn: IndexedTurn) -> PassageLine:
+    """A passage's line, held to the import's check against its turn as well as its own rules."""
+    check_passage_of_turn(passage, len(turn.text), turn.subject_id)
+    return PassageLine(passage=passage)
 
 
 def _graph_records(stores: Stores, tenant: str, conversation_id: str) -> tuple[list[Relation], list[Cluster]]:

@@ -98,8 +98,8 @@ class _Writer:
                 self.graph.add(line.event)
         elif isinstance(line, ClusterLine | RelationLine):
             self.graph.add(line.record)
-        else:
-            self.vectors.add(line.turn)
+        else:  # a turn, or a passage of one: the pipeline's VectorSink writes both
+            self.vectors.add(line.record)
         self._counts[f"{line.kind}s"] += 1
         self._pending += 1
         if self._pending >= WRITE_BATCH:

@@ -5,9 +5,10 @@ The first pass holds no records, only what the checks need: per conversation the
 (about a hundred bytes a record), for the whole file the ids that must be unique across conversations and one digest
 per conversation. Every line is checked (``records``), then every conversation as a whole when its closing line
 comes: its counts, no record twice, and every reference inside it (a turn's event holds the turn and the other way
-round, a relation joins events or a topic of the conversation, a topic's members are its events); a file cut off
-or edited anywhere is refused before any of it is written. The second pass reads the same stream again and checks
-each conversation's digest against the first pass's, so a file that changed in between is caught too.
+round, a relation joins events or a topic of the conversation, a topic's members are its events); a passage is
+checked when it comes, against its turn, which must come before it. A file cut off or edited anywhere is refused
+before any of it is written. The second pass reads the same stream again and checks each conversation's digest
+against the first pass's, so a file that changed in between is caught too.
 
 Errors name the line (1-based) and what is wrong with it. A line may hold at most ``MAX_LINE_CHARS`` characters.
 """
@@ -18,13 +19,14 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from pydantic import ValidationError
 
 from compassmem.transfer.records import (
     FORMAT,
     LINE,
+    PASSAGES_SINCE,
     ClusterLine,
     ConversationEnd,
     Counts,
@@ -33,9 +35,11 @@ from compassmem.transfer.records import (
     ExportFormatError,
     Header,
     ImportRefused,
+    PassageLine,
     RecordLine,
     RelationLine,
     TurnLine,
+    check_passage_of_turn,
 )
 
 # An event of about 350 turns of the largest size a turn may have (thousands of ordinary ones): past this a line is
@@ -62,16 +66,24 @@ class FilePlan:
         return sum((c.counts for c in self.conversations), Counts())
 
 
+class _TurnSeen(NamedTuple):
+    """What the checks need of a turn line: where it is, its event, and what its passages must fit."""
+
+    line: int
+    event_id: str
+    subject_id: str | None
+    text_length: int
+
+
 @dataclass
 class _Block:
     """One conversation's records as the first pass sees them: their ids, references and line numbers."""
 
     conversation_id: str
     digest: hashlib._Hash = field(default_factory=hashlib.sha256)
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(("turns", "events", "relations",
-                                                                          "clusters"), 0))
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(Counts.model_fields, 0))
     lines: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, id) -> its line
-    turn_events: dict[str, tuple[int, str]] = field(default_factory=dict)  # turn id -> (line, its event id)
+    turns: dict[str, _TurnSeen] = field(default_factory=dict)  # turn id -> its line's facts
     held: dict[tuple[str, str], int] = field(default_factory=dict)  # (event id, turn id) -> the event's line
     ends: list[tuple[int, str, str]] = field(default_factory=list)  # (line, relation source, relation target)
     members: list[tuple[int, str, str]] = field(default_factory=list)  # (line, cluster id, member event id)
@@ -80,9 +92,9 @@ class _Block:
         record_id = _record_id(line)
         key = (line.kind, record_id)
         if key in self.lines:
-            raise ExportFormatError(f"line {number}: {line.kind} {record_id!r} of conversation "
-                                    f"{self.conversation_id!r} again (first on line {self.lines[key]})")
-        if not isinstance(line, TurnLine):
+            raise ExportFormatError(f"line {number}: {_named(line)} of conversation {self.conversation_id!r} again "
+                                    f"(first on line {self.lines[key]})")
+        if not isinstance(line, TurnLine | PassageLine):
             # Turn ids repeat across conversations; the others are ids of the whole store.
             if f"{line.kind}:{record_id}" in unique:
                 raise ExportFormatError(f"line {number}: {line.kind} {record_id!r} again, in another conversation")
@@ -92,11 +104,27 @@ class _Block:
         if isinstance(line, EventLine):
             self.held.update({(line.event.event_id, turn_id): number for turn_id in line.event.turn_ids})
         elif isinstance(line, TurnLine):
-            self.turn_events[line.turn.turn_id] = (number, line.turn.event_id)
+            turn = line.turn
+            self.turns[turn.turn_id] = _TurnSeen(number, turn.event_id, turn.subject_id, len(turn.text))
+        elif isinstance(line, PassageLine):
+            self._check_passage(number, line)
         elif isinstance(line, RelationLine):
             self.ends.append((number, line.relation.source, line.relation.target))
         else:
             self.members.extend((number, line.cluster.cluster_id, member) for member in line.cluster.members)
+
+    def _check_passage(self, number: int, line: PassageLine) -> None:
+        """The passage's turn came before it in this conversation, and the passage fits it."""
+        passage = line.passage
+        turn = self.turns.get(passage.turn_id)
+        if turn is None:
+            raise ExportFormatError(f"line {number}: passage.turn_id: turn {passage.turn_id!r} has no line before "
+                                    f"this passage in conversation {self.conversation_id!r} (a passage follows its "
+                                    "turn)")
+        try:
+            check_passage_of_turn(passage, turn.text_length, turn.subject_id)
+        except ValueError as error:
+            raise ExportFormatError(f"line {number}: {error} (the turn is on line {turn.line})") from None
 
     def close(self, number: int, end: ConversationEnd) -> PlannedConversation:
         counts = Counts(**self.counts)
@@ -110,14 +138,14 @@ class _Block:
         events = {record_id for kind, record_id in self.lines if kind == "event"}
         clusters = {record_id for kind, record_id in self.lines if kind == "cluster"}
         for (event_id, turn_id), number in self.held.items():
-            owner = self.turn_events.get(turn_id)
+            owner = self.turns.get(turn_id)
             if owner is None:
                 raise ExportFormatError(f"line {number}: event {event_id!r} holds turn {turn_id!r}, which the file "
                                         "does not hold (its words could never be redacted)")
-            if owner[1] != event_id:
+            if owner.event_id != event_id:
                 raise ExportFormatError(f"line {number}: event {event_id!r} holds turn {turn_id!r}, which line "
-                                        f"{owner[0]} gives to event {owner[1]!r}")
-        for turn_id, (number, event_id) in self.turn_events.items():
+                                        f"{owner.line} gives to event {owner.event_id!r}")
+        for turn_id, (number, event_id, _, _) in self.turns.items():
             if (event_id, turn_id) not in self.held:
                 where = "does not hold it" if event_id in events else "the file does not hold"
                 raise ExportFormatError(f"line {number}: turn {turn_id!r} belongs to event {event_id!r}, which "
@@ -243,6 +271,9 @@ def _records(lines: Iterator[tuple[int, str]],
         line = _parse(number, text)
         if isinstance(line, Header):
             raise ExportFormatError(f"line {number}: a second header line")
+        if isinstance(line, PassageLine) and header.version < PASSAGES_SINCE:
+            raise ExportFormatError(f"line {number}: a passage line in a file of version {header.version}; passages "
+                                    f"came with version {PASSAGES_SINCE}")
         if not isinstance(line, ConversationEnd | End):
             _check_scope(number, line, header)
         yield number, text, line
@@ -284,11 +315,21 @@ def _check_scope(number: int, line: RecordLine, header: Header) -> None:
                                     f"{header.dim}-d")
 
 
+def _named(line: RecordLine) -> str:
+    """The record as an error names it."""
+    if isinstance(line, PassageLine):
+        return f"passage {line.passage.index} of turn {line.passage.turn_id!r}"
+    return f"{line.kind} {_record_id(line)!r}"
+
+
 def _record_id(line: RecordLine) -> str:
     if isinstance(line, EventLine):
         return line.event.event_id
     if isinstance(line, TurnLine):
         return line.turn.turn_id
+    if isinstance(line, PassageLine):
+        # A turn id holds no '/' (models.check_id).
+        return f"{line.passage.turn_id}/{line.passage.index}"
     if isinstance(line, ClusterLine):
         return line.cluster.cluster_id
     return line.relation.relation_id

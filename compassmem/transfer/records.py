@@ -4,6 +4,8 @@
                     embedder (``Settings.vector_space``) and dimension of the vectors, which an import must match
     event, turn     a conversation's events, each followed by its turns, with their embeddings (so an import needs no
                     embedding model run)
+    passage         a later passage of a long turn (text/passages.py), with its span and embedding, right after its
+                    turn (from version 2)
     cluster         its topic clusters, with members and centroid
     relation        its relations, superseded ones included (``superseded_by`` set)
     conversation    closes a conversation with the number of records of each kind written for it
@@ -11,11 +13,16 @@
 
 Records of one conversation are contiguous and closed by their ``conversation`` line, so a reader can check and
 write a conversation as a whole; the trailer counts and the ``end`` line tell a cut-off file from a complete one.
-The records inside are the stores' own models (``Event``, ``IndexedTurn``, ``Relation``, ``Cluster``), held to the
-rules of what may enter the stores when a line is read (and written: an export never writes what an import would
-refuse): the ``Turn`` rules on what a store keeps of a turn (ids, speaker, text, session), no control character or
-lone surrogate in any string, at most ``MAX_STRING_BYTES`` in one, and finite vectors of unit length (a topic's
-centroid, a mean of unit vectors: at most unit length).
+The records inside are the stores' own models (``Event``, ``IndexedTurn``, ``TurnPassage``, ``Relation``,
+``Cluster``), held to the rules of what may enter the stores when a line is read (and written: an export never
+writes what an import would refuse): the ``Turn`` rules on what a store keeps of a turn (ids, speaker, text,
+session), no control character or lone surrogate in any string, at most ``MAX_STRING_BYTES`` in one, and finite
+vectors of unit length (a topic's centroid, a mean of unit vectors: at most unit length).
+
+Versions: a file says which it is in its header, and is read by the rules of that version. Version 1 holds no
+passages (an import of it searches long turns by their openings); version 2 adds the ``passage`` line and the
+``passages`` count. An export writes the newest; an import reads every version up to it, and refuses a newer one
+with a message saying so rather than dropping what it does not know.
 """
 
 from __future__ import annotations
@@ -26,7 +33,15 @@ from functools import partial
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from compassmem.core.errors import CompassmemError
 from compassmem.core.models import (
@@ -36,6 +51,7 @@ from compassmem.core.models import (
     Event,
     IndexedTurn,
     Relation,
+    TurnPassage,
     check_id,
     check_session_id,
     check_speaker,
@@ -44,7 +60,9 @@ from compassmem.core.models import (
 )
 
 FORMAT = "compassmem-export"
-VERSION = 1
+# The version an export writes; an import reads 1 up to it (see the module).
+VERSION = 2
+PASSAGES_SINCE = 2
 ConversationId = Annotated[str, AfterValidator(check_id)]
 
 
@@ -128,7 +146,7 @@ class _Line(BaseModel):
 class Header(_Line):
     kind: Literal["header"] = "header"
     format: Literal["compassmem-export"] = FORMAT
-    version: Literal[1] = VERSION
+    version: int = Field(default=VERSION, strict=True)
     tenant: str = Field(pattern=TENANT_PATTERN)
     conversation_id: ConversationId | None = Field(default=None,
                                                    description="Set when the file holds this conversation only.")
@@ -136,6 +154,16 @@ class Header(_Line):
         description="The embedder that made the vectors (Settings.vector_space).")
     dim: int = Field(gt=0)
     exported_at: datetime
+
+    @field_validator("version")
+    @classmethod
+    def _known(cls, value: int) -> int:
+        if value > VERSION:
+            raise ValueError(f"the file is of version {value} of the {FORMAT} format, newer than this compassmem "
+                             f"reads (1 to {VERSION}): import it with a newer compassmem")
+        if value < 1:
+            raise ValueError(f"{value} is no version of the {FORMAT} format (they start at 1)")
+        return value
 
 
 class EventLine(_Line):
@@ -191,6 +219,41 @@ class TurnLine(_Line):
         return {"embedding": self.turn.embedding}
 
 
+class PassageLine(_Line):
+    kind: Literal["passage"] = "passage"
+    passage: TurnPassage
+
+    @model_validator(mode="after")
+    def _rules(self) -> PassageLine:
+        passage = self.passage
+        for field in ("conversation_id", "turn_id", "subject_id"):
+            _check(f"passage.{field}", check_id, getattr(passage, field))
+        if passage.end <= passage.start:
+            raise ValueError(f"passage.end: is {passage.end}, not after passage.start ({passage.start}); a passage "
+                             "holds at least one character")
+        _every_string("passage", passage.model_dump(exclude={"embedding"}))
+        check_vector("passage.embedding", passage.embedding, unit=True)
+        return self
+
+    @property
+    def record(self) -> TurnPassage:
+        return self.passage
+
+    def vectors(self) -> dict[str, list[float] | None]:
+        return {"embedding": self.passage.embedding}
+
+
+def check_passage_of_turn(passage: TurnPassage, text_length: int, subject_id: str | None) -> None:
+    """A passage fits the turn it names (whose indexed text is ``text_length`` characters long): its span lies in
+    that text and it is about the turn's subject (a subject-scoped search finds a turn by its passages)."""
+    if passage.end > text_length:
+        raise ValueError(f"passage.end: is {passage.end}, past the end of turn {passage.turn_id!r}, whose text is "
+                         f"{text_length} characters long")
+    if passage.subject_id != subject_id:
+        raise ValueError(f"passage.subject_id: is {passage.subject_id!r}, and turn {passage.turn_id!r} is about "
+                         f"{subject_id!r}")
+
+
 class ClusterLine(_Line):
     kind: Literal["cluster"] = "cluster"
     cluster: Cluster
@@ -233,13 +296,15 @@ class RelationLine(_Line):
         return {}
 
 
-RecordLine = EventLine | TurnLine | ClusterLine | RelationLine
+RecordLine = EventLine | TurnLine | PassageLine | ClusterLine | RelationLine
 
 
 class Counts(BaseModel):
-    """Records of each kind: of one conversation (its trailer), or of a whole export or import."""
+    """Records of each kind: of one conversation (its trailer), or of a whole export or import. Each field is its
+    line kind's plural (a file of version 1 counts no passages)."""
 
     turns: int = Field(default=0, ge=0)
+    passages: int = Field(default=0, ge=0)
     events: int = Field(default=0, ge=0)
     relations: int = Field(default=0, ge=0)
     clusters: int = Field(default=0, ge=0)
@@ -248,8 +313,7 @@ class Counts(BaseModel):
         return ", ".join(f"{value} {name}" for name, value in self.model_dump().items())
 
     def __add__(self, other: Counts) -> Counts:
-        return Counts(turns=self.turns + other.turns, events=self.events + other.events,
-                      relations=self.relations + other.relations, clusters=self.clusters + other.clusters)
+        return Counts(**{name: getattr(self, name) + getattr(other, name) for name in Counts.model_fields})
 
 
 class ConversationEnd(_Line):
