@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from compassmem.core.models import Cluster, Event, Relation, RelationType, TimeAnchor
+from compassmem.processors.relations import CONSECUTIVE_EVIDENCE
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
 
@@ -86,8 +87,10 @@ def test_edges_and_clusters_around_some_events_only(
     cluster_builder: ClusterBuilder, store_tenant: str
 ) -> None:
     e1, e2, e3, e4 = _chain(event_builder, store_tenant)
-    into, out_of, far = (relation_builder(e1, e2.event_id), relation_builder(e2, e3.event_id),
-                         relation_builder(e3, e4.event_id))
+    into, out_of = relation_builder(e1, e2.event_id), relation_builder(e2, e3.event_id)
+    # Adjacency in time, as the relation extractor writes it: the walk's "adjacent" step.
+    far = relation_builder(e3, e4.event_id, RelationType.FOLLOW_UP).model_copy(
+        update={"evidence": CONSECUTIVE_EVIDENCE})
     rival = relation_builder(e3, e2.event_id, confidence=0.99)  # contradicts out_of: out_of is superseded
     graph_store.upsert_events([e1, e2, e3, e4])
     graph_store.upsert_relations([into, out_of, far])
@@ -105,9 +108,11 @@ def test_edges_and_clusters_around_some_events_only(
     edge = next(edge for edge in around if edge.relation_id == into.relation_id)
     assert (edge.source, edge.target, edge.type, edge.confidence) == (e1.event_id, e2.event_id, "causal",
                                                                       pytest.approx(0.8))
+    assert not edge.adjacent  # its evidence is "because"
     both = graph_store.edges_touching(store_tenant, [e2.event_id, e3.event_id])
     assert sorted(edge.relation_id for edge in both) == sorted({into.relation_id, rival.relation_id,
                                                                far.relation_id})  # each edge once
+    assert [edge.adjacent for edge in both if edge.relation_id == far.relation_id] == [True]
     assert graph_store.edges_touching("nobody-here", [e2.event_id]) == []
     assert graph_store.edges_touching(store_tenant, []) == []
 
