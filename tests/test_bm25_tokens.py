@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 import bm25s
@@ -35,3 +36,8 @@ def test_counts_are_plain_dicts_of_the_tokens() -> None:
     (counts,) = token_counts(["runs running ran run, the runner"])
     assert counts == {"run": 3, "ran": 1, "runner": 1}
     assert type(counts) is dict
+
+
+def test_counts_are_the_tokens_counted_for_every_text() -> None:
+    texts = [*TEXTS, "The runs: RUNNING runs ran. Running the run! " * 40]
+    assert token_counts(texts) == [dict(Counter(tokens)) for tokens in bm25_tokens(texts)]
