@@ -93,3 +93,77 @@ def test_candidates_are_counted_in_turns_not_events(embedder, tmp_path: Path) ->
         # ... and never past the total cap of events.
         assert candidate_turns(max_candidate_events=1, max_candidate_turns=10_000,
                                max_candidate_events_total=1) == one_event
+
+
+_PROJECT_ANSWERS = [
+    ("I'm setting up the backend for our booking app with FastAPI and PostgreSQL. The team is three developers, we "
+     "deploy to a single container for now, and I want the code to stay easy to navigate as we add payments and "
+     "notifications later this year. We already have a users table and a venues table, and the first endpoints are "
+     "search and booking creation. What folder layout would you use?",
+     "A layout that keeps each concern apart works well. Put the FastAPI application factory in app/main.py, the "
+     "routers in app/routers with one module per resource, the SQLAlchemy models in app/models and the Pydantic "
+     "schemas in app/schemas. Database sessions belong in app/db.py with a dependency that yields a session per "
+     "request and closes it afterwards. Keep settings in one pydantic-settings class read from the environment, "
+     "and put Alembic migrations beside the package so that every schema change is reviewed with the code that "
+     "needs it. Tests mirror the package: one test module per router, run against a throwaway database."),
+    ("Always use 24-hour time format when I ask about meeting schedules.",
+     "Understood: I will give meeting times in 24-hour format from now on."),
+    ("Our team sync moved, so the sprint review is now the main place where the design team sees our progress. "
+     "Last time it ran over by forty minutes because we debated priorities in the room, and two stakeholders left "
+     "before the demo. The booking flow and the venue search are done, the payment integration is half finished. "
+     "Can you help me plan the agenda for the sprint review with the design team?",
+     "For a sprint review, start with the sprint goal and whether it was met, then demonstrate each finished story "
+     "with the person who built it, and keep the discussion of unfinished work short and factual. Ask the design "
+     "team to bring the updated booking flow mock-ups so that feedback lands before the next planning session. "
+     "Reserve the last part for questions from stakeholders and note every decision with its owner. Send the "
+     "agenda a day ahead, with links to the board and to the demo environment, and keep the meeting to an hour."),
+    ("The bookings table has about two million rows now and grows by fifty thousand a week. The slowest queries "
+     "are the availability checks, which filter by venue and by a date range, and the monthly reports, which "
+     "filter by date range alone and group by venue. We run PostgreSQL 15 on a managed instance with 8 GB of "
+     "memory. How should I index the bookings table?",
+     "Create a composite B-tree index on (venue_id, starts_at): queries that filter by venue and a date range use "
+     "it for both conditions, and it also serves ordering by start time within a venue. If some queries filter by "
+     "date range alone, add a separate index on starts_at. Check the plans with EXPLAIN ANALYZE on realistic data "
+     "volumes, since the planner may prefer a sequential scan on small tables, and watch the index size as bookings "
+     "accumulate; partitioning by month becomes worthwhile once the table holds tens of millions of rows."),
+    ("We agreed the next planning meeting is on Thursday at 3 in the afternoon with the whole team, including "
+     "the two designers and the product owner, in the large meeting room. The product owner wants to settle the "
+     "order of the payment stories and the notification stories before then, and I need to prepare the velocity "
+     "figures of the last three sprints. What should I prepare for it?",
+     "Noted: the next planning meeting is on Thursday at 15:00 with the whole team. Before it, groom the backlog so "
+     "that the top stories have acceptance criteria and estimates, and ask each developer to flag dependencies on "
+     "the design team or on the payment provider. A short written summary of last sprint's velocity helps the team "
+     "commit to a realistic amount of work, and the meeting stays focused when the product owner brings the order "
+     "of priorities already decided rather than deciding it in the room."),
+]
+
+
+def _project_chat() -> list[Turn]:
+    """A chat of an assistant's long answers (each about 300 words: its paragraph said three times, the length a
+    written answer has) around a standing instruction."""
+    start = datetime(2024, 3, 4, 9, 0, tzinfo=UTC)
+    turns = []
+    for n, (ask, answer) in enumerate(_PROJECT_ANSWERS):
+        long_answer = answer if len(answer) < 200 else "\n\n".join([answer] * 3)
+        for offset, (speaker, text) in enumerate((("user", ask), ("assistant", long_answer))):
+            turns.append(Turn(conversation_id="booking-app", turn_id=f"m{2 * n + offset}", speaker=speaker,
+                              text=text, timestamp=start + timedelta(days=n, minutes=offset), session_id=str(n)))
+    return turns
+
+
+def test_a_standing_instruction_answers_a_later_request_on_its_subject(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    request = QueryRequest(conversation_id="booking-app", question="What time is our next meeting scheduled for?",
+                           budget_turns=10)
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_project_chat())
+        refs, features = memory.engine.candidate_features(request)
+        ranked = memory.query(request).turn_ids
+        memory.engine.model = memory.engine.model.without("wish")
+        unaware = memory.query(request).turn_ids
+    # The instruction, and the answer that takes it on ("... from now on"); none of the other turns.
+    assert {ref.turn_id for ref, wish in zip(refs, features["wish"], strict=True) if wish} == {"m2", "m3"}
+    # The instruction shares little with the question but tells how to answer it: it is among the first three,
+    # and it climbs there through the standing-wish weight.
+    assert ranked.index("m2") < 3
+    assert ranked.index("m2") < unaware.index("m2")
+    assert ranked.index("m8") < 3  # and the turn that tells when the meeting is stays there too

@@ -640,6 +640,7 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     features["context"] = context
     features["event"] = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
     features["asks"] = view.question_share
+    features["wish"] = view.standing_wish
     features["temporal_time"] = view.has_time.astype(np.float64) if analysis.temporal else np.zeros_like(fused)
     spans = question_spans(analysis.question, view.latest_time())
     features["dated"] = view.dated_within(spans).astype(np.float64) if spans else np.zeros_like(fused)

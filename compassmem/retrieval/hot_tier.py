@@ -27,7 +27,7 @@ import numpy as np
 
 from compassmem.core.contracts.search import SearchScope
 from compassmem.core.models import TimeAnchor, search_text, turn_point_key
-from compassmem.text.text_features import question_share
+from compassmem.text.text_features import question_share, states_standing_wish
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, WalkEdge, GraphStore
 from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, TurnLocation, TurnLocator, VectorStore
@@ -84,6 +84,8 @@ class HotEvent:
     turn_lengths: np.ndarray = field(init=False)
     # The share of each turn's text that asks something (text_features.question_share), once per load.
     question_shares: np.ndarray = field(init=False)
+    # 1 for each turn that states a standing instruction or preference (text_features.states_standing_wish).
+    standing_wishes: np.ndarray = field(init=False)
     # Sort keys a query's view orders events and turns by, computed once per load rather than once per query.
     order: tuple[str, datetime, str] = field(init=False)
     turn_order: tuple[tuple[str, datetime, str], ...] = field(init=False)
@@ -96,6 +98,8 @@ class HotEvent:
         object.__setattr__(self, "_turnless", None)
         object.__setattr__(self, "turn_lengths", token_lengths(self.turn_counts))
         object.__setattr__(self, "question_shares", np.asarray([question_share(t) for t in self.texts],
+                                                                dtype=np.float64))
+        object.__setattr__(self, "standing_wishes", np.asarray([states_standing_wish(t) for t in self.texts],
                                                                 dtype=np.float64))
         object.__setattr__(self, "order", (self.conversation_id, self.start, self.event_id))
         object.__setattr__(self, "turn_order", tuple((self.conversation_id, timestamp, turn_id)

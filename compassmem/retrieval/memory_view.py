@@ -38,6 +38,7 @@ class MemoryView:
         counts = [c for h in entries for c in h.turn_counts]
         lengths = np.concatenate([h.turn_lengths for h in entries]) if entries else np.zeros(0)
         shares = np.concatenate([h.question_shares for h in entries]) if entries else np.zeros(0)
+        wishes = np.concatenate([h.standing_wishes for h in entries]) if entries else np.zeros(0)
         matrix = (np.concatenate([h.turn_vectors for h in entries]) if entries
                   else np.zeros((0, dim), dtype=np.float32))
         # A turn reported in two events (it moved between two loads) is kept once.
@@ -63,6 +64,7 @@ class MemoryView:
         self._turn_counts: list[Mapping[str, int]] = counts if in_order else [counts[i] for i in rows]
         self._turn_lengths = lengths if in_order else lengths[rows]
         self.question_share = shares if in_order else shares[rows]
+        self.standing_wish = wishes if in_order else wishes[rows]
         # Length as a ranking feature (ranking_model.py): log of the turn's keyword tokens over log of 4,096 (a turn
         # at the 16 KiB limit holds about 3,000), so a one-line turn is near 0.2 and a long answer near 1.
         self.length_feature = np.log1p(self._turn_lengths) / np.log1p(4096.0)

@@ -24,6 +24,8 @@ from pydantic import BaseModel, Field
 #   dense_rank, keyword_rank, window_rank, time_rank, label_rank
 #             its place in each channel's list as 10 / (10 + rank), 0 when the channel did not list it
 #   asks      the share of its text that asks a question (a question rarely holds its answer)
+#   wish      1 when the turn states a standing instruction or preference ("Always ... when I ask about ...",
+#             "I prefer ..."): it answers every later request on its subject
 #   temporal_time  the question asks when, and the turn carries a time expression
 #   dated     the question names a day or period, and the turn was said then or names a day in it
 #   speaker   the question names a participant (or a person: "I", "you"), and the turn is theirs
@@ -32,7 +34,7 @@ from pydantic import BaseModel, Field
 #             counts can follow the shape of the conversation (chat lines between people, an assistant's answers)
 BASE_FEATURES: tuple[str, ...] = (
     "fused", "context", "event", "dense", "dense_rank", "keyword_rank", "window_rank", "time_rank", "label_rank",
-    "asks", "temporal_time", "dated", "speaker", "length",
+    "asks", "wish", "temporal_time", "dated", "speaker", "length",
 )
 FEATURES: tuple[str, ...] = (*BASE_FEATURES, *(f"{name}*long" for name in BASE_FEATURES))
 # The candidates' mean length feature mapped to 0 for turns of a chat line (20 keyword tokens) and 1 for those of a

@@ -314,6 +314,23 @@ def question_share(text: str) -> float:
     return asking / total * max(0.0, 1.0 - (total - asking) / TELLING_CHARS)
 
 
+# A standing instruction or preference: "Always use 24-hour times when I ask about meetings", "I prefer exact
+# fractions over decimals", "from now on ...". It answers every later request on its subject, in whatever words
+# that request is put.
+_STANDING_WISH = re.compile(
+    r"^\W*(?:please\s+)?(?:always|never)\b(?!\s+mind)"
+    r"|\b(?:always|never)\b[^.?!\n]{0,160}?\bwhen(?:ever)?\s+I\s+(?:ask|request|need|send|share|mention)\b"
+    r"|\bwhen(?:ever)?\s+I\s+ask\b|\bI(?:\s+would|'d|\s+really|\s+generally|\s+usually)?\s+prefer\b"
+    r"|\bI(?:'d|\s+would)\s+rather\b|\b(?:my|a)\s+preference\s+(?:is|for)\b|\bfrom\s+now\s+on\b",
+    re.IGNORECASE,
+)
+
+
+def states_standing_wish(text: str) -> bool:
+    """The turn states how its speaker wants things done from now on: an instruction or a preference."""
+    return _STANDING_WISH.search(text) is not None
+
+
 def ends_with_question(text: str) -> bool:
     """The turn ends on a question, so the next speaker's turn is expected to answer it."""
     return text.rstrip(_QUESTION_TAIL).endswith("?") or text.rstrip().endswith("?")
