@@ -94,6 +94,11 @@ ABLATIONS: dict[str, EngineConfig] = {
     # clusters change no score, so the entity layer's category labels are what is left to switch off.
     "no graph: no walk, no category labels": EngineConfig(
         ranking=RankingConfig(walk_weight=0.0, category_candidates=0, category_weight=0.0)),
+    # The mechanisms of retrieval across conversation styles, each switched off alone.
+    "no passage search": EngineConfig(ranking=RankingConfig(passage_candidates=0)),
+    "no time channel": EngineConfig(ranking=RankingConfig(time_candidates=0)),
+    "no standing-wish feature": EngineConfig(model=EngineConfig().ranking_model().without("wish")),
+    "hand weights, not the fitted model": EngineConfig(ranking=RankingConfig(fitted=False)),
 }
 
 
@@ -236,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           "mean context tokens @" + "/".join(map(str, BUDGETS)) + ": "
           + "/".join(f"{tokens.get(b, 0):.0f}" for b in BUDGETS))
     if ablation:
-        print("\nablation (same memory; each row switches one part of the graph off):")
+        print("\nablation (same memory; each row switches one part off):")
         print_table(*table_rows(results[:1] + ablation))
     shapes = recall_by_shape(retriever.ranked, questions)
     print("\ncompassmem recall by question shape, categories 1-2 (%):")
