@@ -207,6 +207,8 @@ class Gathered(BaseModel, arbitrary_types_allowed=True):
     view: MemoryView
     scored: list[SubgoalScores]
     event_scores: np.ndarray
+    # Per event, the most the walk from any subgoal's seeds gave it (0 for a seed or an event not reached).
+    walk_scores: np.ndarray
     reached: dict[str, Reached]
     best_subgoal: dict[str, str]
 
@@ -271,7 +273,7 @@ class QueryEngine:
         view = found.view
         refs = [TurnRef(conversation_id=c, turn_id=t) for c, t in zip(view.turn_conversations, view.turn_ids,
                                                                      strict=True)]
-        return refs, turn_features(view, found.analysis, found.scored, found.event_scores,
+        return refs, turn_features(view, found.analysis, found.scored, found.event_scores, found.walk_scores,
                                    asked_speakers(found.analysis.question, view.speakers))
 
     def _gather(self, request: QueryRequest, deadline: _Deadline, timings: dict[str, float]) -> Gathered:
@@ -289,7 +291,8 @@ class QueryEngine:
             view = self._candidates(request.scope, analysis, vectors, timings)
         timings["load"] = took.ms
         if view.empty:
-            return Gathered(analysis=analysis, view=view, scored=[], event_scores=np.zeros(0), reached={},
+            return Gathered(analysis=analysis, view=view, scored=[], event_scores=np.zeros(0),
+                            walk_scores=np.zeros(0), reached={},
                             best_subgoal={})
         deadline.check("load")
         with stage("query.search", candidate_turns=view.turn_count) as took:
@@ -306,12 +309,12 @@ class QueryEngine:
             scored = self._retry_unmet(view, analysis, scored, deadline)
         timings["search"] = took.ms
         with stage("query.navigate", candidate_events=len(view.event_ids)) as took:
-            event_scores, reached, best_subgoal = self._navigate(view, analysis, scored, vectors, request.max_hops,
-                                                                 deadline)
+            event_scores, walk_scores, reached, best_subgoal = self._navigate(view, analysis, scored, vectors,
+                                                                              request.max_hops, deadline)
         timings["navigate"] = took.ms
         deadline.check("navigate")
-        return Gathered(analysis=analysis, view=view, scored=scored, event_scores=event_scores, reached=reached,
-                        best_subgoal=best_subgoal)
+        return Gathered(analysis=analysis, view=view, scored=scored, event_scores=event_scores,
+                        walk_scores=walk_scores, reached=reached, best_subgoal=best_subgoal)
 
     def _candidates(self, scope: SearchScope, analysis: QuestionAnalysis, vectors: np.ndarray,
                     timings: dict[str, float]) -> MemoryView:
@@ -533,10 +536,13 @@ class QueryEngine:
 
     def _navigate(self, view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
                   vectors: np.ndarray, max_hops: int,
-                  deadline: _Deadline | None = None) -> tuple[np.ndarray, dict[str, Reached], dict[str, str]]:
-        """Per subgoal: seed from the best events, walk the graph; event score = hybrid + walk bonus."""
+                  deadline: _Deadline | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, dict[str, Reached], dict[str, str]]:
+        """Per subgoal: seed from the best events, walk the graph; event score = hybrid + walk bonus. Also the walk
+        bonus alone, per event (the ranking model's ``walk`` feature)."""
         ranking = self.config.ranking
         event_scores = np.zeros(len(view.event_ids), dtype=np.float64)
+        walked = np.zeros(len(view.event_ids), dtype=np.float64)
         reached_all: dict[str, Reached] = {}
         best_subgoal: dict[str, str] = {}
         for result, vector in zip(scored, vectors, strict=True):
@@ -551,6 +557,7 @@ class QueryEngine:
                 if hit.hops > 0:
                     walk_scores[view.event_row[event_id]] = hit.score
             combined = result.events + ranking.walk_weight * walk_scores
+            walked = np.maximum(walked, walk_scores)
             for event_id, hit in reached.items():
                 row = view.event_row[event_id]
                 if combined[row] > event_scores[row]:
@@ -560,13 +567,13 @@ class QueryEngine:
             for row in np.nonzero(improved)[0]:
                 best_subgoal.setdefault(view.event_ids[row], result.text)
             event_scores = np.maximum(event_scores, combined)
-        return event_scores, reached_all, best_subgoal
+        return event_scores, walked, reached_all, best_subgoal
 
     def _rank(self, found: Gathered, budget: int) -> tuple[list[TurnRef], list[EvidenceItem]]:
         ranking = self.config.ranking
         view, analysis, scored, event_scores = found.view, found.analysis, found.scored, found.event_scores
         asked = asked_speakers(analysis.question, view.speakers)
-        features = turn_features(view, analysis, scored, event_scores, asked)
+        features = turn_features(view, analysis, scored, event_scores, found.walk_scores, asked)
         final = self.model.score(features, view.turn_count)
         speaker_term = self.model.weights.get(SPEAKER, 0.0) * features[SPEAKER]
         unboosted = final - speaker_term if speaker_term.any() else final
@@ -628,7 +635,7 @@ def shown_span(view: MemoryView, row: int, stems: set[str]) -> tuple[int, int] |
 
 
 def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
-                  event_scores: np.ndarray, asked: set[str]) -> dict[str, np.ndarray]:
+                  event_scores: np.ndarray, walk_scores: np.ndarray, asked: set[str]) -> dict[str, np.ndarray]:
     """Per candidate turn, every feature a ranking model weighs (ranking_model.FEATURES), each the most any subgoal
     gave it."""
     fused = np.max(np.vstack([s.turns for s in scored]), axis=0)
@@ -639,6 +646,7 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     features["fused"] = fused
     features["context"] = context
     features["event"] = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
+    features["walk"] = np.where(view.turn_event >= 0, walk_scores[np.maximum(view.turn_event, 0)], 0.0)
     features["asks"] = view.question_share
     features["wish"] = view.standing_wish
     features["temporal_time"] = view.has_time.astype(np.float64) if analysis.temporal else np.zeros_like(fused)

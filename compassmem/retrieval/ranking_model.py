@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field
 #   fused     the turn's hybrid score: its channels reciprocal-rank fused, divided by the best turn's
 #   context   the fused score of the best neighbouring turn of the same session
 #   event     its event's score (event search and graph walk), divided by the best event's
+#   walk      what the graph walk alone gave its event (the walk's score of it; 0 for a seed or an event not reached):
+#             the walk bonus is inside ``event`` too, and this lets a fitted term weigh it by conversation shape
 #   dense     the turn's cosine similarity to the subgoal less the best candidate's (0 for the nearest turn)
 #   dense_rank, keyword_rank, window_rank, time_rank, label_rank
 #             its place in each channel's list as 10 / (10 + rank), 0 when the channel did not list it
@@ -33,8 +35,8 @@ from pydantic import BaseModel, Field
 #   NAME*long the feature times how long the conversation's turns are (``conversation_shape``): how much each
 #             counts can follow the shape of the conversation (chat lines between people, an assistant's answers)
 BASE_FEATURES: tuple[str, ...] = (
-    "fused", "context", "event", "dense", "dense_rank", "keyword_rank", "window_rank", "time_rank", "label_rank",
-    "asks", "wish", "temporal_time", "dated", "speaker", "length",
+    "fused", "context", "event", "walk", "dense", "dense_rank", "keyword_rank", "window_rank", "time_rank",
+    "label_rank", "asks", "wish", "temporal_time", "dated", "speaker", "length",
 )
 FEATURES: tuple[str, ...] = (*BASE_FEATURES, *(f"{name}*long" for name in BASE_FEATURES))
 # The candidates' mean length feature mapped to 0 for turns of a chat line (20 keyword tokens) and 1 for those of a
