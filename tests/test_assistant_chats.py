@@ -13,7 +13,7 @@ from compassmem.core.contracts.query import QueryRequest
 from compassmem.write.importers import read_turns
 from compassmem.library.memory import Memory
 from compassmem.core.models import Turn
-from compassmem.text.text_features import question_share
+from compassmem.text.text_features import question_share, states_standing_wish
 from compassmem.retrieval.decomposition import analyse
 from compassmem.retrieval.engine import EngineConfig, RankingConfig, asked_speakers
 
@@ -93,6 +93,19 @@ def test_candidates_are_counted_in_turns_not_events(embedder, tmp_path: Path) ->
         # ... and never past the total cap of events.
         assert candidate_turns(max_candidate_events=1, max_candidate_turns=10_000,
                                max_candidate_events_total=1) == one_event
+
+
+def test_a_standing_wish_is_an_instruction_or_preference_for_later_requests() -> None:
+    wishes = ["Always use 24-hour time format when I ask about meeting schedules.",
+              "Please always include type hints.", "When I ask about deployments, add a checklist.",
+              "I prefer exact fractions over decimals.", "I'd rather keep it in Python.",
+              "My preference is dark mode.", "From now on, answer in metric units.",
+              "Never\n  suggest paid tools\twhenever I   ask about hosting."]
+    passing = ["I always go to the gym on Mondays.", "Never mind, thanks!",
+               "I have always wanted a dog when I was a kid.", "You should always check units when you need to.",
+               "It's a task I asked about before."]
+    assert [states_standing_wish(text) for text in wishes] == [True] * len(wishes)
+    assert [states_standing_wish(text) for text in passing] == [False] * len(passing)
 
 
 _PROJECT_ANSWERS = [
