@@ -34,22 +34,9 @@ def bm25_tokens(texts: Sequence[str]) -> list[list[str]]:
 
 
 def token_counts(texts: Sequence[str]) -> list[dict[str, int]]:
-    """Each text's token counts as a plain dict (``Counter(bm25_tokens(...))``): the garbage collector stops tracking
-    a dict of strings and ints (it would track a Counter for good), and the API's hot tier keeps one per turn it
-    holds. Words are counted before they are filtered and stemmed, so that Python touches each distinct word of a
-    text once rather than each token: a cold load of an assistant chat's long answers tokenises thousands of words."""
-    raw = [Counter(_TOKEN.findall(text.lower())) for text in texts]
-    words = list(dict.fromkeys(word for counts in raw for word in counts if word not in _STOP_WORDS))
-    stems = dict(zip(words, _STEMMER.stemWords(words), strict=True))
-    found: list[dict[str, int]] = []
-    for counts in raw:
-        stemmed: dict[str, int] = {}
-        for word, count in counts.items():
-            stem = stems.get(word)
-            if stem is not None:
-                stemmed[stem] = stemmed.get(stem, 0) + count
-        found.append(stemmed)
-    return found
+    """Each text's token counts as a plain dict: the garbage collector stops tracking a dict of strings and ints
+    (it would track a Counter for good), and the API's hot tier keeps one per turn it holds."""
+    return [dict(Counter(tokens)) for tokens in bm25_tokens(texts)]
 
 
 def token_lengths(turn_counts: Sequence[Mapping[str, int]]) -> np.ndarray:

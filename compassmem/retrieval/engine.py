@@ -645,8 +645,8 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     features = {name: np.max(np.vstack([s.channels[name] for s in scored]), axis=0) for name in scored[0].channels}
     features["fused"] = fused
     features["context"] = context
-    features["event"] = np.where(view.turn_event >= 0, _normalised(event_scores)[np.maximum(view.turn_event, 0)], 0.0)
-    features["walk"] = np.where(view.turn_event >= 0, walk_scores[np.maximum(view.turn_event, 0)], 0.0)
+    features["event"] = _of_turns_events(view, _normalised(event_scores))
+    features["walk"] = _of_turns_events(view, walk_scores)
     features["asks"] = view.question_share
     features["wish"] = view.standing_wish
     features["temporal_time"] = view.has_time.astype(np.float64) if analysis.temporal else np.zeros_like(fused)
@@ -659,6 +659,11 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     for name in BASE_FEATURES:
         features[f"{name}*long"] = features[name] * shape
     return features
+
+
+def _of_turns_events(view: MemoryView, per_event: np.ndarray) -> np.ndarray:
+    """Per turn, its event's value (0 for a turn whose event is not in the view)."""
+    return np.where(view.turn_event >= 0, per_event[np.maximum(view.turn_event, 0)], 0.0)
 
 
 def _diversified(view: MemoryView, final: np.ndarray, budget: int, session_penalty: float,
