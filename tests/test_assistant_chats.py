@@ -180,3 +180,22 @@ def test_a_standing_instruction_answers_a_later_request_on_its_subject(embedder,
     assert ranked.index("m2") < 3
     assert ranked.index("m2") < unaware.index("m2")
     assert ranked.index("m8") < 3  # and the turn that tells when the meeting is stays there too
+
+
+def test_a_standing_instruction_is_a_candidate_whatever_words_the_request_uses(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    """The wish search: turns marked, when written, as stating a standing instruction are searched on their own, so
+    the instruction is ranked even where the other searches (held here to two hits each) never reach it."""
+    request = QueryRequest(conversation_id="booking-app", question="When is the planning session with the whole team?",
+                           budget_turns=10)
+    narrow = dict(dense_candidates=2, keyword_candidates=2, passage_candidates=0, neighbour_events=0)
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_project_chat())
+        candidates = {}
+        for wish_candidates in (0, 5):
+            memory.engine.config = EngineConfig(ranking=RankingConfig(**narrow, wish_candidates=wish_candidates))
+            refs, _ = memory.engine.candidate_features(request)
+            candidates[wish_candidates] = [ref.turn_id for ref in refs]
+    assert "m2" not in candidates[0]
+    # The instruction and the answer that takes it on, beside what the other searches found.
+    assert {"m2", "m3"} <= set(candidates[5])
+    assert set(candidates[0]) < set(candidates[5])

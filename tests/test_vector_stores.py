@@ -19,6 +19,7 @@ from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.event_payload import (
     DERIVED_FIELDS,
     EVENT_BODY_FIELD,
+    MARKS_FIELD,
     PointData,
     PointStore,
     event_from_payload,
@@ -31,7 +32,14 @@ from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, TurnLocation, VectorStore
+from compassmem.sinks.vector_store import (
+    STANDING_WISH_MARK,
+    EventHit,
+    HitSearch,
+    TurnHit,
+    TurnLocation,
+    VectorStore,
+)
 
 Opener = Callable[[], VectorStore]
 EventBuilder = Callable[..., Event]
@@ -876,3 +884,26 @@ def test_warming_the_page_cache_reads_the_payload_files_up_to_the_limit(
     else:  # a server (or qdrant-client's local mode) keeps its own cache
         assert (everything, a_little) == (0, 0)
     assert store.get_events("default", [event_builder("c1", 1).event_id]), "reading the files disturbed the store"
+
+
+def test_a_marked_search_finds_only_the_turns_stating_a_standing_wish(
+    put_turns: Put, open_store: Opener, turn_builder: TurnBuilder
+) -> None:
+    store = open_store()
+    plain = [turn_builder("c1", i, tenant="alice") for i in range(1, 6)]
+    wish = turn_builder("c1", 6, tenant="alice").model_copy(
+        update={"text": "Always answer in metric units when I ask about distances."})
+    elsewhere = [wish.model_copy(update={"conversation_id": "c2"}), wish.model_copy(update={"tenant": "bob"})]
+    put_turns(store, *plain, wish, *elsewhere)
+    # The nearest turn to the query is a plain one; the marked search skips it and every other scope's wish.
+    query = plain[2].embedding or []
+    marked, unmarked = store.hits(SearchScope.conversation("alice", "c1"),
+                                  [HitSearch("turn", query, 10, marks=(STANDING_WISH_MARK,)),
+                                   HitSearch("turn", query, 10)])
+    assert [(hit.conversation_id, hit.turn_id) for hit in marked] == [("c1", wish.turn_id)]
+    assert len(unmarked) == 6 and unmarked[0].turn_id == plain[2].turn_id
+    # The mark is derived when the turn is written, and does not come back as a field of the turn.
+    payload = turn_to_payload(wish)
+    assert payload[MARKS_FIELD] == [STANDING_WISH_MARK]
+    assert MARKS_FIELD not in turn_to_payload(plain[0])
+    assert turn_from_payload(payload, wish.embedding) == wish

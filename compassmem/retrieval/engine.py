@@ -38,7 +38,14 @@ from compassmem.retrieval.ranking_model import (
     rank_feature,
     shipped_model,
 )
-from compassmem.sinks.vector_store import EventHit, HitSearch, TurnHit, TurnLocator, VectorStore
+from compassmem.sinks.vector_store import (
+    STANDING_WISH_MARK,
+    EventHit,
+    HitSearch,
+    TurnHit,
+    TurnLocator,
+    VectorStore,
+)
 from compassmem.core.tracing import set_attributes, span, stage
 
 log = structlog.get_logger(__name__)
@@ -69,6 +76,9 @@ class RankingConfig(BaseModel):
     # Turns said at, or speaking of, the time a question names, nearest to the question first (the time channel).
     time_candidates: int = Field(default=20, ge=0)
     time_weight: float = Field(default=1.0, ge=0.0)
+    # Turns that state a standing instruction or preference (text_features.states_standing_wish), nearest to the
+    # question first: candidates whatever words they share with it (docs/decisions/003-fitted-ranking.md).
+    wish_candidates: int = Field(default=5, ge=0)
     neighbour_events: int = Field(default=20, ge=0)
     # Event-level keyword search (sparse over whole events); off by default: turn-level keyword hits already
     # reach their events (docs/decisions/004-query-candidate-caps.md).
@@ -349,11 +359,16 @@ class QueryEngine:
         if by_category:
             labels = sparse_keyword_vector(category_term(synset) for synset in analysis.categories)
             dense.append(HitSearch("turn", labels, ranking.category_candidates))
+        # Standing instructions and preferences answer later requests put in other words ("What time is our next
+        # meeting?" for "Always use 24-hour times when I ask about meetings"): the nearest of them are candidates.
+        if ranking.wish_candidates:
+            dense.append(HitSearch("turn", vectors[0], ranking.wish_candidates, marks=(STANDING_WISH_MARK,)))
         # Hits of turns the hot tier holds are located there: reading a hit's payload from the store cost more than
         # the search (about 0.7 ms per 100 hits on qdrant-edge), and a warm conversation's hits are mostly held.
         locate = self.hot.locator(scope)
         dense_results = self.vectors.hits(scope, dense, locate)
-        category_hits = dense_results[-1] if by_category else []
+        subgoal_results = dense_results[: 3 * len(vectors)]
+        category_hits = dense_results[3 * len(vectors)] if by_category else []
         speakers = {hit.speaker for hits in dense_results for hit in hits if isinstance(hit, TurnHit)}
         # A keyword search per distinct set of stems: a subgoal and its rewrite to content words (_retry_unmet) are
         # searched by the same stems (_search_stems), and so are subgoals that stem alike; each search's texts
@@ -389,7 +404,7 @@ class QueryEngine:
         mark = time.perf_counter()
         view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)
         view.keyword_hits.update(keyword_hits)
-        for text, hits in zip(texts, dense_results[2::3], strict=True):
+        for text, hits in zip(texts, subgoal_results[2::3], strict=True):
             view.take_passage_hits(text, [hit for hit in hits if isinstance(hit, TurnHit)])
         view.time_hits = [(hit.conversation_id, hit.turn_id) for hit in time_hits]
         top = max((hit.score for hit in category_hits), default=0.0)

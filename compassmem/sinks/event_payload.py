@@ -39,9 +39,11 @@ from compassmem.core.models import (
     turn_point_id,
     turn_point_key,
 )
+from compassmem.text.text_features import states_standing_wish
 from compassmem.text.time_keys import turn_time_keys
 from compassmem.text.time_resolution import resolve_time_expressions
 from compassmem.sinks.vector_store import (
+    STANDING_WISH_MARK,
     EventHit,
     HitSearch,
     HotEventRow,
@@ -79,7 +81,10 @@ PASSAGE_FIELD = "passage"
 # A turn's times as keys (text/time_keys.py): derived from its text and timestamp when it is written, dropped
 # on the way back, searched by the time channel of a query (HitSearch.time_keys).
 TIME_KEYS_FIELD = "time_keys"
-KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD, TIME_KEYS_FIELD)
+# A turn's marks (vector_store.STANDING_WISH_MARK), derived from its text when it is written like its time keys.
+MARKS_FIELD = "marks"
+KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD, TIME_KEYS_FIELD,
+                        MARKS_FIELD)
 
 # Added to the event for filtering (e.g. "which event holds turn D3:5", time ranges); dropped on the way back.
 DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts", KIND_FIELD, SEGMENT_FIELD)
@@ -181,11 +186,13 @@ def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
     payload[KIND_FIELD] = TURN_KIND
     if turn.has_time_expression:
         payload[TIME_KEYS_FIELD] = turn_time_keys(turn.text, resolve_time_expressions(turn.text, turn.timestamp))
+    if states_standing_wish(turn.text):
+        payload[MARKS_FIELD] = [STANDING_WISH_MARK]
     return payload
 
 
 def turn_from_payload(payload: dict[str, Any], embedding: list[float] | None = None) -> IndexedTurn:
-    fields = {key: value for key, value in payload.items() if key not in (KIND_FIELD, TIME_KEYS_FIELD)}
+    fields = {key: value for key, value in payload.items() if key not in (KIND_FIELD, TIME_KEYS_FIELD, MARKS_FIELD)}
     fields["embedding"] = embedding
     return IndexedTurn.model_validate(fields)
 
@@ -361,11 +368,17 @@ def points_in(where: SearchScope, kind: str) -> PointFilter:
 
 
 def _hit_points(where: SearchScope, search: HitSearch) -> PointFilter:
-    """A search's points: its kind within the scope, and only those meeting its time keys when it has some."""
+    """A search's points: its kind within the scope, and only those meeting its time keys and marks when it has
+    some."""
     points = points_in(where, {"turn": TURN_KIND, "event": EVENT_KIND, "passage": PASSAGE_KIND}[search.kind])
-    if not search.time_keys:
+    if not search.time_keys and not search.marks:
         return points
-    return PointFilter({**points.match, TIME_KEYS_FIELD: tuple(search.time_keys)})
+    match = dict(points.match)
+    if search.time_keys:
+        match[TIME_KEYS_FIELD] = tuple(search.time_keys)
+    if search.marks:
+        match[MARKS_FIELD] = tuple(search.marks)
+    return PointFilter(match)
 
 
 def turns_of(tenant: str, event_ids: Sequence[str]) -> PointFilter:

@@ -98,6 +98,13 @@ class HitSearch(NamedTuple):
     limit: int
     # Turns only: when given, only turns whose time keys (text/time_keys.py) include one of these.
     time_keys: tuple[str, ...] = ()
+    # Turns only: when given, only turns carrying one of these marks (STANDING_WISH_MARK).
+    marks: tuple[str, ...] = ()
+
+
+# The mark of a turn that states a standing instruction or preference (text_features.states_standing_wish), set
+# when the turn is written: the query's wish search looks among these turns only.
+STANDING_WISH_MARK = "wish"
 
 
 class VectorSpaceMismatch(RuntimeError):
