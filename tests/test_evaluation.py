@@ -254,6 +254,13 @@ def test_evaluation_loop_end_to_end(locomo_file: Path, embedder: SentenceTransfo
     assert fixed.summary.value(4, 1) == 0.0
     assert fixed.summary.value(4, 2) == 0.5  # D1:2 is the second distinct turn
     assert fixed.summary.value(1, 2) == 0.5
+    assert fixed.by_ability == {}  # LoCoMo names no ability
+    named = [q.model_copy(update={"ability": "recall" if q.category == 4 else "reasoning"}) for q in questions]
+    by_ability = evaluate_retriever("fixed", Fixed(), named, budgets=[1, 2]).by_ability
+    # Category 4's two questions: D1:2 answers the first (second place), not the second; 1 and 2 hold one of
+    # the multi-hop question's two turns (second place) and nothing of the temporal one's.
+    assert by_ability == {"recall": {"questions": 2.0, "1": 0.0, "2": 0.5},
+                          "reasoning": {"questions": 2.0, "1": 0.0, "2": 0.25}}
 
 
 def test_rrf_fuses_with_constant_60() -> None:

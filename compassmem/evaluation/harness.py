@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import structlog
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from compassmem.evaluation.locomo_questions import Question
 from compassmem.evaluation.recall import BUDGETS, RecallSummary, context_tokens, recall_at, summarise_recall
@@ -37,6 +37,9 @@ class MethodResult(BaseModel):
     method: str
     summary: RecallSummary
     mean_context_tokens: dict[int, float] | None = None
+    # Mean recall per budget of the questions of each ability, for benchmarks that name one (BEAM's); with the
+    # number of such questions under "questions".
+    by_ability: dict[str, dict[str, float]] = Field(default_factory=dict)
     seconds: float
 
 
@@ -52,10 +55,13 @@ def evaluate_retriever(
     if isinstance(retriever, BatchPreparable):
         retriever.prepare(questions)
     outcomes: list[tuple[int, dict[int, float]]] = []
+    per_ability: dict[str, list[dict[int, float]]] = {}
     tokens: dict[int, int] = {b: 0 for b in budgets}
     for question in questions:
         ranked = retriever.rank(question.conversation_id, question.question)
         outcomes.append((question.category, {b: recall_at(ranked, question.evidence, b) for b in budgets}))
+        if question.ability is not None:
+            per_ability.setdefault(question.ability, []).append(outcomes[-1][1])
         if text_of is not None:
             conversation_id = question.conversation_id
             for b in budgets:
@@ -64,4 +70,8 @@ def evaluate_retriever(
     mean_tokens = {b: tokens[b] / len(questions) for b in budgets} if text_of is not None and questions else None
     summary = summarise_recall(outcomes, budgets)
     log.info("retriever_evaluated", method=method, questions=len(questions), seconds=round(seconds, 2))
-    return MethodResult(method=method, summary=summary, mean_context_tokens=mean_tokens, seconds=seconds)
+    by_ability = {ability: {"questions": float(len(recalls)),
+                            **{str(b): sum(r[b] for r in recalls) / len(recalls) for b in budgets}}
+                  for ability, recalls in sorted(per_ability.items())}
+    return MethodResult(method=method, summary=summary, mean_context_tokens=mean_tokens, by_ability=by_ability,
+                        seconds=seconds)
