@@ -136,8 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory = Memory(settings, embedder=make_embedder(settings),
                         engine_config=EngineConfig(ranking=RankingConfig(fitted=False)))
         stores.append((name, memory, questions))
-        examples += collect(memory.engine, name, questions)
-        print(f"{name}: {len(questions)} questions, {sum(e.gold.any() for e in examples if e.style == name)} with "
+        collected = collect(memory.engine, name, questions)
+        examples += collected
+        print(f"{name} ({data.name}): {len(questions)} questions, {sum(e.gold.any() for e in collected)} with "
               f"evidence among the candidates", flush=True)
     rows = []
     for name, memory, questions in [] if args.no_validation else stores:
