@@ -9,7 +9,7 @@ import bm25s
 import Stemmer
 
 from compassmem.core.models import search_text
-from compassmem.text.bm25_tokens import bm25_tokens, decoded_counts, encoded_counts, token_counts
+from compassmem.retrieval.bm25_index import bm25_tokens, token_counts
 
 TEXTS = [
     "",
@@ -41,10 +41,3 @@ def test_counts_are_plain_dicts_of_the_tokens() -> None:
 def test_counts_are_the_tokens_counted_for_every_text() -> None:
     texts = [*TEXTS, "The runs: RUNNING runs ran. Running the run! " * 40]
     assert token_counts(texts) == [dict(Counter(tokens)) for tokens in bm25_tokens(texts)]
-
-
-def test_stored_counts_read_back_as_counted() -> None:
-    counts = token_counts([*TEXTS, 'quote " and back\\slash: "x"'])
-    stored = [encoded_counts(c) for c in counts]
-    assert [decoded_counts(s) for s in stored] == counts
-    assert all(type(decoded_counts(s)) is dict for s in stored)

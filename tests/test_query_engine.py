@@ -15,13 +15,10 @@ from compassmem.core.config import Settings
 from compassmem.core.contracts.query import QueryRequest
 from compassmem.write.importers import read_turns
 from compassmem.library.memory import Memory
-from compassmem.core.models import Event, search_text, turn_point_id
+from compassmem.core.models import Event
 from compassmem.retrieval.decomposition import analyse
 from compassmem.retrieval.engine import EngineConfig, QueryEngine, RankingConfig, asked_speakers
 from compassmem.retrieval.hot_tier import HotTier
-from compassmem.sinks.batching import turn_keyword_vector
-from compassmem.sinks.event_payload import TOKENS_FIELD, TURN_SPARSE_VECTOR, PointData, PointStore, turn_to_payload
-from compassmem.text.bm25_tokens import token_counts
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
 
@@ -680,26 +677,3 @@ def test_a_walk_takes_no_step_of_a_skipped_kind(engine: QueryEngine) -> None:
         uncovered = steps(skipped)
         skipped |= set(uncovered)
     assert steps(skipped) == [], skipped
-
-
-def test_token_counts_stored_with_turns_load_as_tokenising_their_texts_would(embedder, tmp_path: Path) -> None:  # noqa: ANN001
-    """A turn's BM25 counts are stored when it is written and read on a cold load; turns written before that
-    (no counts in their payload) are tokenised on load, to the same counts."""
-    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
-        memory.add(list(read_turns(SAMPLE)))
-        store = memory.stores.vectors
-        assert isinstance(store, PointStore)
-        ids = [e.event_id for e in store.conversation_events("default", "priya-tom")]
-        turns = store.conversation_turns("default", "priya-tom")
-        assert all(row.token_counts is not None for row in store.hot_records("default", ids).turns)
-        stored = HotTier(store, memory.engine.hot.graph, max_age_s=1e9).events("default", ids)
-        # Every turn rewritten as a store before the counts holds it.
-        store._upsert([PointData(turn_point_id(t.tenant, t.conversation_id, t.turn_id), list(t.embedding or []),
-                                 TURN_SPARSE_VECTOR, turn_keyword_vector(t),
-                                 {k: v for k, v in turn_to_payload(t).items() if k != TOKENS_FIELD}) for t in turns])
-        assert all(row.token_counts is None for row in store.hot_records("default", ids).turns)
-        tokenised = HotTier(store, memory.engine.hot.graph, max_age_s=1e9).events("default", ids)
-    expected = {t.turn_id: token_counts([search_text(t.speaker, t.text, t.timestamp)])[0] for t in turns}
-    for loaded in (stored, tokenised):
-        assert {turn_id: counts for entry in loaded.values()
-                for turn_id, counts in zip(entry.turn_ids, entry.turn_counts, strict=True)} == expected

@@ -7,14 +7,36 @@ a millisecond and no index is built: the corpus is whatever the query's candidat
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
-
-from compassmem.text.bm25_tokens import bm25_tokens, token_counts
+import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
 
 BM25_K1 = 1.5
 BM25_B = 0.75
+
+_STEMMER = Stemmer.Stemmer("english")
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+_STOP_WORDS = frozenset(STOPWORDS_EN)
+
+
+def bm25_tokens(texts: Sequence[str]) -> list[list[str]]:
+    """Stemmed, stop-word-free tokens of each text, as ``bm25s.tokenize`` gives them (its token pattern, English
+    stop words and stemmer, each distinct word stemmed once), without its per-text costs: it rebuilds its stop-word
+    set for every text, a third of a cold hot-tier load of a few hundred turns."""
+    found = [[token for token in _TOKEN.findall(text.lower()) if token not in _STOP_WORDS] for text in texts]
+    words = list(dict.fromkeys(token for tokens in found for token in tokens))
+    stems = dict(zip(words, _STEMMER.stemWords(words), strict=True))
+    return [[stems[token] for token in tokens] for tokens in found]
+
+
+def token_counts(texts: Sequence[str]) -> list[dict[str, int]]:
+    """Each text's token counts as a plain dict: the garbage collector stops tracking a dict of strings and ints
+    (it would track a Counter for good), and the API's hot tier keeps one per turn it holds."""
+    return [dict(Counter(tokens)) for tokens in bm25_tokens(texts)]
 
 
 def token_lengths(turn_counts: Sequence[Mapping[str, int]]) -> np.ndarray:

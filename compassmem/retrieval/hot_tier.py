@@ -28,8 +28,7 @@ import numpy as np
 from compassmem.core.contracts.search import SearchScope
 from compassmem.core.models import TimeAnchor, search_text, turn_point_key
 from compassmem.text.text_features import question_share, states_standing_wish
-from compassmem.retrieval.bm25_index import token_lengths
-from compassmem.text.bm25_tokens import token_counts
+from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, WalkEdge, GraphStore
 from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, TurnLocation, TurnLocator, VectorStore
 
@@ -357,12 +356,8 @@ class HotTier:
             links.setdefault(edge.source, []).append((edge.target, fields))
             if edge.target != edge.source:
                 links.setdefault(edge.target, []).append((edge.source, fields))
-        # Counts stored with the turn; turns written before they were are tokenised, in one call (once per event
-        # cost three times as much on a cold load).
-        unstored = [row for row, turn in enumerate(records.turns) if turn.token_counts is None]
-        counted = iter(token_counts([search_text(records.turns[row].speaker, records.turns[row].text,
-                                                 records.turns[row].timestamp) for row in unstored]))
-        counts = [turn.token_counts if turn.token_counts is not None else next(counted) for turn in records.turns]
+        # Every loaded turn tokenised in one call: once per event cost three times as much on a cold load.
+        counts = token_counts([search_text(t.speaker, t.text, t.timestamp) for t in records.turns])
         loaded = {}
         for event, vector in zip(records.events, records.event_vectors, strict=True):
             rows = rows_of.get(event.event_id, [])

@@ -13,8 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from compassmem.retrieval.bm25_index import window_bm25
-from compassmem.text.bm25_tokens import bm25_tokens
+from compassmem.retrieval.bm25_index import bm25_tokens, window_bm25
 from compassmem.retrieval.hot_tier import HotEvent
 from compassmem.sinks.graph_store import EdgeFields
 from compassmem.sinks.vector_store import HotTurnRow, TurnHit

@@ -36,11 +36,9 @@ from compassmem.core.models import (
     TimeAnchor,
     TurnPassage,
     passage_point_id,
-    search_text,
     turn_point_id,
     turn_point_key,
 )
-from compassmem.text.bm25_tokens import decoded_counts, encoded_counts, token_counts
 from compassmem.text.text_features import states_standing_wish
 from compassmem.text.time_keys import turn_time_keys
 from compassmem.text.time_resolution import resolve_time_expressions
@@ -85,11 +83,6 @@ PASSAGE_FIELD = "passage"
 TIME_KEYS_FIELD = "time_keys"
 # A turn's marks (vector_store.STANDING_WISH_MARK), derived from its text when it is written like its time keys.
 MARKS_FIELD = "marks"
-# A turn's BM25 token counts (text/bm25_tokens.py) as one JSON text, counted when it is written: a query's cold load
-# read and tokenised every candidate's text (7-8 ms of a query on an assistant chat's long answers).
-TOKENS_FIELD = "tokens"
-# Derived from a turn's text when it is written; not fields of the turn.
-_DERIVED_TURN_FIELDS = (KIND_FIELD, TIME_KEYS_FIELD, MARKS_FIELD, TOKENS_FIELD)
 KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD, TIME_KEYS_FIELD,
                         MARKS_FIELD)
 
@@ -108,7 +101,7 @@ PASSAGE_HIT_FIELDS = (CONVERSATION_FIELD, "turn_id", PASSAGE_FIELD)
 # What the hot tier reads of an event's and a turn's payload (HotEventRow, HotTurnRow): an event's payload also holds
 # its observations (every turn's text again), frame and summary, which a query does not read from there.
 HOT_FIELDS = (KIND_FIELD, EVENT_ID_FIELD, CONVERSATION_FIELD, "cluster_id", "temporal_info", "time_anchors", "turn_id",
-              "speaker", "text", "timestamp", "session_id", "has_time_expression", TOKENS_FIELD)
+              "speaker", "text", "timestamp", "session_id", "has_time_expression")
 
 _POINT_NAMESPACE = uuid.UUID("3f0c2a9e-6a53-4d0f-9a51-6c1d3b1f7e42")
 
@@ -177,8 +170,7 @@ def hot_records_of(points: Sequence[tuple[Payload, Any]], dim: int) -> HotRecord
             turns.append((HotTurnRow(
                 conversation_id=fields[CONVERSATION_FIELD], turn_id=fields["turn_id"], event_id=fields[EVENT_ID_FIELD],
                 speaker=fields["speaker"], text=fields["text"], timestamp=datetime.fromisoformat(fields["timestamp"]),
-                session_id=fields.get("session_id"), has_time_expression=bool(fields.get("has_time_expression")),
-                token_counts=decoded_counts(fields[TOKENS_FIELD]) if TOKENS_FIELD in fields else None),
+                session_id=fields.get("session_id"), has_time_expression=bool(fields.get("has_time_expression"))),
                 dense))
     turns.sort(key=lambda pair: (pair[0].timestamp, pair[0].turn_id))
     return HotRecords(
@@ -196,12 +188,11 @@ def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
         payload[TIME_KEYS_FIELD] = turn_time_keys(turn.text, resolve_time_expressions(turn.text, turn.timestamp))
     if states_standing_wish(turn.text):
         payload[MARKS_FIELD] = [STANDING_WISH_MARK]
-    payload[TOKENS_FIELD] = encoded_counts(token_counts([search_text(turn.speaker, turn.text, turn.timestamp)])[0])
     return payload
 
 
 def turn_from_payload(payload: dict[str, Any], embedding: list[float] | None = None) -> IndexedTurn:
-    fields = {key: value for key, value in payload.items() if key not in _DERIVED_TURN_FIELDS}
+    fields = {key: value for key, value in payload.items() if key not in (KIND_FIELD, TIME_KEYS_FIELD, MARKS_FIELD)}
     fields["embedding"] = embedding
     return IndexedTurn.model_validate(fields)
 

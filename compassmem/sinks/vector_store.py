@@ -76,9 +76,6 @@ class HotTurnRow(NamedTuple):
     timestamp: datetime
     session_id: str | None
     has_time_expression: bool
-    # Its BM25 token counts as stored when it was written (text/bm25_tokens.py); None for a turn written before
-    # they were stored, whose text is tokenised on load instead.
-    token_counts: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
