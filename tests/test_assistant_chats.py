@@ -38,6 +38,11 @@ def test_a_question_in_the_first_person_asks_about_the_users_side() -> None:
     assert asked_speakers("Which restaurant did you recommend in Porto?", roles) == {"assistant"}
     assert asked_speakers("Which restaurant did you recommend for my partner?", roles) == {"user", "assistant"}
     assert asked_speakers("Which city comes last in the itinerary?", roles) == set()
+    # Asked to do something now, "you" is nobody whose turns answer; asked about what was said, it is the assistant.
+    assert asked_speakers("Can you explain how eccentricity shapes an ellipse?", roles) == set()
+    assert asked_speakers("How would you find the derivative of x^3?", roles) == set()
+    assert asked_speakers("Could you remind me what budget I set?", roles) == {"user"}
+    assert asked_speakers("Can you list the tools you suggested?", roles) == {"assistant"}
     # Named participants are asked about by name only: "I" in a question about Ann and Bob's chat is nobody's.
     assert asked_speakers("What did I say Ann painted?", {"Ann", "Bob"}) == {"Ann"}
     assert asked_speakers("What did I say about painting?", {"Ann", "Bob"}) == set()

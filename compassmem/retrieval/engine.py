@@ -785,14 +785,17 @@ USER_ROLES = frozenset({"user", "human", "customer", "client", "caller", "me"})
 ASSISTANT_ROLES = frozenset({"assistant", "ai", "bot", "agent", "system", "model", "chatbot", "gpt", "support"})
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll"})
 _SECOND_PERSON = frozenset({"you", "your", "yours", "yourself", "you've", "you'd", "you're"})
+# "Can you explain ...", "How would you find ...", "What would you suggest ...": the one asked is asked to do
+# something now; that "you" names nobody whose turns answer.
+_REQUEST_TO_ACT = re.compile(r"\b(?:can|could|would|will)\s+you\b", re.IGNORECASE)
 
 
 def asked_speakers(question: str, speakers: set[str]) -> set[str]:
     """Participants a question names, by full name or a short form of it ("Mel" for Melanie), or by person when
     the participants are named by role (``USER_ROLES``, ``ASSISTANT_ROLES``): "I" is the user, "you" the
-    assistant."""
+    assistant, unless it is asked to do something ("Can you explain ...": ``_REQUEST_TO_ACT``)."""
     words = {w.lower() for w in re.findall(r"[A-Za-z][A-Za-z'\-]+", question.replace("'s", ""))}
-    persons = {word.lower() for word in re.findall(r"[A-Za-z']+", question)}
+    persons = {word.lower() for word in re.findall(r"[A-Za-z']+", _REQUEST_TO_ACT.sub(" ", question))}
     found = {speaker for speaker in speakers
              if (speaker.lower() in USER_ROLES and persons & _FIRST_PERSON)
              or (speaker.lower() in ASSISTANT_ROLES and persons & _SECOND_PERSON)}
