@@ -184,7 +184,8 @@ def test_a_standing_instruction_answers_a_later_request_on_its_subject(embedder,
     # and it climbs there through the standing-wish weight.
     assert ranked.index("m2") < 3
     assert ranked.index("m2") < unaware.index("m2")
-    assert ranked.index("m8") < 3  # and the turn that tells when the meeting is stays there too
+    # ... and a turn that tells when the meeting is (the user's, m8, or the answer restating it, m9) stays there too.
+    assert min(ranked.index("m8"), ranked.index("m9")) < 3
 
 
 def test_a_standing_instruction_is_a_candidate_whatever_words_the_request_uses(embedder, tmp_path: Path) -> None:  # noqa: ANN001
