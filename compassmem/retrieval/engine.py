@@ -353,6 +353,7 @@ class QueryEngine:
             dense.append(HitSearch("turn", vector, ranking.dense_candidates))
             dense.append(HitSearch("event", vector, ranking.event_candidates))
             dense.append(HitSearch("passage", vector, ranking.passage_candidates))
+        subgoal_searches = len(dense)
         # Only questions that gather instances search by category: on single-fact questions the labels only
         # add rivals to the turn that answers.
         by_category = analysis.aggregate and bool(analysis.categories) and ranking.category_candidates > 0
@@ -367,8 +368,8 @@ class QueryEngine:
         # the search (about 0.7 ms per 100 hits on qdrant-edge), and a warm conversation's hits are mostly held.
         locate = self.hot.locator(scope)
         dense_results = self.vectors.hits(scope, dense, locate)
-        subgoal_results = dense_results[: 3 * len(vectors)]
-        category_hits = dense_results[3 * len(vectors)] if by_category else []
+        subgoal_results = dense_results[:subgoal_searches]
+        category_hits = dense_results[subgoal_searches] if by_category else []
         speakers = {hit.speaker for hits in dense_results for hit in hits if isinstance(hit, TurnHit)}
         # A keyword search per distinct set of stems: a subgoal and its rewrite to content words (_retry_unmet) are
         # searched by the same stems (_search_stems), and so are subgoals that stem alike; each search's texts

@@ -370,10 +370,7 @@ def points_in(where: SearchScope, kind: str) -> PointFilter:
 def _hit_points(where: SearchScope, search: HitSearch) -> PointFilter:
     """A search's points: its kind within the scope, and only those meeting its time keys and marks when it has
     some."""
-    points = points_in(where, {"turn": TURN_KIND, "event": EVENT_KIND, "passage": PASSAGE_KIND}[search.kind])
-    if not search.time_keys and not search.marks:
-        return points
-    match = dict(points.match)
+    match = dict(points_in(where, {"turn": TURN_KIND, "event": EVENT_KIND, "passage": PASSAGE_KIND}[search.kind]).match)
     if search.time_keys:
         match[TIME_KEYS_FIELD] = tuple(search.time_keys)
     if search.marks:
