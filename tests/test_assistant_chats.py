@@ -205,3 +205,32 @@ def test_a_standing_instruction_is_a_candidate_whatever_words_the_request_uses(e
     # The instruction and the answer that takes it on, beside what the other searches found.
     assert {"m2", "m3"} <= set(candidates[5])
     assert set(candidates[0]) < set(candidates[5])
+
+
+def test_a_question_naming_nobody_leans_to_what_the_user_said(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    """The user_side feature: the user's own turns (facts of their situation), where the participants are a user and
+    an assistant; not for a question about what the assistant said, nor in a chat between named people."""
+    rows = QueryRequest(conversation_id="booking-app", question="How many rows does the bookings table hold?",
+                        budget_turns=10)
+    recommended = QueryRequest(conversation_id="booking-app", budget_turns=10,
+                               question="Which index did you recommend for the bookings table?")
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_project_chat())
+        memory.add(list(read_turns(SAMPLE)))
+        refs, features = memory.engine.candidate_features(rows)
+        user_turns = {turn.turn_id for turn in _project_chat() if turn.speaker == "user"}
+        assert {ref.turn_id for ref, side in zip(refs, features["user_side"], strict=True) if side} == (
+            user_turns & {ref.turn_id for ref in refs})
+        assert not memory.engine.candidate_features(recommended)[1]["user_side"].any()
+        people = QueryRequest(conversation_id="priya-tom", question="Why was the Atlas launch moved?")
+        assert not memory.engine.candidate_features(people)[1]["user_side"].any()
+        ranked = memory.query(rows).turn_ids
+        found_for_assistant = memory.query(recommended).turn_ids
+        memory.engine.model = memory.engine.model.without("user_side")
+        unaware = memory.query(rows).turn_ids
+    # The user's message holds the figure ("about two million rows"); the assistant's answer on indexing the same
+    # table shares more of the question's words, and comes first without the feature.
+    assert ranked[0] == "m6"
+    assert unaware.index("m7") < unaware.index("m6")
+    # Asked what "you" recommended, the assistant's answer comes first.
+    assert found_for_assistant[0] == "m7"

@@ -671,10 +671,24 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     named = bool(asked) and len(asked) < len(view.speakers)
     features[SPEAKER] = np.isin(view.turn_speakers, sorted(asked)).astype(np.float64) if named else np.zeros_like(fused)
     features["length"] = view.length_feature
+    features["user_side"] = user_side(view, asked)
     shape = conversation_shape(view.length_feature)
     for name in BASE_FEATURES:
         features[f"{name}*long"] = features[name] * shape
     return features
+
+
+def user_side(view: MemoryView, asked: set[str]) -> np.ndarray:
+    """1 for the user's turns where the participants are a user and an assistant named by role (``USER_ROLES``,
+    ``ASSISTANT_ROLES``), unless the question names the assistant alone ("What did you recommend?"); else 0.
+    What the user says of themselves (facts, plans, instructions) is what later questions mostly ask about, and an
+    assistant's answer is mostly built from it."""
+    speakers = {speaker.lower() for speaker in view.speakers}
+    if not (speakers & USER_ROLES and speakers & ASSISTANT_ROLES) or (
+            asked and all(speaker.lower() in ASSISTANT_ROLES for speaker in asked)):
+        return np.zeros(view.turn_count, dtype=np.float64)
+    users = sorted(speaker for speaker in view.speakers if speaker.lower() in USER_ROLES)
+    return np.isin(view.turn_speakers, users).astype(np.float64)
 
 
 def _of_turns_events(view: MemoryView, per_event: np.ndarray) -> np.ndarray:
