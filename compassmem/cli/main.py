@@ -62,7 +62,7 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     echo(f"read {len(turns)} turns from {args.path}")
     with Memory(settings) as memory:
-        summary = memory.add(turns, progress=Progress(len(turns)))
+        summary = memory.add(turns, progress=Progress(len(turns)), warm=False)
     echo(f"memory built in {settings.data_dir}:")
     print_summary(summary)
     return 0

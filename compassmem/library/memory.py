@@ -68,7 +68,7 @@ from compassmem.retrieval.listing import (
     list_events,
 )
 from compassmem.library.runtime_settings import RuntimeSettings, SettingRecorded, overrides, setting_command
-from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.batching import GraphSink, VectorSink, WrittenEvent, WrittenEvents
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.transfer.exporter import export_memory
 from compassmem.transfer.files import Target, reading, writing
@@ -77,6 +77,8 @@ from compassmem.transfer.records import TransferSummary
 
 log = structlog.get_logger(__name__)
 
+# Events read into the hot tier per store round after an add (one hot-tier load each: three store calls).
+WARM_PAGE_EVENTS = 256
 _TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
 
 
@@ -132,28 +134,50 @@ class Memory:
         self.runtime = RuntimeSettings(self.settings, on_change=self._use_setting)
         # Built on the first add: a reader (the API, `ask`) never needs the segmentation state.
         self._pipeline: MemoryPipeline | None = None
+        # The events the pipeline wrote during an add, for ``_warm``.
+        self._written = WrittenEvents()
         # One writer at a time: the pipeline's per-conversation state is not thread-safe (queries need no lock).
         self._writing = threading.Lock()
         self._closed = False
 
     # -- writing -------------------------------------------------------------------------------------------------
 
-    def add(self, turns: TurnInput | Iterable[TurnInput], *,
-            progress: Callable[[int], None] | None = None) -> IngestSummary:
+    def add(self, turns: TurnInput | Iterable[TurnInput], *, progress: Callable[[int], None] | None = None,
+            warm: bool = True) -> IngestSummary:
         """Build memory from turns (``Turn`` objects or dicts in the turn schema), in order, and write it.
 
         Each call ends its conversations' open segments, so add a whole exchange or session at a time rather than
         turn by turn. Within one ``Memory`` a conversation's later calls continue its memory (merging, relations,
         topics); a new ``Memory`` starts a fresh segmentation state for turns added to a stored conversation.
-        Returns the running totals of this object's writes."""
+        With ``warm`` the events written are then read into the query's hot tier (the latest first, up to its
+        ``api_hot_turns``), so that the queries that follow a write do not each load them from the stores; a
+        process that only writes (``compassmem ingest``) passes False. Returns the running totals of this object's
+        writes."""
         batch = [turns] if isinstance(turns, Turn | Mapping) else list(turns)
         validated = [turn if isinstance(turn, Turn) else Turn.model_validate(turn) for turn in batch]
         with self._writing:
             summary = self._writer().ingest(validated, progress=progress)
+            written = self._written.take()
         for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
             # Merges rewrite older events: cached copies would be stale until their maximum age.
             self.hot.invalidate(tenant, conversation_id)
+        if warm:
+            self._warm(written)
         return summary
+
+    def _warm(self, written: Sequence[WrittenEvent]) -> None:
+        """Read the latest written events that the hot tier can hold into it, a page of events at a time."""
+        chosen: dict[str, list[str]] = {}
+        room = self.hot.max_turns
+        for event in reversed(written):
+            if event.turns > room:
+                break
+            room -= event.turns
+            chosen.setdefault(event.tenant, []).append(event.event_id)
+        for tenant, event_ids in chosen.items():
+            event_ids.reverse()  # the latest loaded last: least recently used is the oldest
+            for start in range(0, len(event_ids), WARM_PAGE_EVENTS):
+                self.hot.events(tenant, event_ids[start: start + WARM_PAGE_EVENTS])
 
     def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
         """Delete a conversation from both stores (and, with ``compact_after_erasure``, from their files), after
@@ -360,7 +384,7 @@ class Memory:
             # The worker's window too (unless pipeline_config replaces it), so that adding a conversation builds
             # the memory streaming it would.
             self._pipeline = MemoryPipeline(
-                self.embedder, [VectorSink(self.stores.vectors), GraphSink(self.stores.graph)],
+                self.embedder, [VectorSink(self.stores.vectors), GraphSink(self.stores.graph), self._written],
                 self._pipeline_config or PipelineConfig.from_settings(self.settings),
                 llm=llm_steps(self.settings, self._chat))
         return self._pipeline

@@ -279,3 +279,50 @@ class CompactingSink(Sink):
 
     def discard(self) -> None:
         self._due = False
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenEvent:
+    tenant: str
+    conversation_id: str
+    event_id: str
+    turns: int
+
+
+class WrittenEvents(Sink):
+    """Which events its group wrote (flushed), the latest write last, until ``take``: what ``Memory.add`` loads
+    into the query's hot tier. Holds ids only; a forgotten conversation's or a retired event's are dropped."""
+
+    def __init__(self) -> None:
+        self._added: dict[tuple[str, str], WrittenEvent] = {}
+        self._written: dict[tuple[str, str], WrittenEvent] = {}
+
+    def add(self, record: Record) -> None:
+        if isinstance(record, Event) and not record.provisional:
+            key = (record.tenant, record.event_id)
+            self._added.pop(key, None)
+            self._added[key] = WrittenEvent(record.tenant, record.conversation_id, record.event_id,
+                                            len(record.observations))
+        elif isinstance(record, ProvisionalRetired):
+            self._added.pop((record.tenant, record.event_id), None)
+            self._written.pop((record.tenant, record.event_id), None)
+        elif isinstance(record, ConversationForgotten):
+            for held in (self._added, self._written):
+                for key in [k for k, e in held.items() if (e.tenant, e.conversation_id) == (
+                        record.tenant, record.conversation_id)]:
+                    del held[key]
+
+    def flush(self) -> None:
+        for key, event in self._added.items():
+            self._written.pop(key, None)
+            self._written[key] = event
+        self._added.clear()
+
+    def discard(self) -> None:
+        self._added.clear()
+
+    def take(self) -> list[WrittenEvent]:
+        taken = list(self._written.values())
+        self._written.clear()
+        return taken
+

@@ -1,0 +1,117 @@
+"""``Memory.add`` leaves the events it wrote in the query's hot tier (``warm``): the queries that follow a write are
+served without loading their candidates from the stores, the tier stays within its bound, and nothing it holds
+afterwards is older than the stores (real embedded stores)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from compassmem import Memory
+from compassmem.core.config import Settings
+from compassmem.core.contracts.query import QueryRequest
+from compassmem.core.models import Event, Observation, TemporalInfo, Turn
+from compassmem.sinks.batching import ConversationForgotten, ProvisionalRetired, WrittenEvents
+from compassmem.write.importers import read_turns
+
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
+T0 = datetime(2024, 5, 1, 9, 0, tzinfo=UTC)
+QUESTION = QueryRequest(conversation_id="priya-tom", question="Why was the Atlas launch moved?")
+
+
+def _counting_loads(memory: Memory) -> list[list[str]]:
+    """Every load of the hot tier from the stores from now on: the event ids it read."""
+    loads: list[list[str]] = []
+    load = memory.hot._load
+
+    def counted(tenant: str, event_ids: list[str], with_turns: bool = True):  # noqa: ANN202
+        loads.append(list(event_ids))
+        return load(tenant, event_ids, with_turns)
+
+    memory.hot._load = counted  # type: ignore[method-assign]
+    return loads
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_the_queries_after_an_add_find_what_it_wrote_in_the_hot_tier(embedder, tmp_path: Path, warm: bool) -> None:  # noqa: ANN001
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        turns = list(read_turns(SAMPLE))
+        memory.add(turns, warm=warm)
+        stored = memory.stores.vectors.conversation_events("default", "priya-tom")
+        held_after_add = (memory.hot.turns, len(memory.hot))
+        loads = _counting_loads(memory)
+        answer = memory.query(QUESTION)
+    assert answer.turn_ids
+    if warm:
+        assert held_after_add == (len(turns), len(stored))
+        assert loads == []
+    else:
+        assert held_after_add == (0, 0)
+        assert loads  # the same query reads its candidates from the stores
+
+
+def _turns(conversation_id: str, count: int, start: datetime) -> list[Turn]:
+    topics = ["the garden", "a bread recipe", "the bike repair", "a trip to Lyon", "the tax forms"]
+    return [Turn(conversation_id=conversation_id, turn_id=f"t{n}", speaker=("Ann", "Bob")[n % 2],
+                 text=f"About {topics[(n // 6) % len(topics)]}: note number {n} says something new.",
+                 timestamp=start + timedelta(minutes=n), session_id=str(n // 60))
+            for n in range(count)]
+
+
+def test_warming_keeps_within_the_tiers_bound_and_takes_the_latest_events(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    with Memory(Settings(data_dir=tmp_path, api_hot_turns=100), embedder=embedder) as memory:
+        memory.add(_turns("long", 240, T0))
+        held = {event_id for tenant, event_id in memory.hot._entries}
+        stored = {e.event_id: e for e in memory.stores.vectors.conversation_events("default", "long")}
+    assert 0 < memory.hot.turns <= 100
+    latest = max(stored.values(), key=lambda e: e.temporal_info.end)
+    earliest = min(stored.values(), key=lambda e: e.temporal_info.start)
+    assert latest.event_id in held and earliest.event_id not in held
+
+
+def test_what_the_tier_holds_after_a_later_add_is_what_the_stores_hold(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        first = _turns("grow", 60, T0)
+        memory.add(first)
+        memory.query(QueryRequest(conversation_id="grow", question="What about the bread recipe?"))
+        # The same conversation goes on (its open segment was closed; merges may rewrite older events).
+        later = [turn.model_copy(update={"turn_id": f"later-{turn.turn_id}",
+                                         "timestamp": turn.timestamp + timedelta(days=1)}) for turn in first[:30]]
+        memory.add(later)
+        stored = {e.event_id: sorted(e.turn_ids) for e in memory.stores.vectors.conversation_events("default", "grow")}
+        held = {event_id: sorted(entry.turn_ids) for (_, event_id), entry in memory.hot._entries.items()}
+        assert held and all(stored.get(event_id) == turn_ids for event_id, turn_ids in held.items())
+        # Every event of the later turns is held: the query about them needs no load.
+        later_events = {e for e, ids in stored.items() if any(t.startswith("later-") for t in ids)}
+        assert later_events <= set(held)
+
+
+def _event(event_id: str, conversation_id: str = "c1", provisional: bool = False) -> Event:
+    return Event(tenant="acme", event_id=event_id, conversation_id=conversation_id, summary=event_id,
+                 observations=[Observation(turn_id=f"{event_id}-t{n}", speaker="Ann", text="hello", timestamp=T0)
+                               for n in range(2)],
+                 participants=["Ann"], temporal_info=TemporalInfo(start=T0, end=T0), provisional=provisional)
+
+
+def test_written_events_are_those_flushed_latest_write_last() -> None:
+    sink = WrittenEvents()
+    for record in (_event("e1"), _event("e2"), _event("p1", provisional=True), _event("e1")):
+        sink.add(record)
+    assert sink.take() == []  # nothing flushed yet
+    sink.flush()
+    sink.add(_event("e3"))
+    sink.discard()  # a failed flush: e3 was never written
+    sink.add(_event("e4", conversation_id="c2"))
+    sink.add(_event("e5"))
+    sink.add(ProvisionalRetired(tenant="acme", conversation_id="c1", event_id="e5"))
+    sink.flush()
+    taken = sink.take()
+    assert [(e.event_id, e.turns) for e in taken] == [("e2", 2), ("e1", 2), ("e4", 2)]
+    assert sink.take() == []
+    sink.add(_event("e6"))
+    sink.add(_event("e7", conversation_id="c2"))
+    sink.flush()
+    sink.add(ConversationForgotten(tenant="acme", conversation_id="c2"))
+    assert [e.event_id for e in sink.take()] == ["e6"]
