@@ -156,8 +156,10 @@ class Memory:
         batch = [turns] if isinstance(turns, Turn | Mapping) else list(turns)
         validated = [turn if isinstance(turn, Turn) else Turn.model_validate(turn) for turn in batch]
         with self._writing:
-            summary = self._writer().ingest(validated, progress=progress)
-            written = self._written.take()
+            try:
+                summary = self._writer().ingest(validated, progress=progress)
+            finally:  # what a failed add flushed is not left for the next one to load
+                written = self._written.take()
         for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
             # Merges rewrite older events: cached copies would be stale until their maximum age.
             self.hot.invalidate(tenant, conversation_id)
