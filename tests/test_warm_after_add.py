@@ -115,3 +115,35 @@ def test_written_events_are_those_flushed_latest_write_last() -> None:
     sink.flush()
     sink.add(ConversationForgotten(tenant="acme", conversation_id="c2"))
     assert [e.event_id for e in sink.take()] == ["e6"]
+
+
+def test_an_add_that_fails_part_way_leaves_nothing_cached_of_its_conversation(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    from compassmem.write.pipeline import PipelineConfig
+
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder, pipeline_config=PipelineConfig(batch_turns=20)) as memory:
+        memory.add(_turns("part", 40, T0))
+        assert any(event.conversation_id == "part" for event in memory.hot._entries.values())
+        group = memory._writer().sink_group
+        flush, calls = group.flush, []
+
+        def failing_flush() -> None:
+            calls.append(1)
+            if len(calls) == 2:
+                raise OSError("disk full")
+            flush()
+
+        group.flush = failing_flush  # type: ignore[method-assign]
+        more = [t.model_copy(update={"turn_id": f"more-{t.turn_id}", "timestamp": t.timestamp + timedelta(days=1)})
+                for t in _turns("part", 40, T0)]
+        with pytest.raises(OSError, match="disk full"):
+            memory.add(more)
+        # The first batch was written: what the tier held of the conversation may be stale, so none of it is kept.
+        assert not any(event.conversation_id == "part" for event in memory.hot._entries.values())
+        group.flush = flush  # type: ignore[method-assign]
+        # The next add writes what the failed one left pending, with its own: the tier then holds what the stores do.
+        memory.add(_turns("other", 6, T0))
+        stored = {e.event_id: sorted(e.turn_ids) for conversation in ("part", "other")
+                  for e in memory.stores.vectors.conversation_events("default", conversation)}
+        held = {event_id: sorted(entry.turn_ids) for (_, event_id), entry in memory.hot._entries.items()}
+        assert {entry.conversation_id for entry in memory.hot._entries.values()} >= {"other"}
+        assert all(stored.get(event_id) == turn_ids for event_id, turn_ids in held.items())

@@ -158,11 +158,11 @@ class Memory:
         with self._writing:
             try:
                 summary = self._writer().ingest(validated, progress=progress)
-            finally:  # what a failed add flushed is not left for the next one to load
+            finally:  # a failed add may have written part of its turns
                 written = self._written.take()
-        for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
-            # Merges rewrite older events: cached copies would be stale until their maximum age.
-            self.hot.invalidate(tenant, conversation_id)
+                for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
+                    # Merges rewrite older events: cached copies would be stale until their maximum age.
+                    self.hot.invalidate(tenant, conversation_id)
         if warm:
             self._warm(written)
         return summary
