@@ -133,8 +133,9 @@ class Settings(BaseSettings):
     )
     api_hot_turns: int = Field(
         default=50_000, ge=100, le=10_000_000,
-        description="Most turns (with their events and vectors, about 3 KB each) the API's hot tier keeps; least "
-        "recently used events are evicted first. Bounds the API's memory whatever the tenant holds.",
+        description="Most turns (with their events and vectors, about 3 KB each) the API's hot tier keeps (a library "
+        "Memory's too: its add reads the events it wrote into it, the latest first); least recently used events are "
+        "evicted first. Bounds the API's memory whatever the tenant holds.",
     )
     api_warm_store_mib: int = Field(
         default=1024, ge=0, le=1024**2,
