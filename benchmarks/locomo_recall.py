@@ -100,6 +100,7 @@ ABLATIONS: dict[str, EngineConfig] = {
     "no time channel": EngineConfig(ranking=RankingConfig(time_candidates=0)),
     "no standing-wish feature": EngineConfig(model=EngineConfig().ranking_model().without("wish")),
     "no wish search": EngineConfig(ranking=RankingConfig(wish_candidates=0)),
+    "no user-side feature": EngineConfig(model=EngineConfig().ranking_model().without("user_side")),
     "hand weights, not the fitted model": EngineConfig(ranking=RankingConfig(fitted=False)),
 }
 
