@@ -101,6 +101,7 @@ ABLATIONS: dict[str, EngineConfig] = {
     "no standing-wish feature": EngineConfig(model=EngineConfig().ranking_model().without("wish")),
     "no wish search": EngineConfig(ranking=RankingConfig(wish_candidates=0)),
     "no user-side feature": EngineConfig(model=EngineConfig().ranking_model().without("user_side")),
+    "no early feature": EngineConfig(model=EngineConfig().ranking_model().without("early")),
     "hand weights, not the fitted model": EngineConfig(ranking=RankingConfig(fitted=False)),
 }
 

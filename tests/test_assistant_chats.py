@@ -234,3 +234,44 @@ def test_a_question_naming_nobody_leans_to_what_the_user_said(embedder, tmp_path
     assert unaware.index("m7") < unaware.index("m6")
     # Asked what "you" recommended, the assistant's answer comes first.
     assert found_for_assistant[0] == "m7"
+
+
+def _project_chat_a_month_on() -> list[Turn]:
+    """The project chat, and a month later the user describing the backend anew (Django and MySQL, not the FastAPI
+    and PostgreSQL of the first request)."""
+    turns = _project_chat()
+    later = ("Quick update on the booking app backend: the framework is now Django and the database is MySQL, since "
+             "the new hires know both better, and the payment stories are done. The notification work starts next "
+             "sprint. Can you suggest how to structure the notification module in that framework?")
+    answer = "\n\n".join(["For notifications, keep a small app of its own with a model per notification, a service "
+                          "that decides who is told, and one sender per channel (email, push, SMS), each behind the "
+                          "same interface so that tests can replace it. Queue the sending with Celery so that a "
+                          "request never waits for a provider, and record each attempt with its result to retry "
+                          "failures and to answer support questions later."] * 3)
+    start = turns[-1].timestamp + timedelta(days=30)
+    return turns + [Turn(conversation_id="booking-app", turn_id=f"m{10 + n}", speaker=speaker, text=text,
+                         timestamp=start + timedelta(minutes=n), session_id="9")
+                    for n, (speaker, text) in enumerate((("user", later), ("assistant", answer)))]
+
+
+def test_a_question_about_how_things_began_leans_to_the_earliest_turns(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    """The early feature: asked what was said "when I first described" something, earlier turns weigh more."""
+    first = QueryRequest(conversation_id="booking-app", budget_turns=10,
+                         question="Which framework and database did I say the backend used when I first described it?")
+    plain = QueryRequest(conversation_id="booking-app", budget_turns=10,
+                         question="Which framework and database does the backend use?")
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_project_chat_a_month_on())
+        refs, features = memory.engine.candidate_features(first)
+        early = {ref.turn_id: value for ref, value in zip(refs, features["early"], strict=True)}
+        assert not memory.engine.candidate_features(plain)[1]["early"].any()
+        ranked = memory.query(first).turn_ids
+        memory.engine.model = memory.engine.model.without("early")
+        unaware = memory.query(first).turn_ids
+    # From 1 for the conversation's earliest candidate down to 0 for its latest, in time order.
+    order = sorted(early, key=lambda turn_id: int(turn_id[1:]))
+    assert early[order[0]] == 1.0 and early[order[-1]] == 0.0
+    assert [early[t] for t in order] == sorted(early.values(), reverse=True)
+    # The first description (m0) comes first; the later one (m10) is ranked lower than without the feature.
+    assert ranked[0] == "m0"
+    assert ranked.index("m10") > unaware.index("m10")

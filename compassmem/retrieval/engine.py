@@ -672,10 +672,28 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     features[SPEAKER] = np.isin(view.turn_speakers, sorted(asked)).astype(np.float64) if named else np.zeros_like(fused)
     features["length"] = view.length_feature
     features["user_side"] = user_side(view, asked)
+    features["early"] = earliness(view) if _ASKS_BEGINNING.search(analysis.question) else np.zeros_like(fused)
     shape = conversation_shape(view.length_feature)
     for name in BASE_FEATURES:
         features[f"{name}*long"] = features[name] * shape
     return features
+
+
+# "What did I say when I first described ...", "... at the start", "originally": asked about how things began.
+_ASKS_BEGINNING = re.compile(r"\b(?:first|initial|initially|at the start|to start|started|starting|began|begin|"
+                             r"beginning|originally|original|earliest)\b", re.IGNORECASE)
+
+
+def earliness(view: MemoryView) -> np.ndarray:
+    """Each turn's place in time among its conversation's candidates: 1 for the earliest, 0 for the latest (rows
+    are in conversation and time order)."""
+    out = np.zeros(view.turn_count, dtype=np.float64)
+    conversations = np.asarray(view.turn_conversations)
+    for conversation in set(view.turn_conversations):
+        rows = np.nonzero(conversations == conversation)[0]
+        if len(rows) > 1:
+            out[rows] = 1.0 - np.arange(len(rows)) / (len(rows) - 1)
+    return out
 
 
 def user_side(view: MemoryView, asked: set[str]) -> np.ndarray:

@@ -33,12 +33,14 @@ from pydantic import BaseModel, Field
 #   speaker   the question names a participant (or a person: "I", "you"), and the turn is theirs
 #   user_side 1 for the user's turns where the participants are a user and an assistant named by role, unless the
 #             question names the assistant alone: what the user tells of themselves is what is asked about later
+#   early     the question asks how things began ("when I first described", "originally", "at the start"): 1 for
+#             the conversation's earliest candidate turn down to 0 for its latest
 #   length    log of the turn's keyword tokens over log of 4,096 (a one-line turn is near 0.2, a long answer near 1)
 #   NAME*long the feature times how long the conversation's turns are (``conversation_shape``): how much each
 #             counts can follow the shape of the conversation (chat lines between people, an assistant's answers)
 BASE_FEATURES: tuple[str, ...] = (
     "fused", "context", "event", "walk", "dense", "dense_rank", "keyword_rank", "window_rank", "time_rank",
-    "label_rank", "asks", "wish", "temporal_time", "dated", "speaker", "length", "user_side",
+    "label_rank", "asks", "wish", "temporal_time", "dated", "speaker", "length", "user_side", "early",
 )
 FEATURES: tuple[str, ...] = (*BASE_FEATURES, *(f"{name}*long" for name in BASE_FEATURES))
 # The candidates' mean length feature mapped to 0 for turns of a chat line (20 keyword tokens) and 1 for those of a
