@@ -77,8 +77,6 @@ from compassmem.transfer.records import TransferSummary
 
 log = structlog.get_logger(__name__)
 
-# Events read into the hot tier per store round after an add (one hot-tier load each: three store calls).
-WARM_PAGE_EVENTS = 256
 _TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
 
 
@@ -168,7 +166,7 @@ class Memory:
         return summary
 
     def _warm(self, written: Sequence[WrittenEvent]) -> None:
-        """Read the latest written events that the hot tier can hold into it, a page of events at a time."""
+        """Read the latest written events that the hot tier can hold into it."""
         chosen: dict[str, list[str]] = {}
         room = self.hot.max_turns
         for event in reversed(written):
@@ -178,8 +176,7 @@ class Memory:
             chosen.setdefault(event.tenant, []).append(event.event_id)
         for tenant, event_ids in chosen.items():
             event_ids.reverse()  # the latest loaded last: least recently used is the oldest
-            for start in range(0, len(event_ids), WARM_PAGE_EVENTS):
-                self.hot.events(tenant, event_ids[start: start + WARM_PAGE_EVENTS])
+            self.hot.preload(tenant, event_ids)
 
     def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
         """Delete a conversation from both stores (and, with ``compact_after_erasure``, from their files), after

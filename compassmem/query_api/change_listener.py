@@ -2,9 +2,10 @@
 
 The worker publishes every event it writes, deletes or forgets, and every relation it writes, once the stores have
 them. An API process (``compassmem api`` or the one inside ``compassmem dev``) follows both topics from their end
-and drops the hot-tier entries they name (a relation names both its events), so the next query reloads them: a
-merge, a new relation or a new turn of a cached event is seen as soon as the worker has written it, not
-``api_view_max_age_s`` later. While it follows without a break the hot tier keeps entries up to
+and drops the hot-tier entries they name (a relation names both its events): a merge, a new relation or a new turn
+of a cached event is seen as soon as the worker has written it, not ``api_view_max_age_s`` later. An event written
+again (not deleted) whose entry was held is read again after each poll, on the listener's thread, so a conversation
+being queried while it is written stays warm instead of each query reloading what the last write touched. While it follows without a break the hot tier keeps entries up to
 ``api_hot_followed_max_age_s``; when a poll fails it falls back to the short limit. Records that are not change
 records are skipped (logged), never fatal: the feed only invalidates. ``ChangeFollower`` does the following.
 
@@ -37,11 +38,12 @@ class ChangeFeedListener:
         self._hot = hot
         self._events_topic = settings.events_topic
         self.applied = 0
+        # Held entries the feed dropped since the last poll ended, per tenant: read again then (``_polled``).
+        self._reread: dict[str, set[str]] = {}
+        self.reread = 0
         self._follower = ChangeFollower(bootstrap, (settings.events_topic, settings.relations_topic), self.apply,
                                         client_id="compassmem-hot-tier", poll_ms=poll_ms,
-                                        # After applying: an entry loaded from now on has seen every change the
-                                        # feed delivered so far.
-                                        polled=hot.feed_followed,
+                                        polled=self._polled,
                                         replayed={settings.control_topic: lambda record: follow_setting(runtime, record)}
                                         if runtime is not None else None)
 
@@ -64,13 +66,26 @@ class ChangeFeedListener:
                 change = EventChange.model_validate_json(value)
                 if change.op == ChangeOp.FORGET or change.event_id is None:
                     self._hot.invalidate(change.tenant, change.conversation_id)
-                else:
-                    self._hot.invalidate_event(change.tenant, change.event_id)
+                elif self._hot.invalidate_event(change.tenant, change.event_id) and change.op == ChangeOp.UPSERT:
+                    self._reread.setdefault(change.tenant, set()).add(change.event_id)
             else:
                 relation = RelationChange.model_validate_json(value).relation
                 for event_id in (relation.source, relation.target):
-                    self._hot.invalidate_event(relation.tenant, event_id)
+                    if self._hot.invalidate_event(relation.tenant, event_id):
+                        self._reread.setdefault(relation.tenant, set()).add(event_id)
         except ValidationError as error:
             log.warning("api.change_feed.skipped", topic=topic, reason=str(error).splitlines()[0])
             return
         self.applied += 1
+
+    def _polled(self, ok: bool) -> None:
+        # After applying: an entry loaded from now on has seen every change the feed delivered so far.
+        self._hot.feed_followed(ok)
+        pending, self._reread = self._reread, {}
+        for tenant, event_ids in pending.items():
+            try:
+                # A deleted or forgotten event is simply not found; a load that a later change overtakes is
+                # discarded by the tier itself.
+                self.reread += self._hot.preload(tenant, sorted(event_ids))
+            except Exception as error:  # noqa: BLE001 - the feed goes on; the next query loads on a miss
+                log.warning("api.change_feed.reread_failed", tenant=tenant, events=len(event_ids), error=str(error))

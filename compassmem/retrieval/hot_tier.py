@@ -37,6 +37,9 @@ from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, TurnLocation,
 # read never waits behind another's; threads start only when that many loads overlap.
 _GRAPH_READS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="compassmem-hot-graph")
 
+# Events per load when the tier is filled ahead of queries (``preload``; one load is three store calls).
+PRELOAD_PAGE_EVENTS = 256
+
 # Invalidation marks kept (each kind): only loads running when a mark was made consult it, and a query's loads take
 # milliseconds, so this is far more than enough.
 INVALIDATION_MARKS = 10_000
@@ -212,6 +215,14 @@ class HotTier:
             found.update(loaded)
         return found
 
+    def preload(self, tenant: str, event_ids: Sequence[str]) -> int:
+        """Read these events into the tier ahead of the queries that will want them (after a write), a page of
+        ``PRELOAD_PAGE_EVENTS`` per load; returns how many exist."""
+        found = 0
+        for start in range(0, len(event_ids), PRELOAD_PAGE_EVENTS):
+            found += len(self.events(tenant, event_ids[start: start + PRELOAD_PAGE_EVENTS]))
+        return found
+
     def locate(self, tenant: str, keys: Collection[int]) -> dict[int, TurnLocation]:
         """Where the held turns among these point keys are (``VectorStore.hits``' locator): only from entries
         ``events`` would serve as they are, so a turn the change feed moved, or one of an entry past its age, is
@@ -284,10 +295,13 @@ class HotTier:
         followed = self._followed_since is not None and entry.loaded_at >= self._followed_since
         return now - entry.loaded_at <= (self._followed_max_age_s if followed else self._max_age_s)
 
-    def invalidate_event(self, tenant: str, event_id: str) -> None:
+    def invalidate_event(self, tenant: str, event_id: str) -> bool:
+        """Drop an event's entry; whether it was held (the change feed reads those again)."""
         with self._lock:
+            held = (tenant, event_id) in self._entries
             self._drop((tenant, event_id))
             self._mark_invalidated((tenant, event_id))
+            return held
 
     def invalidate(self, tenant: str, conversation_id: str | None = None) -> None:
         """Drop a conversation's events (all of the tenant's without one): a forget, a delete."""
