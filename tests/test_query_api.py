@@ -411,6 +411,27 @@ def test_the_change_feed_drops_the_hot_tier_entries_it_names(broker: str, servic
     assert not hot.following_feed  # a stopped listener invalidates nothing: back to the short limit
 
 
+
+def test_the_change_feed_reads_again_at_most_its_page_per_poll(services: ApiServices) -> None:
+    """A burst of changes to held events does not hold the feed up: past ``reread_per_poll`` they are left to load
+    on a query's miss, and nothing is carried over to the next poll."""
+    vectors = services.memory.stores.vectors
+    events = sorted(e.event_id for e in vectors.conversation_events(ACME, "t-1")) + \
+        sorted(e.event_id for e in vectors.conversation_events(ACME, "c1"))
+    hot = HotTier(vectors, services.memory.stores.graph, max_age_s=1e9)
+    hot.events(ACME, events)
+    settings = Settings(events_topic="feed-events", relations_topic="feed-relations")
+    listener = ChangeFeedListener("127.0.0.1:1", settings, hot, reread_per_poll=2)  # never started: no broker
+    for event_id in events[:3]:
+        listener.apply("feed-events", EventChange(op=ChangeOp.UPSERT, tenant=ACME, conversation_id="t-1",
+                                                  event_id=event_id).model_dump_json().encode())
+    listener._polled(True)
+    assert listener.applied == 3 and listener.reread == 2
+    assert sum((ACME, event_id) in hot._entries for event_id in events[:3]) == 2
+    listener._polled(True)
+    assert listener.reread == 2
+
+
 # -- bad requests ---------------------------------------------------------------------------------------------
 
 GOOD_QUERY = {"tenant": ACME, "conversation_id": "c1", "question": "Why?"}

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from compassmem.core.config import Settings
 from compassmem.query_api.change_follower import ChangeFollower
-from compassmem.retrieval.hot_tier import HotTier
+from compassmem.retrieval.hot_tier import PRELOAD_PAGE_EVENTS, HotTier
 from compassmem.library.runtime_settings import RuntimeSettings
 from compassmem.streams.forget_log import follow_setting
 from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
@@ -34,8 +34,9 @@ class ChangeFeedListener:
     ``runtime`` the control topic (from its start) into the runtime settings."""
 
     def __init__(self, bootstrap: str, settings: Settings, hot: HotTier, poll_ms: int = 200,
-                 runtime: RuntimeSettings | None = None) -> None:
+                 runtime: RuntimeSettings | None = None, reread_per_poll: int = PRELOAD_PAGE_EVENTS) -> None:
         self._hot = hot
+        self._reread_per_poll = reread_per_poll
         self._events_topic = settings.events_topic
         self.applied = 0
         # Held entries the feed dropped since the last poll ended, per tenant: read again then (``_polled``).
@@ -82,10 +83,17 @@ class ChangeFeedListener:
         # After applying: an entry loaded from now on has seen every change the feed delivered so far.
         self._hot.feed_followed(ok)
         pending, self._reread = self._reread, {}
-        for tenant, event_ids in pending.items():
+        # At most a page per poll: the changes that follow wait while it is read, so a burst of writes to held
+        # conversations must not hold them up for long; what is left out loads on the next query's miss.
+        room = self._reread_per_poll
+        for tenant in sorted(pending):
+            chosen = sorted(pending[tenant])[:room]
+            room -= len(chosen)
             try:
                 # A deleted or forgotten event is simply not found; a load that a later change overtakes is
                 # discarded by the tier itself.
-                self.reread += self._hot.preload(tenant, sorted(event_ids))
+                self.reread += self._hot.preload(tenant, chosen)
             except Exception as error:  # noqa: BLE001 - the feed goes on; the next query loads on a miss
-                log.warning("api.change_feed.reread_failed", tenant=tenant, events=len(event_ids), error=str(error))
+                log.warning("api.change_feed.reread_failed", tenant=tenant, events=len(chosen), error=str(error))
+            if not room:
+                break
