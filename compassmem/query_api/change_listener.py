@@ -40,7 +40,8 @@ class ChangeFeedListener:
         self._events_topic = settings.events_topic
         self.applied = 0
         # Held entries the feed dropped since the last poll ended, per tenant: read again then (``_polled``).
-        self._reread: dict[str, set[str]] = {}
+        self._to_reread: dict[str, set[str]] = {}
+        # Entries read again so far (the events found).
         self.reread = 0
         self._follower = ChangeFollower(bootstrap, (settings.events_topic, settings.relations_topic), self.apply,
                                         client_id="compassmem-hot-tier", poll_ms=poll_ms,
@@ -68,12 +69,12 @@ class ChangeFeedListener:
                 if change.op == ChangeOp.FORGET or change.event_id is None:
                     self._hot.invalidate(change.tenant, change.conversation_id)
                 elif self._hot.invalidate_event(change.tenant, change.event_id) and change.op == ChangeOp.UPSERT:
-                    self._reread.setdefault(change.tenant, set()).add(change.event_id)
+                    self._to_reread.setdefault(change.tenant, set()).add(change.event_id)
             else:
                 relation = RelationChange.model_validate_json(value).relation
                 for event_id in (relation.source, relation.target):
                     if self._hot.invalidate_event(relation.tenant, event_id):
-                        self._reread.setdefault(relation.tenant, set()).add(event_id)
+                        self._to_reread.setdefault(relation.tenant, set()).add(event_id)
         except ValidationError as error:
             log.warning("api.change_feed.skipped", topic=topic, reason=str(error).splitlines()[0])
             return
@@ -82,7 +83,7 @@ class ChangeFeedListener:
     def _polled(self, ok: bool) -> None:
         # After applying: an entry loaded from now on has seen every change the feed delivered so far.
         self._hot.feed_followed(ok)
-        pending, self._reread = self._reread, {}
+        pending, self._to_reread = self._to_reread, {}
         # At most a page per poll: the changes that follow wait while it is read, so a burst of writes to held
         # conversations must not hold them up for long; what is left out loads on the next query's miss.
         room = self._reread_per_poll
