@@ -687,13 +687,16 @@ _ASKS_BEGINNING = re.compile(r"\b(?:first|initial|initially|at the start|to star
 def earliness(view: MemoryView) -> np.ndarray:
     """Each turn's place in time among its conversation's candidates: 1 for the earliest, 0 for the latest (rows
     are in conversation and time order)."""
-    out = np.zeros(view.turn_count, dtype=np.float64)
+    count = view.turn_count
+    if not count:
+        return np.zeros(0, dtype=np.float64)
     conversations = np.asarray(view.turn_conversations)
-    for conversation in set(view.turn_conversations):
-        rows = np.nonzero(conversations == conversation)[0]
-        if len(rows) > 1:
-            out[rows] = 1.0 - np.arange(len(rows)) / (len(rows) - 1)
-    return out
+    # One pass over the rows: each conversation's rows are one run (a tenant-wide scope holds many conversations).
+    starts = np.concatenate(([0], np.flatnonzero(conversations[1:] != conversations[:-1]) + 1))
+    sizes = np.diff(np.append(starts, count))
+    run = np.repeat(np.arange(len(starts)), sizes)
+    last = (sizes - 1)[run]
+    return np.where(last > 0, 1.0 - (np.arange(count) - starts[run]) / np.maximum(last, 1), 0.0)
 
 
 def user_side(view: MemoryView, asked: set[str]) -> np.ndarray:
