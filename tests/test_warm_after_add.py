@@ -147,3 +147,29 @@ def test_an_add_that_fails_part_way_leaves_nothing_cached_of_its_conversation(em
         held = {event_id: sorted(entry.turn_ids) for (_, event_id), entry in memory.hot._entries.items()}
         assert {entry.conversation_id for entry in memory.hot._entries.values()} >= {"other"}
         assert all(stored.get(event_id) == turn_ids for event_id, turn_ids in held.items())
+
+
+def test_a_forget_during_the_warming_leaves_no_word_of_it_cached(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    """Warming runs after the add's lock is released: a forget may come while it reads. What it read before the
+    forget must not stay in the tier (canary word)."""
+    canary = "zxqvortle"
+    turns = [Turn(conversation_id="secret", turn_id=f"s{n}", speaker=("Ann", "Bob")[n % 2],
+                  text=f"The {canary} plan, step {n}: we keep it between us.", timestamp=T0 + timedelta(minutes=n))
+             for n in range(8)]
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        load, forgotten = memory.hot._load, []
+
+        def load_then_forget(tenant: str, event_ids: list[str], with_turns: bool = True):  # noqa: ANN202
+            read = load(tenant, event_ids, with_turns)  # read from the stores before the forget
+            if not forgotten:
+                forgotten.append(memory.forget("secret"))
+            return read
+
+        memory.hot._load = load_then_forget  # type: ignore[method-assign]
+        memory.add(turns)
+        memory.hot._load = load  # type: ignore[method-assign]
+        assert forgotten and forgotten[0].events_deleted > 0
+        held = [text for entry in memory.hot._entries.values() for text in entry.texts]
+        assert not any(canary in text for text in held)
+        assert memory.hot.turns == 0
+        assert memory.stores.vectors.conversation_events("default", "secret") == []
