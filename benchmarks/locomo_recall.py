@@ -58,6 +58,8 @@ class MemoryRetriever:
         self.memory = memory
         self.budget = budget
         self.latencies_ms: list[float] = []
+        # Each query's own step timings (QueryResponse.timings_ms): where a latency goes.
+        self.stages_ms: dict[str, list[float]] = {}
         self.ranked: dict[tuple[str, str], list[str]] = {}
         # What the last answer showed of each turn: a long turn's evidence is one passage of it.
         self.shown: dict[tuple[str, str], str] = {}
@@ -67,6 +69,8 @@ class MemoryRetriever:
         response = self.memory.query(QueryRequest(conversation_id=conversation_id, question=question,
                                                   budget_turns=self.budget))
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
+        for stage_name, ms in response.timings_ms.items():
+            self.stages_ms.setdefault(stage_name, []).append(ms)
         self.ranked[(conversation_id, question)] = response.turn_ids
         self.shown.update({(turn.conversation_id, turn.turn_id): turn.text
                            for item in response.evidence for turn in item.turns})
@@ -244,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"compassmem query latency (in-process): p50 {p50:.1f} ms, p99 {p99:.1f} ms over {len(latencies)} queries; "
           "mean context tokens @" + "/".join(map(str, BUDGETS)) + ": "
           + "/".join(f"{tokens.get(b, 0):.0f}" for b in BUDGETS))
+    stage_p50 = {name: statistics.median(values) for name, values in retriever.stages_ms.items()}
+    print("compassmem query steps, p50 ms: " + ", ".join(f"{name} {ms:.2f}" for name, ms in stage_p50.items()))
     if ablation:
         print("\nablation (same memory; each row switches one part off):")
         print_table(*table_rows(results[:1] + ablation))
@@ -271,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ablation:
         output["ablation"] = results_json(data, report, results[:1] + ablation, seconds)["methods"]
     output["compassmem"] = {"latency_ms": {"p50": p50, "p99": p99, "median": statistics.median(latencies)},
+                            "steps_p50_ms": stage_p50,
                             "ingest_seconds": ingest_seconds, "embedder": chosen}
     if held_out is not None:
         output["leave_one_out"] = held_out.model_dump()

@@ -141,3 +141,53 @@ def test_forgetting_a_turn_or_a_conversation_takes_its_passages(embedder, tmp_pa
         assert not found("m3") and found("m1")
         memory.forget("advice")
         assert stored() == 0
+
+
+def test_the_hot_tier_locates_the_passages_a_search_finds_so_none_is_read_from_the_store(  # noqa: ANN001
+        embedder, tmp_path: Path) -> None:
+    """A passage hit names a passage point; the turn it stands for is wherever the hot tier holds it, so a warm
+    query reads no payload of its passage hits. Hits equal those read from the store, and a passage the tier
+    does not hold (here: after a forget of the tier's entries) is still read from the store."""
+    from compassmem.core.models import passage_point_key
+
+    question = FACT_QUESTION
+    scope = SearchScope(tenant="default", conversation_ids=("advice",))
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(chat_of_long_answers())  # the add leaves what it wrote in the hot tier
+        store = memory.stores.vectors
+        vector = memory.embedder.embed([question])[0]
+        search = [HitSearch("passage", vector, 40)]
+        from_payloads = store.hits(scope, search)[0]
+        assert len(from_payloads) == 3 and any(hit.passage >= 1 for hit in from_payloads)
+
+        reads: list[list[int]] = []
+        read_payloads = store._payloads  # noqa: SLF001
+
+        def counted(keys, fields):  # noqa: ANN001, ANN202
+            reads.append(list(keys))
+            return read_payloads(keys, fields)
+
+        asked_fields: list[object] = []
+        query_keys = store._query_keys  # noqa: SLF001
+
+        def searched(queries, payload_keys):  # noqa: ANN001, ANN202
+            asked_fields.extend(payload_keys)
+            return query_keys(queries, payload_keys)
+
+        store._payloads, store._query_keys = counted, searched  # noqa: SLF001
+        located = store.hits(scope, search, memory.hot.locator(scope))[0]
+        assert located == from_payloads
+        assert asked_fields == [None] and reads == []  # searched without payloads, and nothing read after
+
+        # Each passage after a turn's first is located with its index; past the turn's last passage nothing is.
+        long_turn = chat_of_long_answers()[1]
+        count = len(passage_spans(long_turn.indexed_text()))
+        keys = [passage_point_key("default", "advice", "m1", index) for index in range(1, count + 1)]
+        where = memory.hot.locate("default", keys)
+        assert [where[key].passage for key in keys[:-1]] == list(range(1, count))
+        assert {where[key].turn_id for key in keys[:-1]} == {"m1"} and keys[-1] not in where
+
+        memory.hot.invalidate("default", "advice")  # what a forget or a redaction does to the tier
+        assert store.hits(scope, search, memory.hot.locator(scope))[0] == from_payloads
+        assert reads and {key for read in reads for key in read} >= {
+            passage_point_key("default", "advice", hit.turn_id, hit.passage) for hit in from_payloads if hit.passage}

@@ -479,6 +479,11 @@ def passage_point_id(tenant: str, conversation_id: str, turn_id: str, index: int
     return stable_uuid("passage", tenant, conversation_id, turn_id, str(index))
 
 
+def passage_point_key(tenant: str, conversation_id: str, turn_id: str, index: int) -> int:
+    """``passage_point_id`` as the integer its UUID holds (``turn_point_key``'s twin for passages)."""
+    return stable_key("passage", tenant, conversation_id, turn_id, str(index))
+
+
 def turn_point_id(tenant: str, conversation_id: str, turn_id: str) -> str:
     return stable_uuid("turn", tenant, conversation_id, turn_id)
 

@@ -20,7 +20,6 @@ from compassmem.embedding.embedders import Embedder
 from compassmem.core.logging_setup import current_request_id
 from compassmem.text.categories import category_term
 from compassmem.text.lexicon import load_in_background
-from compassmem.text.passages import passage_spans
 from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.text.time_keys import question_time_keys
 from compassmem.text.time_resolution import resolve_time_expressions
@@ -639,7 +638,7 @@ def _turn_out(view: MemoryView, row: int, stems: set[str]) -> TurnOut:
 def shown_span(view: MemoryView, row: int, stems: set[str]) -> tuple[int, int] | None:
     """The passage of a long turn its evidence shows (None for a turn of one passage): the one closer to a subgoal
     than the turn's opening, else the one holding most of the question's words, else the opening."""
-    spans = passage_spans(view.turn_texts[row])
+    spans = view.turn_passage_spans[row]
     if len(spans) == 1:
         return None
     closest = view.closest_passage.get(row)

@@ -26,7 +26,8 @@ from datetime import datetime
 import numpy as np
 
 from compassmem.core.contracts.search import SearchScope
-from compassmem.core.models import TimeAnchor, search_text, turn_point_key
+from compassmem.core.models import TimeAnchor, passage_point_key, search_text, turn_point_key
+from compassmem.text.passages import Span, passage_spans
 from compassmem.text.text_features import question_share, states_standing_wish
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, WalkEdge, GraphStore
@@ -89,6 +90,9 @@ class HotEvent:
     question_shares: np.ndarray = field(init=False)
     # 1 for each turn that states a standing instruction or preference (text_features.states_standing_wish).
     standing_wishes: np.ndarray = field(init=False)
+    # Each turn's passages (text/passages.py), once per load: the evidence of a long turn shows one of them, and
+    # the tier locates the passage points a search finds.
+    passage_spans: tuple[tuple[Span, ...], ...] = field(init=False)
     # Sort keys a query's view orders events and turns by, computed once per load rather than once per query.
     order: tuple[str, datetime, str] = field(init=False)
     turn_order: tuple[tuple[str, datetime, str], ...] = field(init=False)
@@ -104,6 +108,7 @@ class HotEvent:
                                                                 dtype=np.float64))
         object.__setattr__(self, "standing_wishes", np.asarray([states_standing_wish(t) for t in self.texts],
                                                                 dtype=np.float64))
+        object.__setattr__(self, "passage_spans", tuple(tuple(passage_spans(text)) for text in self.texts))
         object.__setattr__(self, "order", (self.conversation_id, self.start, self.event_id))
         object.__setattr__(self, "turn_order", tuple((self.conversation_id, timestamp, turn_id)
                                                      for timestamp, turn_id in zip(self.timestamps, self.turn_ids,
@@ -160,11 +165,12 @@ class HotTier:
         # Since when a change feed has been followed without a break (None: not followed now).
         self._followed_since: float | None = None
         self._entries: OrderedDict[tuple[str, str], HotEvent] = OrderedDict()
-        # Each held turn's point key (models.turn_point_key) -> (tenant, event id, conversation id, turn id, speaker):
-        # search hits name points by key, and ``locate`` answers where they are without reading their payloads from
-        # the store. Plain tuples of strings, which the garbage collector stops tracking (see HotEvent).
-        self._turn_points: dict[int, tuple[str, str, str, str, str]] = {}
-        # The point keys of each entry's turns, to forget them with the entry.
+        # Each held turn's point key (models.turn_point_key), and the key of each of its passages after the first
+        # (models.passage_point_key) -> (tenant, event id, conversation id, turn id, speaker, passage index): search
+        # hits name points by key, and ``locate`` answers where they are without reading their payloads from the
+        # store. Plain tuples, which the garbage collector stops tracking (see HotEvent).
+        self._turn_points: dict[int, tuple[str, str, str, str, str, int]] = {}
+        # The point keys of each entry's turns and passages, to forget them with the entry.
         self._point_keys: dict[tuple[str, str], tuple[int, ...]] = {}
         # When each recently invalidated event was invalidated: a load that started before then read what the
         # change replaced, so it is served once but not kept. Bounded: older marks cannot matter to a load.
@@ -224,7 +230,8 @@ class HotTier:
         return found
 
     def locate(self, tenant: str, keys: Collection[int]) -> dict[int, TurnLocation]:
-        """Where the held turns among these point keys are (``VectorStore.hits``' locator): only from entries
+        """Where the held turns (and passages of them) among these point keys are (``VectorStore.hits``' locator):
+        only from entries
         ``events`` would serve as they are, so a turn the change feed moved, or one of an entry past its age, is
         read from the store instead."""
         now = time.monotonic()
@@ -235,13 +242,13 @@ class HotTier:
                 held = self._turn_points.get(key)
                 if held is None or held[0] != tenant:
                     continue
-                _, event_id, conversation_id, turn_id, speaker = held
+                _, event_id, conversation_id, turn_id, speaker, passage = held
                 usable = fresh.get(event_id)
                 if usable is None:
                     entry = self._entries[(tenant, event_id)]
                     usable = fresh[event_id] = self._fresh(entry, now)
                 if usable:
-                    found[key] = TurnLocation(conversation_id, turn_id, event_id, speaker)
+                    found[key] = TurnLocation(conversation_id, turn_id, event_id, speaker, passage)
         return found
 
     def locator(self, scope: SearchScope) -> TurnLocator | None:
@@ -340,12 +347,16 @@ class HotTier:
         self._entries[key] = entry
         self._turns += entry.weight
         if entry.turns_loaded:
-            points = tuple(turn_point_key(key[0], entry.conversation_id, turn_id) for turn_id in entry.turn_ids)
-            self._point_keys[key] = points
+            tenant, conversation_id = key[0], entry.conversation_id
+            located = {
+                turn_point_key(tenant, conversation_id, turn_id) if index == 0
+                else passage_point_key(tenant, conversation_id, turn_id, index):
+                (tenant, key[1], conversation_id, turn_id, speaker, index)
+                for turn_id, speaker, spans in zip(entry.turn_ids, entry.speakers, entry.passage_spans, strict=True)
+                for index in range(len(spans))}
+            self._point_keys[key] = tuple(located)
             # A turn another entry still holds moved here: this is the later load, so it wins.
-            self._turn_points.update(
-                (point, (key[0], key[1], entry.conversation_id, turn_id, speaker))
-                for point, turn_id, speaker in zip(points, entry.turn_ids, entry.speakers, strict=True))
+            self._turn_points.update(located)
         self._evict()
 
     def _drop(self, key: tuple[str, str]) -> None:

@@ -58,6 +58,7 @@ class MemoryView:
         self.turn_ids = column(h.turn_ids for h in entries)
         self.turn_event_ids = column((h.event_id,) * h.turn_count for h in entries)
         self.turn_texts = column(h.texts for h in entries)
+        self.turn_passage_spans = column(h.passage_spans for h in entries)
         self.turn_timestamps = column(h.timestamps for h in entries)
         self.turn_session_ids = column(h.session_ids for h in entries)
         self.turn_matrix = (matrix if in_order else matrix[rows]).reshape(len(rows), dim)

@@ -540,11 +540,15 @@ class PointStore(VectorStore):
         # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
         answers = self._query_keys([query for _, query in asked], [_hit_fields(search, locate) for search, _ in asked]
                                    ) if asked else []
-        # A passage hit stands for its turn: (turn key, passage index, score), the turn located like an unread hit.
-        answers = [_as_turn_keys(scope.tenant, answer) if search.kind == "passage" else answer
+        # A passage hit stands for its turn: (turn key, the passage, score), the turn located like an unread hit
+        # unless the locator knew the passage's point.
+        passages = self._passages_of(scope.tenant, [answer for (search, _), answer in zip(asked, answers, strict=True)
+                                                    if search.kind == "passage"], locate)
+        answers = [[(*passages[key], score) for key, _, score in answer if key in passages]
+                   if search.kind == "passage" else answer
                    for (search, _), answer in zip(asked, answers, strict=True)]
         unread = {key for answer in answers for key, payload, _ in answer
-                  if payload is None or isinstance(payload, _PassageOf)}
+                  if payload is None or (isinstance(payload, _PassageOf) and payload.where is None)}
         located: Mapping[int, TurnLocation] = {}
         if unread:
             located = locate(unread) if locate is not None else {}
@@ -559,10 +563,12 @@ class PointStore(VectorStore):
             if search.kind in ("turn", "passage"):
                 turns: dict[int, TurnHit] = {}
                 for key, payload, score in rows:
-                    passage = 0
+                    passage, where = 0, None
                     if isinstance(payload, _PassageOf):
-                        passage, payload = payload.index, None
-                    where = _turn_location(payload) if payload is not None else located.get(key)
+                        passage, where = payload.index, payload.where
+                    elif payload is not None:
+                        where = _turn_location(payload)
+                    where = where or located.get(key)
                     # None: the point was deleted between the search and the read. A turn is listed once, by its
                     # best passage.
                     if where is not None and key not in turns:
@@ -573,6 +579,24 @@ class PointStore(VectorStore):
                 events = [EventHit(p[CONVERSATION_FIELD], p[EVENT_ID_FIELD], score)
                           for p, score in ((_required(payload), score) for _, payload, score in rows)]
                 found.append(sorted(events, key=_event_hit_order))
+        return found
+
+    def _passages_of(self, tenant: str, answers: Sequence[list[tuple[int, Payload | None, float]]],
+                     locate: TurnLocator | None) -> dict[int, tuple[int, _PassageOf]]:
+        """Per passage point a search returned: its turn's key and which passage of the turn it is, with the turn's
+        location where the locator knew the point. Points searched without payload that the locator does not know
+        are read by id; a point deleted meanwhile is left out."""
+        found: dict[int, tuple[int, _PassageOf]] = {}
+        unread = {key for answer in answers for key, payload, _ in answer if payload is None}
+        located = locate(unread) if unread and locate is not None else {}
+        for key, where in located.items():
+            found[key] = (turn_point_key(tenant, where.conversation_id, where.turn_id), _PassageOf(where.passage, where))
+        missing = [key for key in unread if key not in located]
+        read = self._payloads(missing, PASSAGE_HIT_FIELDS) if missing else {}
+        payloads = {key: payload for answer in answers for key, payload, _ in answer if payload is not None}
+        for key, payload in {**payloads, **read}.items():
+            found[key] = (turn_point_key(tenant, payload[CONVERSATION_FIELD], payload["turn_id"]),
+                          _PassageOf(int(payload[PASSAGE_FIELD])))
         return found
 
     # --- deletes and counts ----------------------------------------------------------------------------------
@@ -621,27 +645,21 @@ class PointStore(VectorStore):
 
 
 def _hit_fields(search: HitSearch, locate: TurnLocator | None) -> tuple[str, ...] | None:
-    """What a search reads of its hits' payloads: nothing for turns the hot tier can locate."""
-    if search.kind == "passage":
-        return PASSAGE_HIT_FIELDS
-    return None if locate is not None and search.kind == "turn" else HIT_FIELDS
+    """What a search reads of its hits' payloads: nothing for turns and passages the hot tier can locate."""
+    if search.kind == "event":
+        return HIT_FIELDS
+    if locate is not None:
+        return None
+    return PASSAGE_HIT_FIELDS if search.kind == "passage" else HIT_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
 class _PassageOf:
-    """In place of a payload: the hit was this passage of the turn whose key it is listed under."""
+    """In place of a payload: the hit was this passage of the turn whose key it is listed under (and where that
+    turn is, when the locator knew the passage's point)."""
 
     index: int
-
-
-def _as_turn_keys(tenant: str, answer: list[tuple[int, Payload | None, float]]
-                  ) -> list[tuple[int, Any, float]]:
-    rows: list[tuple[int, Any, float]] = []
-    for _, payload, score in answer:
-        fields = _required(payload)
-        key = turn_point_key(tenant, fields[CONVERSATION_FIELD], fields["turn_id"])
-        rows.append((key, _PassageOf(int(fields[PASSAGE_FIELD])), score))
-    return rows
+    where: TurnLocation | None = None
 
 
 def _vector_name(search: HitSearch) -> str:

@@ -34,17 +34,20 @@ class TurnHit(NamedTuple):
 
 
 class TurnLocation(NamedTuple):
-    """Where a turn is and who said it: a ``TurnHit`` without its score."""
+    """Where a turn is and who said it: a ``TurnHit`` without its score. Located by a passage point's key, also
+    which passage of the turn that point is (0: the turn's own point)."""
 
     conversation_id: str
     turn_id: str
     event_id: str
     speaker: str
+    passage: int = 0
 
 
 TurnLocator = Callable[[Collection[int]], Mapping[int, TurnLocation]]
-"""Given turn point keys (``models.turn_point_key``), the locations it knows of them, fresh enough to rank by: the
-query path's hot tier, which spares a search reading the hits' payloads (``VectorStore.hits``)."""
+"""Given turn or passage point keys (``models.turn_point_key``, ``models.passage_point_key``), the locations it knows
+of them, fresh enough to rank by: the query path's hot tier, which spares a search reading the hits' payloads
+(``VectorStore.hits``)."""
 
 
 class EventHit(NamedTuple):
