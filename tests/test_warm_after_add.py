@@ -173,3 +173,49 @@ def test_a_forget_during_the_warming_leaves_no_word_of_it_cached(embedder, tmp_p
         assert not any(canary in text for text in held)
         assert memory.hot.turns == 0
         assert memory.stores.vectors.conversation_events("default", "secret") == []
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_an_import_leaves_what_it_restored_in_the_hot_tier(embedder, tmp_path: Path, warm: bool) -> None:  # noqa: ANN001
+    exported = tmp_path / "memory.jsonl"
+    with Memory(Settings(data_dir=tmp_path / "source"), embedder=embedder) as source:
+        source.add(list(read_turns(SAMPLE)), warm=False)
+        source.add(_turns("other", 30, T0), warm=False)
+        source.export(exported)
+        stored = {cid: source.stores.vectors.conversation_events("default", cid) for cid in ("priya-tom", "other")}
+    with Memory(Settings(data_dir=tmp_path / "target"), embedder=embedder) as target:
+        target.import_(exported, warm=warm)
+        held = {event_id for _, event_id in target.hot._entries}
+        loads = _counting_loads(target)
+        answer = target.query(QUESTION)
+    assert answer.turn_ids
+    if warm:
+        assert held == {e.event_id for events in stored.values() for e in events}
+        assert target.hot.turns == sum(len(e.observations) for events in stored.values() for e in events)
+        assert loads == []
+    else:
+        assert held == set() and loads
+
+
+def test_an_import_that_fails_part_way_leaves_nothing_in_the_hot_tier(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    from compassmem.transfer.records import ImportFailed
+
+    exported = tmp_path / "memory.jsonl"
+    with Memory(Settings(data_dir=tmp_path / "source"), embedder=embedder) as source:
+        source.add(_turns("first", 30, T0), warm=False)
+        source.add(_turns("second", 30, T0), warm=False)
+        source.export(exported)
+    with Memory(Settings(data_dir=tmp_path / "target"), embedder=embedder) as target:
+        imported = target._conversation_imported
+
+        def failing(tenant: str, conversation_id: str) -> None:  # as a store that stops answering after one
+            imported(tenant, conversation_id)
+            if conversation_id == "second":
+                raise RuntimeError("the disk is full")
+
+        target._conversation_imported = failing  # type: ignore[method-assign]
+        with pytest.raises(ImportFailed, match="the stores hold nothing of the file"):
+            target.import_(exported)
+        assert target.hot.turns == 0 and len(target.hot) == 0
+        assert target._written.take() == []  # nothing left over for the next add to warm
+        assert target.stores.vectors.count("default") == 0

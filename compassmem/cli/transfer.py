@@ -50,8 +50,8 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.library.memory import Memory
 
-    with Memory(settings) as memory:
-        summary = memory.import_(sys.stdin if args.path == STDIO else args.path, replace=args.replace)
+    with Memory(settings) as memory:  # the command exits after the import: nothing would use a warm hot tier
+        summary = memory.import_(sys.stdin if args.path == STDIO else args.path, replace=args.replace, warm=False)
     echo(f"imported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
           f"({summary.counts}) into {settings.data_dir}")
     return 0

@@ -421,16 +421,24 @@ class Memory:
             return export_memory(self.stores, out, tenant=tenant, conversation_id=conversation_id,
                                  vector_space=self.settings.vector_space, dim=self.embedder.dim)
 
-    def import_(self, source: Target, *, replace: bool = False) -> TransferSummary:
+    def import_(self, source: Target, *, replace: bool = False, warm: bool = True) -> TransferSummary:
         """Restore an export (a path or text stream) into these stores. The whole file is checked first: a bad line
         anywhere raises ExportFormatError naming it, and nothing is written. Refused (ImportRefused) when its
         vectors come from another embedder, or when the stores already hold its tenant (a tenant export) or a
         conversation of it, unless ``replace``: then each of its conversations replaces the stored one. If writing
         fails part-way, what was written is deleted again and ImportFailed says so (with ``replace``, which
-        conversations were replaced)."""
+        conversations were replaced). With ``warm``, a whole import's events are then read into the query's hot
+        tier as after ``add`` (the latest first, up to ``api_hot_turns``); ``compassmem import`` passes False."""
         with self._writing, reading(source) as lines:
-            return import_memory(self.stores, lines, vector_space=self.settings.vector_space,
-                                 dim=self.embedder.dim, replace=replace, on_written=self._conversation_imported)
+            try:
+                summary = import_memory(self.stores, lines, vector_space=self.settings.vector_space,
+                                        dim=self.embedder.dim, replace=replace,
+                                        on_written=self._conversation_imported, written_events=self._written)
+            finally:  # a failed import undid its writes: nothing of it is read into the tier
+                written = self._written.take()
+        if warm:
+            self._warm(written)
+        return summary
 
     def _conversation_imported(self, tenant: str, conversation_id: str) -> None:
         self.hot.invalidate(tenant, conversation_id)

@@ -17,7 +17,7 @@ from typing import TextIO
 import structlog
 
 from compassmem.core.contracts.search import SearchScope
-from compassmem.sinks.batching import GraphSink, VectorSink
+from compassmem.sinks.batching import GraphSink, VectorSink, WrittenEvents
 from compassmem.sinks.factory import Stores
 from compassmem.transfer.reader import FilePlan, check_file, replay
 from compassmem.transfer.records import (
@@ -40,10 +40,12 @@ _LISTED = 10
 
 
 def import_memory(stores: Stores, source: TextIO, *, vector_space: str, dim: int, replace: bool = False,
-                  on_written: Callable[[str, str], None] | None = None) -> TransferSummary:
+                  on_written: Callable[[str, str], None] | None = None,
+                  written_events: WrittenEvents | None = None) -> TransferSummary:
     """Restore the export file ``source`` (a seekable text stream, read twice from where it stands); ``replace``
     deletes each conversation of the file from the target before writing it (the tenant's other conversations
-    stay). ``on_written(tenant, conversation_id)`` runs after each conversation is written."""
+    stay). ``on_written(tenant, conversation_id)`` runs after each conversation is written; ``written_events``
+    notes the events each write stored (what ``Memory.import_`` reads into the hot tier afterwards)."""
     start = source.tell()
     try:
         plan = check_file(source, vector_space=vector_space, dim=dim)
@@ -55,7 +57,7 @@ def import_memory(stores: Stores, source: TextIO, *, vector_space: str, dim: int
         for conversation in plan.conversations:
             _refuse_existing(stores, tenant, conversation.conversation_id)
     source.seek(start)
-    writer = _Writer(stores, tenant, replace)
+    writer = _Writer(stores, tenant, replace, written_events)
     try:
         for conversation_id, line in replay(source, plan):
             if line is not None:
@@ -75,9 +77,10 @@ def import_memory(stores: Stores, source: TextIO, *, vector_space: str, dim: int
 class _Writer:
     """Writes the second pass's records, a conversation at a time, and knows what it wrote (to undo it)."""
 
-    def __init__(self, stores: Stores, tenant: str, replace: bool) -> None:
+    def __init__(self, stores: Stores, tenant: str, replace: bool, written_events: WrittenEvents | None) -> None:
         self.stores, self.tenant, self.replace = stores, tenant, replace
         self.vectors, self.graph = VectorSink(stores.vectors), GraphSink(stores.graph)
+        self.written_events = written_events
         self.written: list[str] = []
         self.current: str | None = None
         self._counts = dict.fromkeys(Counts.model_fields, 0)
@@ -96,6 +99,8 @@ class _Writer:
             # An open segment lives in the vector store only, as the pipeline's ProvisionalSink writes it.
             if not line.event.provisional:
                 self.graph.add(line.event)
+            if self.written_events is not None:
+                self.written_events.add(line.event)
         elif isinstance(line, ClusterLine | RelationLine):
             self.graph.add(line.record)
         else:  # a turn, or a passage of one: the pipeline's VectorSink writes both
@@ -121,6 +126,8 @@ class _Writer:
         # relations in the file, and the vector sink's events before the graph's.
         self.vectors.flush()
         self.graph.flush()
+        if self.written_events is not None:
+            self.written_events.flush()
         self._pending = 0
 
     def undo(self, plan: FilePlan, error: BaseException) -> str:
@@ -128,6 +135,8 @@ class _Writer:
         what the stores hold of the file now."""
         self.vectors.discard()
         self.graph.discard()
+        if self.written_events is not None:
+            self.written_events.discard()
         stopped = self.current
         doomed = ([] if self.replace else list(self.written)) + ([stopped] if stopped is not None else [])
         failed: list[str] = []
