@@ -231,9 +231,8 @@ class HotTier:
 
     def locate(self, tenant: str, keys: Collection[int]) -> dict[int, TurnLocation]:
         """Where the held turns (and passages of them) among these point keys are (``VectorStore.hits``' locator):
-        only from entries
-        ``events`` would serve as they are, so a turn the change feed moved, or one of an entry past its age, is
-        read from the store instead."""
+        only from entries ``events`` would serve as they are, so a turn the change feed moved, or one of an entry
+        past its age, is read from the store instead."""
         now = time.monotonic()
         found: dict[int, TurnLocation] = {}
         fresh: dict[str, bool] = {}
