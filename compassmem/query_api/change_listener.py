@@ -5,9 +5,10 @@ them. An API process (``compassmem api`` or the one inside ``compassmem dev``) f
 and drops the hot-tier entries they name (a relation names both its events): a merge, a new relation or a new turn
 of a cached event is seen as soon as the worker has written it, not ``api_view_max_age_s`` later. An event written
 again (not deleted) whose entry was held is read again after each poll, on the listener's thread, so a conversation
-being queried while it is written stays warm instead of each query reloading what the last write touched. While it follows without a break the hot tier keeps entries up to
-``api_hot_followed_max_age_s``; when a poll fails it falls back to the short limit. Records that are not change
-records are skipped (logged), never fatal: the feed only invalidates. ``ChangeFollower`` does the following.
+being queried while it is written stays warm instead of each query reloading what the last write touched. While it
+follows without a break the hot tier keeps entries up to ``api_hot_followed_max_age_s``; when a poll fails it falls
+back to the short limit. Records that are not change records are skipped (logged), never fatal: the feed only
+invalidates. ``ChangeFollower`` does the following.
 
 With ``runtime`` it also reads the control topic, from its start: every runtime setting change (a
 ``SettingCommand``) in order, so the values in force here are the log's whatever the process's age; the read-path
@@ -46,7 +47,8 @@ class ChangeFeedListener:
         self._follower = ChangeFollower(bootstrap, (settings.events_topic, settings.relations_topic), self.apply,
                                         client_id="compassmem-hot-tier", poll_ms=poll_ms,
                                         polled=self._polled,
-                                        replayed={settings.control_topic: lambda record: follow_setting(runtime, record)}
+                                        replayed={settings.control_topic:
+                                                  lambda record: follow_setting(runtime, record)}
                                         if runtime is not None else None)
 
     @property

@@ -590,7 +590,8 @@ class PointStore(VectorStore):
         unread = {key for answer in answers for key, payload, _ in answer if payload is None}
         located = locate(unread) if unread and locate is not None else {}
         for key, where in located.items():
-            found[key] = (turn_point_key(tenant, where.conversation_id, where.turn_id), _PassageOf(where.passage, where))
+            turn = turn_point_key(tenant, where.conversation_id, where.turn_id)
+            found[key] = (turn, _PassageOf(where.passage, where))
         missing = [key for key in unread if key not in located]
         read = self._payloads(missing, PASSAGE_HIT_FIELDS) if missing else {}
         payloads = {key: payload for answer in answers for key, payload, _ in answer if payload is not None}

@@ -80,7 +80,7 @@ class _Writer:
     def __init__(self, stores: Stores, tenant: str, replace: bool, written_events: WrittenEvents | None) -> None:
         self.stores, self.tenant, self.replace = stores, tenant, replace
         self.vectors, self.graph = VectorSink(stores.vectors), GraphSink(stores.graph)
-        self.written_events = written_events
+        self.written_events = written_events if written_events is not None else WrittenEvents()
         self.written: list[str] = []
         self.current: str | None = None
         self._counts = dict.fromkeys(Counts.model_fields, 0)
@@ -99,8 +99,7 @@ class _Writer:
             # An open segment lives in the vector store only, as the pipeline's ProvisionalSink writes it.
             if not line.event.provisional:
                 self.graph.add(line.event)
-            if self.written_events is not None:
-                self.written_events.add(line.event)
+            self.written_events.add(line.event)
         elif isinstance(line, ClusterLine | RelationLine):
             self.graph.add(line.record)
         else:  # a turn, or a passage of one: the pipeline's VectorSink writes both
@@ -126,8 +125,7 @@ class _Writer:
         # relations in the file, and the vector sink's events before the graph's.
         self.vectors.flush()
         self.graph.flush()
-        if self.written_events is not None:
-            self.written_events.flush()
+        self.written_events.flush()
         self._pending = 0
 
     def undo(self, plan: FilePlan, error: BaseException) -> str:
@@ -135,8 +133,7 @@ class _Writer:
         what the stores hold of the file now."""
         self.vectors.discard()
         self.graph.discard()
-        if self.written_events is not None:
-            self.written_events.discard()
+        self.written_events.discard()
         stopped = self.current
         doomed = ([] if self.replace else list(self.written)) + ([stopped] if stopped is not None else [])
         failed: list[str] = []
