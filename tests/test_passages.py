@@ -191,3 +191,24 @@ def test_the_hot_tier_locates_the_passages_a_search_finds_so_none_is_read_from_t
         assert store.hits(scope, search, memory.hot.locator(scope))[0] == from_payloads
         assert reads and {key for read in reads for key in read} >= {
             passage_point_key("default", "advice", hit.turn_id, hit.passage) for hit in from_payloads if hit.passage}
+
+
+def test_a_forget_takes_the_passage_keys_from_the_hot_tier_and_no_tenant_locates_anothers(  # noqa: ANN001
+        embedder, tmp_path: Path) -> None:
+    """Canary: the tier's passage keys hold where a long turn's passages are; another tenant never learns of them,
+    and after a forget no key of them is located and no held text holds the fact's words."""
+    from compassmem.core.models import passage_point_key
+
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(chat_of_long_answers())
+        count = len(passage_spans(chat_of_long_answers()[1].indexed_text()))
+        keys = [passage_point_key("default", "advice", "m1", index) for index in range(1, count)]
+        assert len(memory.hot.locate("default", keys)) == count - 1
+        assert memory.hot.locate("other", keys) == {}
+        # The same conversation and turn ids in another tenant are other points, located only in that tenant.
+        assert not set(keys) & {passage_point_key("other", "advice", "m1", index) for index in range(1, count)}
+
+        memory.forget("advice")
+        assert memory.hot.locate("default", keys) == {}
+        assert not any("48,000 euros" in text for entry in memory.hot._entries.values() for text in entry.texts)  # noqa: SLF001
+        assert not any(held[3] == "m1" for held in memory.hot._turn_points.values())  # noqa: SLF001
