@@ -12,7 +12,7 @@ from compassmem.core.contracts.search import SearchScope
 from compassmem.library.memory import Memory
 from compassmem.core.models import Granularity, TimeAnchor, Turn
 from compassmem.text.time_keys import question_time_keys, span_keys, turn_time_keys
-from compassmem.retrieval.engine import EngineConfig, RankingConfig
+from compassmem.retrieval.engine import EngineConfig, RankingConfig, question_spans
 from compassmem.sinks.vector_store import HitSearch, TurnHit
 
 SAID = datetime(2024, 10, 21, 9, 0, tzinfo=UTC)
@@ -106,3 +106,58 @@ def test_a_duration_answers_which_year_it_started(embedder, tmp_path: Path) -> N
                                           question="Which year did Ann and Ben start dating?")).turn_ids
     # "for three years now", said in June 2024, is a start in 2021: the turn that answers "which year".
     assert "a6" in found
+
+
+def _support_chat(filler: int) -> list[Turn]:
+    """Lee's support chat: many turns about checking orders, then two that tell, as people type them, what
+    happened on a holiday and on an abbreviated weekday."""
+    start = datetime(2024, 12, 2, 10, 0, tzinfo=UTC)
+    asks = [("Lee" if n % 2 else "Support", f"Could you check ticket number {n} for me? The page shows nothing "
+                                            "useful.") for n in range(filler)]
+    told = [("Lee", "It finally showed up on Xmas Eve, the box soaked through."),
+            ("Support", "Sorry to hear that."),
+            ("Lee", "I mailed the return form last Fri, still no word.")]
+    said_late = datetime(2024, 12, 30, 11, 0, tzinfo=UTC)  # a Monday: "last Fri" is 27 December
+    return [Turn(conversation_id="lee", turn_id=f"s{n}", speaker=speaker, text=text,
+                 timestamp=start + timedelta(minutes=n) if n < filler else said_late + timedelta(minutes=n),
+                 session_id="1" if n < filler else "2")
+            for n, (speaker, text) in enumerate([*asks, *told])]
+
+
+def test_holidays_and_chat_spellings_answer_questions_that_name_the_day(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    filler = 260
+    questions = {"What happened to Lee's parcel on 24 December 2024?": (f"s{filler}", "d:2024-12-24"),
+                 "What did Lee do on 27 December 2024?": (f"s{filler + 2}", "d:2024-12-27")}
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(_support_chat(filler))
+        scope = SearchScope.conversation("default", "lee")
+        for question, (answer, day) in questions.items():
+            vector = memory.embedder.embed([question])[0]
+            # "on Xmas Eve" and "last Fri", said on 30 December, are the days the questions name ...
+            (by_day,) = memory.stores.vectors.hits(scope, [HitSearch("turn", vector, 10, time_keys=(day,))])
+            assert [hit.turn_id for hit in by_day if isinstance(hit, TurnHit)] == [answer]
+            # ... and the answer is among the first five of the 263 turns.
+            request = QueryRequest(conversation_id="lee", question=question, budget_turns=5)
+            assert answer in memory.query(request).turn_ids, question
+
+
+def test_a_question_resolves_its_relative_times_against_the_day_it_names() -> None:
+    latest = datetime(2023, 12, 1, 12, 0, tzinfo=UTC)  # the conversation's latest turn
+
+    def days(question: str) -> list[tuple[str, str]]:
+        return [(start.isoformat(), end.isoformat()) for start, end in question_spans(question, latest)]
+
+    # "last Friday" of a question naming 23 January 2022 is the Friday before it, not the one before December.
+    assert days("What did Joanna finish last Friday, as she said on 23 January, 2022?") == [
+        ("2022-01-21", "2022-01-21"), ("2022-01-23", "2022-01-23")]
+    assert days("What was Tim's writing issue last week, as mentioned on November 6, 2023?") == [
+        ("2023-10-30", "2023-11-05"), ("2023-11-06", "2023-11-06")]
+    # A named month says when; "recently" of the question's own moment is left out.
+    assert days("What cake did Joanna make recently in May 2022?") == [("2022-05-01", "2022-05-31")]
+    # Nothing fixed: relative to the conversation's latest time.
+    assert days("What did John do last weekend?") == [("2023-11-25", "2023-11-26")]
+    # A holiday named alone is an occasion ("Thanksgiving dinner"), searched by its words; with "last" it is a day.
+    assert days("How many guests did I invite for Thanksgiving dinner?") == []
+    assert days("What did John cook last Thanksgiving?") == [("2023-11-23", "2023-11-23")]
+    # Two days joined by "between ... and" are the days between too.
+    assert ("2023-08-11", "2023-08-15") in days("Where was John between August 11 and August 15 2023?")

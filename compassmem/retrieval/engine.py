@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Collection, Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 import numpy as np
 import structlog
@@ -18,11 +18,12 @@ from compassmem.core.contracts.query import EvidenceItem, QueryRequest, QueryRes
 from compassmem.core.contracts.search import SearchScope
 from compassmem.embedding.embedders import Embedder
 from compassmem.core.logging_setup import current_request_id
+from compassmem.core.models import Granularity, TimeAnchor
 from compassmem.text.categories import category_term
 from compassmem.text.lexicon import load_in_background
 from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
-from compassmem.text.time_keys import question_time_keys
-from compassmem.text.time_resolution import resolve_time_expressions
+from compassmem.text.time_keys import joined_spans, question_time_keys
+from compassmem.text.time_resolution import is_bare_holiday, resolve_time_expressions
 from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
 from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
@@ -807,10 +808,41 @@ def _search_stems(text: str, speakers: Collection[str]) -> tuple[str, ...]:
 
 def question_spans(question: str, reference: datetime | None) -> list[tuple[date, date]]:
     """The days and periods a question names, resolved as a turn's would be, against the conversation's latest
-    time (relative ones: "last month" of a question asked now)."""
+    time (relative ones: "last month" of a question asked now), and the ranges two days make ("between August 11
+    and August 15").
+
+    A question that also names a fixed time says when its relative ones are: "What did Joanna finish last Friday,
+    as she said on 23 January 2022?" means the Friday before that day, and is resolved against it. With a fixed
+    period but no day ("recently in May 2022"), the period says when, and the relative times are left out.
+    A holiday named alone ("How many guests did I invite for Thanksgiving?") names an occasion, and which year's is
+    a guess: it is searched by its words, not as a day (a turn's "Thanksgiving" is still a day: a question naming
+    the date reaches it)."""
     if reference is None:
         return []
-    return [(a.start, a.end) for a in resolve_time_expressions(question, reference)]
+    anchors = [a for a in _question_anchors(question, reference) if not is_bare_holiday(a.expression)]
+    return [*((a.start, a.end) for a in anchors), *joined_spans(question, anchors)]
+
+
+def _question_anchors(question: str, reference: datetime) -> list[TimeAnchor]:
+    anchors = resolve_time_expressions(question, reference)
+    if len(anchors) < 2:
+        return anchors
+    # A fixed time resolves alike against any reference; a relative one moves with it.
+    elsewhere = resolve_time_expressions(question, reference - _FAR_REFERENCE)
+    if [a.expression for a in elsewhere] != [a.expression for a in anchors]:
+        return anchors
+    fixed = [a for a, b in zip(anchors, elsewhere, strict=True) if (a.start, a.end) == (b.start, b.end)]
+    if not fixed or len(fixed) == len(anchors):
+        return anchors
+    days = [a.start for a in fixed if a.granularity is Granularity.DAY and a.start == a.end]
+    if not days:
+        return fixed
+    said = datetime(days[-1].year, days[-1].month, days[-1].day, 12, tzinfo=reference.tzinfo)
+    return resolve_time_expressions(question, said)
+
+
+# Far enough that every relative time of a question resolves elsewhere (years and seasons included).
+_FAR_REFERENCE = timedelta(days=3 * 366 + 45)
 
 
 # Speakers named by their role rather than a name (user <-> assistant chats, support chats): a question put to the

@@ -23,6 +23,9 @@ from compassmem.core.models import Granularity, TimeAnchor
 DAY_SPAN = 16
 MONTH_SPAN = 100
 _JOINED = re.compile(r"\s*(?:to|until|till|through|-|–)\s*", re.IGNORECASE)
+# "between August 11 and August 15": "and" joins two days into a range only after "between".
+_AND = re.compile(r"\s*and\s*", re.IGNORECASE)
+_BETWEEN = re.compile(r"\bbetween\s+$", re.IGNORECASE)
 # A question's span is never turned into more keys than this (a span of decades would list every year).
 MAX_KEYS = 64
 
@@ -43,8 +46,8 @@ def span_keys(start: date, end: date) -> list[str]:
 
 def joined_spans(text: str, anchors: Sequence[TimeAnchor]) -> list[tuple[date, date]]:
     """The spans two consecutive days of a text (in text order, as ``time_resolution`` gives them) make when joined
-    as a range ("from October 11 to October 20", "May 3 - May 9"): a trip from the 11th to the 20th covers the 12th
-    as well."""
+    as a range ("from October 11 to October 20", "May 3 - May 9", "between May 3 and May 9"): a trip from the 11th
+    to the 20th covers the 12th as well."""
     spans: list[tuple[date, date]] = []
     position = 0
     ends: list[tuple[int, int]] = []
@@ -54,11 +57,15 @@ def joined_spans(text: str, anchors: Sequence[TimeAnchor]) -> list[tuple[date, d
             return spans
         ends.append((start, start + len(anchor.expression)))
         position = start + len(anchor.expression)
-    for (first, second), ((_, first_end), (second_start, _)) in zip(zip(anchors, anchors[1:]),
-                                                                      zip(ends, ends[1:])):
+    for (first, second), ((first_start, first_end), (second_start, _)) in zip(zip(anchors, anchors[1:]),
+                                                                                zip(ends, ends[1:])):
         days = (second.start - first.end).days
-        if (first.granularity is Granularity.DAY and second.granularity is Granularity.DAY and 0 < days <= DAY_SPAN
-                and _JOINED.fullmatch(text[first_end:second_start])):
+        if not (first.granularity is Granularity.DAY and second.granularity is Granularity.DAY
+                and 0 < days <= DAY_SPAN):
+            continue
+        between = text[first_end:second_start]
+        if _JOINED.fullmatch(between) or (
+                _AND.fullmatch(between) and _BETWEEN.search(text, max(0, first_start - 16), first_start)):
             spans.append((first.start, second.end))
     return spans
 

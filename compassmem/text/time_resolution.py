@@ -17,7 +17,12 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
   ``this past``/``this coming`` mean ``last``/``next``.
 * A bare weekday ("on Saturday", "Saturday night"): the most recent such day on or before the reference day.
   Conversations mostly recount the past, so tense-free mentions are read as past. Plurals ("on Saturdays")
-  and "every/each Saturday" are habitual and give no anchor.
+  and "every/each Saturday" are habitual and give no anchor. ``the following``/``the next <weekday>`` are read
+  like ``next``. Abbreviations ("Sat", "Tues.", "Thurs") count only capitalised (lowercase they are "sat",
+  "sun", "wed"), and bare only after "on", "by", "until", "since", "from", "before", "after" or before a part
+  of the day ("on Sat", "Fri night").
+* Chat spellings are the words they stand for: "tmrw", "tmr", "2moro" (tomorrow), "yday" (yesterday),
+  "tonite", "2nite", "last nite", and "wknd" for weekend.
 * ``last/this/next week|month|year`` are calendar periods. ``the past week/month/year`` (and
   ``this past ...``) and ``the past/last/next N units`` are rolling windows ending (or starting) at the
   reference day. ``the next/following week|month|year|day`` are read like ``next ...`` (the reference is
@@ -31,6 +36,8 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
   ``N months ago`` / ``N years ago`` are the calendar month / year N back. ``in N units``, ``N units later``
   and ``N units from now`` go forward the same way; "later"/"earlier" are resolved against the reference,
   although in narration they may be relative to an earlier event. Hours and minutes give the day they land on.
+  A fortnight is two weeks. Halves are counted in the next smaller unit, rounded down: "half a year ago" is
+  the month six months back, "a year and a half ago" eighteen, "a week and a half ago" the day ten days back.
 * A duration in the perfect ("I've had them for 3 years now", "been dancing for two years", "it has been five
   months since") is anchored at its start, N units back like "N units ago"; "for N units" without the perfect
   ("we stayed for 3 days") gives nothing.
@@ -49,7 +56,13 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
   ("in May", "since May") is the most recent such month not after the reference month. ``last May``: the
   most recent May strictly before the reference month; ``next May``: the first strictly after; ``this May``:
   May of the reference year. "early/mid/late May" (and "the beginning/middle/end of May") narrow to days
-  1-10 / 11-20 / 21-end; "early/mid/late 2022" narrow to Jan-Apr / May-Aug / Sep-Dec.
+  1-10 / 11-20 / 21-end; "early/mid/late 2022" narrow to Jan-Apr / May-Aug / Sep-Dec; so do "early last
+  month", "the end of the month" (the current one), "late next year", and for weeks "the beginning / middle /
+  end of the week" are Monday-Tuesday / Wednesday-Thursday / Friday-Sunday.
+* A day of the month alone ("on the 3rd", "by the 20th"): that day of the previous, current or next month,
+  whichever is nearest the reference day (ties to the past). Only after "on", "by", "until", "before", "after",
+  "since" or "from", and only when nothing follows that makes it an ordinal of something else ("on the 3rd
+  floor", "the 2nd try"): an end of sentence, a comma, or a word such as "and", "at", "when", "we".
 * False-positive guards: "May" and "March" must be capitalised (the modal verb "may", "march on"), and even
   then need a day, a year, a modifier ("early", "last") or a preceding preposition ("in", "since", "of",
   "by", ...); so do "April", "June" and "August", which are also names. Other full month names may stand
@@ -59,8 +72,25 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
 * Bare years: only 19xx/20xx, and only after "in", "since", "of", "from", "during", "until", "by",
   "around", "before", "after", "year", or "early/mid/late", or as the second year of a range
   ("from 2019 to 2022"); a year after a month or season belongs to that expression. "2000 people" gives
-  nothing; "in 2000 people" would (an accepted limitation). Numeric dates: only ISO ``YYYY-MM-DD``
-  (``5/8/2023`` is ambiguous between US and European order).
+  nothing; "in 2000 people" would (an accepted limitation). A year written short ("in '19", "summer of '08",
+  "May '21") is in the 2000s unless that is more than ten years after the reference, else the 1900s; "the
+  '90s" is a decade and gives nothing. Numeric dates: ISO ``YYYY-MM-DD``, and ``M/D`` or ``D/M`` (with an
+  optional year) only where one order is impossible ("12/24", "24/12/2022"; ``5/8/2023`` is ambiguous between
+  US and European order and gives nothing), and without a year only after "on", "by", "until", "since",
+  "from", "before" or "after" ("I got 12/15 on the quiz", "9/10", "24/7" are scores, ratings and hours).
+* Holidays: Christmas (Eve, Day; "Xmas"), Boxing Day, New Year's (Eve, Day), Halloween, Valentine's Day, St.
+  Patrick's Day, the Fourth of July, Easter (Sunday), and the US dates of Thanksgiving, Mother's and Father's
+  Day, Memorial and Labor Day. With a year, that year's; ``last``/``next``/``this`` as for months; alone, the
+  nearest one (ties to the past), as a day and month without a year are read. "every Christmas" is habitual
+  and gives nothing.
+* Parts of a month: "the first/second/third/fourth/last week of <month>" are days 1-7, 8-14, 15-21, 22-28 and
+  the last seven; "the first ... weekend of" is the Saturday and Sunday of the month's first ... Saturday; "the
+  first/second half of" days 1-15 and 16 to the end. The month is "<month> [year]" (without a year the latest
+  not after the reference, as "in May") or "this/last/next month".
+* A lead before a time moves it: "the week / the weekend / the day / the Sunday / two weeks before <time>" is
+  what "last week", "last weekend", "yesterday", "last Sunday", "two weeks ago" would be if said on the time's
+  first day; "... after <time>" is "next week", "tomorrow", "two weeks later" said on its last day ("the
+  weekend before 17 October", "three days after Thanksgiving 2022"). The expression is the two together.
 * "since X" anchors X itself; expressions name the time phrase, not a licensing preposition ("in May" gives
   the expression "May"), except where the word changes the meaning ("in 3 days", "over the weekend").
 * Overlapping matches: the longest wins ("the day before yesterday" is one anchor); anchors are returned in
@@ -69,7 +99,8 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
   and every scan is linear in the text, so a 16 KiB turn of thousands of dates costs milliseconds; such a
   turn gets anchors for its first dates only.
 
-Holidays ("Christmas"), "the 90s" and time-of-day clocks are out of scope.
+Decades ("the 90s"), holidays of moving calendars other than Easter (Hanukkah, Diwali, Eid, Lunar New Year) and
+time-of-day clocks are out of scope.
 """
 
 from __future__ import annotations
@@ -85,7 +116,7 @@ from itertools import islice
 
 from compassmem.core.models import Granularity, TimeAnchor
 
-__all__ = ["has_time_expression", "resolve_time_expressions", "without_time_expressions"]
+__all__ = ["has_time_expression", "is_bare_holiday", "resolve_time_expressions", "without_time_expressions"]
 
 
 # --------------------------------------------------------------------------------------------- calendar
@@ -182,8 +213,11 @@ def _weekend(monday: date) -> _Span:
 # ------------------------------------------------------------------------------------ regex fragments
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-_WEEKDAY = r"(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
-_PART_OF_DAY = r"(?:\s+(?:morning|afternoon|evening|night))?"
+_WEEKDAY_BY_PREFIX = {name[:3]: index for index, name in enumerate(_WEEKDAYS)}
+# Abbreviations count only capitalised ("Sat", "Tues."): lowercase they are words ("sat", "sun", "wed").
+_WEEKDAY = (r"(?:(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
+            r"|(?-i:(?P<ab>Mon|Tues?|Weds?|Thu(?:rs?)?|Fri|Sat|Sun))(?:\.|\b))")
+_PART_OF_DAY = r"(?P<pod>\s+(?:morning|afternoon|evening|night))?"
 
 _MONTH_NUMBERS = {
     name: number
@@ -218,6 +252,9 @@ _NEEDS_CONTEXT = {"may", "march", "april", "june", "august"}
 
 _DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?\b"
 _YEAR = r"(?:19|20)\d{2}(?!\d)"
+# "in '19", "summer of '08"; not a decade ("the '90s").
+_SHORT_YEAR = r"['’]\d{2}(?!\d|s\b)"
+_ANY_YEAR = rf"(?:{_YEAR}|{_SHORT_YEAR})"
 
 _NUMBER_WORDS = {
     "a": 1,
@@ -249,11 +286,16 @@ _NUMBER_WORDS = {
 # Vague counts as (fewest, most) units; "a few" is centred on 3.
 _VAGUE_COUNTS = {"couple": (2, 3), "few": (2, 4), "several": (3, 7)}
 _COUNT = (
-    r"(?P<n>(?:a\s+)?couple(?:\s+of)?|(?:a\s+)?few|several|\d{1,3}"
+    r"(?P<n>half\s+an?|(?:a\s+)?couple(?:\s+of)?|(?:a\s+)?few|several|\d{1,3}"
     r"|(?:thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty"
     r"|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|an|a))"
 )
-_UNIT = r"(?P<unit>minute|hour|day|week|month|year)s?\b"
+_UNIT = r"(?P<unit>minute|hour|day|week|fortnight|month|year)s?\b"
+# "two and a half years", "a week and a half": counted in the next smaller unit (``_counted``).
+_HALF_MORE = r"(?P<half_more>\s+and\s+a\s+half)?"
+_AND_HALF = r"(?P<and_half>\s+and\s+a\s+half)?"
+_SMALLER_UNIT = {"year": ("month", 12), "month": ("week", 4), "week": ("day", 7), "day": ("hour", 24),
+                 "hour": ("minute", 60)}
 
 # Lookbehind checks "<word> <whitespace> up to the match": for each, the longest word (see _preceded_by).
 _WORD_BEFORE_LENGTH: dict[re.Pattern[str], int] = {}
@@ -273,7 +315,7 @@ _DATE_PREPOSITION = _word_before(
 )
 # The words that tie a time expression into a sentence, taken out with it (without_time_expressions).
 _TIME_LEAD = _word_before("in|on|at|since|during|until|till|by|from|of|through|throughout|around|before|after"
-                          "|between|circa")
+                          "|between|circa|over")
 _JOINS_TWO_TIMES = re.compile(r"\s*(?:and|to|until|till|through|-|–)\s*", re.IGNORECASE)
 _YEAR_RANGE_BEFORE = re.compile(r"(?<!\d)(?:19|20)\d{2}\s*(?:-|–|to|and|until|through)\s*$", re.IGNORECASE)
 _SEASON_PREPOSITION = _word_before("in|during|over|throughout|through|all|since")
@@ -312,11 +354,35 @@ def _may_hold_time(text: str) -> bool:
     """The prefilter: False only where no rule can match (as IGNORECASE matches: "ſ" is an "s")."""
     if not text.isascii() and ("\u0130" in text or "\u0131" in text or "\u017f" in text):
         text = text.translate(_ASCII_FOLD)  # lower() makes "İ" two characters, "i" and a combining dot
-    return _PREFILTER.search(text.lower()) is not None  # the Kelvin sign becomes "k"
+    # the Kelvin sign becomes "k"
+    return _PREFILTER.search(text.lower()) is not None or _CASED_PREFILTER.search(text) is not None
 
 
 def _norm(fragment: str) -> str:
     return " ".join(_lower(fragment).split())
+
+
+def _counted(match: re.Match[str]) -> tuple[str, int, int]:
+    """The unit and (fewest, most) count of a "<count> <unit>" match: a fortnight as two weeks; a half ("half a
+    year", "a week and a half") counted in the next smaller unit, halves rounded down (six months, ten days)."""
+    unit, raw = _lower(match["unit"]), _norm(match["n"])
+    groups = match.groupdict()
+    half = raw.startswith("half") or groups.get("and_half") is not None or groups.get("half_more") is not None
+    fewest, most = (0, 0) if raw.startswith("half") else _count_range(raw)
+    if unit == "fortnight":
+        unit, fewest, most, half = "week", 2 * fewest + half, 2 * most + half, False
+    if half and unit in _SMALLER_UNIT:
+        unit, factor = _SMALLER_UNIT[unit]
+        fewest, most = fewest * factor + factor // 2, most * factor + factor // 2
+    return unit, fewest, most
+
+
+def _year_value(raw: str, today: date) -> int:
+    """A year as written: "2019", or "'19" (the 2000s unless that is more than ten years ahead of ``today``)."""
+    if raw[0].isdigit():
+        return int(raw)
+    short = int(raw[1:])
+    return 2000 + short if 2000 + short <= today.year + 10 else 1900 + short
 
 
 def _count_range(raw: str) -> tuple[int, int]:
@@ -341,21 +407,24 @@ class _Context:
 
 
 _Resolver = Callable[[re.Match[str], _Context], _Span | None]
-_RULES: list[tuple[re.Pattern[str], _Resolver]] = []
+_RULES: list[tuple[re.Pattern[str], _Resolver, tuple[str, ...]]] = []
 
 
 _WORD_START = r"(?<![\w$£€])"
 
 
-def _rule(pattern: str, first: str) -> Callable[[_Resolver], _Resolver]:
+def _rule(pattern: str, first: str, needs: tuple[str, ...] = ()) -> Callable[[_Resolver], _Resolver]:
     """Register a resolver for matches of ``pattern`` (case-insensitive, word-bounded at the start).
 
     ``first``: the characters a match can start with (a regex character class body). It changes no match;
     it lets the scan skip the other positions at once instead of trying the pattern's alternatives there.
+    ``needs``: lowercase fragments one of which every match holds; a text holding none is not scanned (a rule
+    whose matches start with common letters, such as the holidays', would otherwise try its alternatives at most
+    words of every text: a substring test is far cheaper).
     """
 
     def register(resolver: _Resolver) -> _Resolver:
-        _RULES.append((re.compile(rf"(?=[{first}]){_WORD_START}" + pattern, re.IGNORECASE), resolver))
+        _RULES.append((re.compile(rf"(?=[{first}]){_WORD_START}" + pattern, re.IGNORECASE), resolver, needs))
         return resolver
 
     return register
@@ -382,13 +451,25 @@ _DAY_OFFSETS = {
     "tomorrow": 1,
     "the next day": 1,
     "the following day": 1,
+    # As people type them in chats.
+    "yday": -1,
+    "last nite": -1,
+    "tonite": 0,
+    "2nite": 0,
+    "2night": 0,
+    "tmrw": 1,
+    "tmr": 1,
+    "tmrrw": 1,
+    "2moro": 1,
+    "2morrow": 1,
+    "2morow": 1,
 }
 _DAY_WORDS = "|".join(
     key.replace(" ", r"\s+") for key in sorted(_DAY_OFFSETS, key=len, reverse=True)
 )
 
 
-@_rule(rf"(?P<w>{_DAY_WORDS})\b(?P<pod>{_PART_OF_DAY})", first="tdyl")
+@_rule(rf"(?P<w>{_DAY_WORDS})\b{_PART_OF_DAY}", first="tdyl2")
 def _day_word(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
@@ -406,16 +487,25 @@ def _recently(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(ctx.today - timedelta(days=14), ctx.today, Granularity.WEEK)
 
 
-@_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this|coming)\s+{_WEEKDAY}{_PART_OF_DAY}", first="tlnc")
+def _weekday_index(match: re.Match[str]) -> int:
+    """Monday 0 .. Sunday 6, of a full name or a capitalised abbreviation ("Thurs")."""
+    return _WEEKDAY_BY_PREFIX[_lower(match["wd"] or match["ab"])[:3]]
+
+
+_NEXT_RELS = {"next", "the next", "the following", "coming", "the coming", "this coming"}
+
+
+@_rule(rf"(?P<rel>this\s+past|this\s+coming|the\s+following|the\s+next|last|next|this|coming)\s+{_WEEKDAY}"
+       rf"{_PART_OF_DAY}", first="tlnc")
 def _relative_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
-    target = _WEEKDAYS.index(_lower(match["wd"]))
+    target = _weekday_index(match)
     rel = _norm(match["rel"])
     if rel in ("last", "this past"):
         back = (ctx.today.weekday() - target) % 7 or 7
         day = ctx.today - timedelta(days=back)
-    elif rel in ("next", "coming", "this coming"):
+    elif rel in _NEXT_RELS:
         ahead = (target - ctx.today.weekday()) % 7 or 7
         day = ctx.today + timedelta(days=ahead)
     else:  # "this": the day of the current Monday-Sunday week
@@ -423,29 +513,34 @@ def _relative_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(day, day, Granularity.DAY)
 
 
+# A bare abbreviation is a day only after one of these or before a part of the day ("on Sat", "Fri night"): "Sun"
+# and "Sat" open sentences about other things too.
+_ABBREVIATED_DAY_LEAD = _word_before("on|by|until|till|since|from|before|after")
+
+
 @_rule(rf"{_WEEKDAY}{_PART_OF_DAY}", first="mtwfs")
 def _bare_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     if _preceded_by(_HABITUAL, ctx.text, match.start()):
         return None
-    target = _WEEKDAYS.index(_lower(match["wd"]))
+    if match["ab"] and not (match["pod"] or _preceded_by(_ABBREVIATED_DAY_LEAD, ctx.text, match.start())):
+        return None
+    target = _weekday_index(match)
     # Past bias: the most recent such day on or before the reference day.
     day = ctx.today - timedelta(days=(ctx.today.weekday() - target) % 7)
     return _Span(day, day, Granularity.DAY)
 
 
-_NEXT_RELS = {"next", "the next", "the following", "coming", "the coming", "this coming"}
-
 
 @_rule(
     r"(?P<rel>this\s+past|this\s+coming|the\s+past|the\s+coming|the\s+next|the\s+following|last|next|this"
-    r"|coming)\s+(?P<unit>weekend|week|month|year)\b(?!\s+of\b)",
+    r"|coming)\s+(?P<unit>weekend|wknd|week|month|year)\b(?!\s+of\b)",
     first="tlnc",
 )
 def _relative_period(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not _last_is_fine(match, ctx):
         return None
     rel, unit, today = _norm(match["rel"]), _lower(match["unit"]), ctx.today
-    if unit == "weekend":
+    if unit in ("weekend", "wknd"):
         this_week = _monday(today)
         if rel == "this":
             return _weekend(this_week)
@@ -465,17 +560,17 @@ def _relative_period(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _rolling(today, unit, 1, forward=False)  # "the past week", "this past month"
 
 
-@_rule(r"(?:over|on|at|during)\s+the\s+weekend\b", first="oad")
+@_rule(r"(?:over|on|at|during)\s+the\s+(?:weekend|wknd)\b", first="oad")
 def _the_weekend(match: re.Match[str], ctx: _Context) -> _Span | None:
     # Past bias: the most recent weekend that started on or before the reference day.
     this_week = _monday(ctx.today)
     return _weekend(this_week if ctx.today.weekday() >= 5 else this_week - timedelta(weeks=1))
 
 
-@_rule(r"the\s+(?P<unit>weekend|week|month|year)\s+before\s+last\b", first="t")
+@_rule(r"the\s+(?P<unit>weekend|wknd|week|month|year)\s+before\s+last\b", first="t")
 def _before_last(match: re.Match[str], ctx: _Context) -> _Span | None:
     unit = _lower(match["unit"])
-    if unit == "weekend":
+    if unit in ("weekend", "wknd"):
         return _weekend(_monday(ctx.today) - timedelta(weeks=2))
     return _period(ctx.today, unit, -2)
 
@@ -490,9 +585,8 @@ def _earlier_later(match: re.Match[str], ctx: _Context) -> _Span | None:
 
 @_rule(rf"the\s+(?P<dir>past|last|next|coming)\s+{_COUNT}\s+{_UNIT}(?!\s+of\b)", first="t")
 def _rolling_window(match: re.Match[str], ctx: _Context) -> _Span | None:
-    _, most = _count_range(match["n"])
+    unit, _, most = _counted(match)
     forward = _lower(match["dir"]) in ("next", "coming")
-    unit = _lower(match["unit"])
     if unit in ("minute", "hour"):
         return _Span(ctx.today, ctx.today, Granularity.DAY)
     return _rolling(ctx.today, unit, most, forward)
@@ -509,20 +603,22 @@ def _offset_span(ctx: _Context, unit: str, fewest: int, most: int, forward: bool
     return _periods(ctx.today, unit, -most, -fewest)
 
 
-@_rule(rf"(?<![\d.]){_COUNT}\s+{_UNIT}\s+(?P<dir>ago|back|earlier|later|from\s+now)\b", first=r"acfsteno\d")
+@_rule(rf"(?<![\d.]){_COUNT}{_HALF_MORE}\s+{_UNIT}{_AND_HALF}\s+(?P<dir>ago|back|earlier|later|from\s+now)\b",
+       first=r"acfstenoh\d")
 def _units_ago(match: re.Match[str], ctx: _Context) -> _Span | None:
-    fewest, most = _count_range(match["n"])
+    unit, fewest, most = _counted(match)
     forward = _lower(match["dir"]) not in ("ago", "back", "earlier")
-    return _offset_span(ctx, _lower(match["unit"]), fewest, most, forward)
+    return _offset_span(ctx, unit, fewest, most, forward)
 
 
-@_rule(rf"in\s+(?:about\s+|around\s+|another\s+)?{_COUNT}\s+{_UNIT}(?!\s+(?:ago|back|earlier|later)\b)",
+@_rule(rf"in\s+(?:about\s+|around\s+|another\s+)?{_COUNT}{_HALF_MORE}\s+{_UNIT}{_AND_HALF}"
+       r"(?!\s+(?:ago|back|earlier|later)\b)",
        first="i")
 def _in_units(match: re.Match[str], ctx: _Context) -> _Span | None:
     if _preceded_by(_NOT_FUTURE_IN, ctx.text, match.start()):
         return None
-    fewest, most = _count_range(match["n"])
-    return _offset_span(ctx, _lower(match["unit"]), fewest, most, forward=True)
+    unit, fewest, most = _counted(match)
+    return _offset_span(ctx, unit, fewest, most, forward=True)
 
 
 # A duration in the perfect ("I've had them for 3 years", "been painting for seven years now", "it has been two
@@ -532,17 +628,17 @@ _PERFECT_BEFORE = re.compile(r"\b(?:have|has|had|'ve|been)\b[^.!?]*$", re.IGNORE
 
 
 @_rule(rf"(?:for|it\s+has\s+been|it's\s+been|been)\s+(?:about\s+|around\s+|almost\s+|nearly\s+|over\s+|more\s+than\s+)?"
-       rf"{_COUNT}\s+{_UNIT}(?P<now>\s+now\b)?(?!\s+(?:ago|back|earlier|later|from\s+now)\b)", first="fbi")
+       rf"{_COUNT}{_HALF_MORE}\s+{_UNIT}{_AND_HALF}(?P<now>\s+now\b)?(?!\s+(?:ago|back|earlier|later|from\s+now)\b)",
+       first="fbi")
 def _duration_start(match: re.Match[str], ctx: _Context) -> _Span | None:
     lead = _lower(match.group(0).split()[0])
     perfect = lead in ("it", "it's", "been") or match["now"] is not None
     if not perfect:
         sentence_before = ctx.text[max(0, match.start() - _LOOKBACK_CHARS) : match.start()]
         perfect = _PERFECT_BEFORE.search(sentence_before) is not None
-    unit = _lower(match["unit"])
+    unit, fewest, most = _counted(match)
     if not perfect or unit in ("minute", "hour"):
         return None
-    fewest, most = _count_range(match["n"])
     return _offset_span(ctx, unit, fewest, most, forward=False)
 
 
@@ -576,9 +672,9 @@ def _nearest_season(candidates: list[_Span], today: date) -> _Span:
     return min(candidates, key=distance)
 
 
-@_rule(rf"(?:the\s+)?{_SEASON}\s+(?:of\s+)?(?P<y>{_YEAR})", first="tswfa")
+@_rule(rf"(?:the\s+)?{_SEASON}\s+(?:of\s+)?(?P<y>{_ANY_YEAR})", first="tswfa")
 def _season_of_year(match: re.Match[str], ctx: _Context) -> _Span | None:
-    return _season(_lower(match["s"]), int(match["y"]))
+    return _season(_lower(match["s"]), _year_value(match["y"], ctx.today))
 
 
 @_rule(rf"(?:the\s+)?{_SEASON}(?!\s+of\b)", first="tswfa")
@@ -591,14 +687,16 @@ def _season_after_preposition(match: re.Match[str], ctx: _Context) -> _Span | No
 
 
 _MONTH_PARTS = {"early": (1, 10), "mid": (11, 20), "late": (21, 31)}
-_PART = r"(?P<part>early|mid|late|the\s+(?:beginning|start|middle|end)\s+of)"
+_PART = r"(?P<part>early|mid|late|(?:the\s+)?(?:beginning|start|middle|end)\s+of)"
+_PART_WORDS = {"beginning": "early", "start": "early", "middle": "mid", "end": "late"}
 
 
 def _part_key(raw: str) -> str:
+    """"early", "mid" or "late" of a part as written ("the end of" -> "late")."""
     word = _norm(raw)
     if word in _MONTH_PARTS:
         return word
-    return {"beginning": "early", "start": "early", "middle": "mid", "end": "late"}[word.split()[1]]
+    return next(_PART_WORDS[w] for w in word.split() if w in _PART_WORDS)
 
 
 def _month_number(raw: str) -> int:
@@ -631,14 +729,14 @@ def _nearest_dated(month: int, day: int, today: date) -> date | None:
 
 @_rule(
     rf"(?:{_PART}[\s-]+)?(?:(?:the\s+)?(?P<d1>{_DAY})(?:\s+of)?\s+(?P<m1>{_MONTH})"
-    rf"|(?P<m2>{_MONTH})(?:\s+(?:the\s+)?(?P<d2>{_DAY}))?)(?:,?\s+(?:of\s+)?(?P<y>{_YEAR}))?",
-    first=r"emltjfasond\d",
+    rf"|(?P<m2>{_MONTH})(?:\s+(?:the\s+)?(?P<d2>{_DAY}))?)(?:,?\s+(?:of\s+)?(?P<y>{_ANY_YEAR}))?",
+    first=r"emltjfasondb\d",
 )
 def _month_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     raw_month = match["m1"] or match["m2"]
     month = _month_number(raw_month)
     raw_day = match["d1"] or match["d2"]
-    year = int(match["y"]) if match["y"] else None
+    year = _year_value(match["y"], ctx.today) if match["y"] else None
     if raw_day is not None:
         day_number = int(_lower(raw_day).rstrip("stndrh"))  # "8th" -> 8
         if year is not None:
@@ -697,12 +795,220 @@ def _bare_year(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(date(year, first, 1), _month_end(year, last), Granularity.YEAR)
 
 
+@_rule(rf"(?P<y>{_SHORT_YEAR})", first="'’")
+def _short_year(match: re.Match[str], ctx: _Context) -> _Span | None:
+    # After a preposition, as a bare year: "in '19", "since '08".
+    if not _preceded_by(_DATE_PREPOSITION, ctx.text, match.start()):
+        return None
+    year = _year_value(match["y"], ctx.today)
+    return _Span(date(year, 1, 1), date(year, 12, 31), Granularity.YEAR)
+
+
+_WEEK_PARTS = {"early": (0, 1), "mid": (2, 3), "late": (4, 6)}
+
+
+@_rule(rf"{_PART}[\s-]+(?P<rel>this|last|next|the)\s+(?P<unit>week|month|year)\b(?!\s+(?:of|before|after)\b)",
+       first="emltbs", needs=tuple(f"{rel} {unit}" for rel in ("this", "last", "next", "the")
+                                   for unit in ("week", "month", "year")))
+def _part_of_period(match: re.Match[str], ctx: _Context) -> _Span | None:
+    """"early last month", "the end of the week", "late next year": the part of that week, month or year."""
+    rel, unit, part = _norm(match["rel"]), _lower(match["unit"]), _part_key(match["part"])
+    period = _period(ctx.today, unit, {"last": -1, "next": 1}.get(rel, 0))
+    if unit == "week":
+        first, last = _WEEK_PARTS[part]
+        return _Span(period.start + timedelta(days=first), period.start + timedelta(days=last), Granularity.WEEK)
+    if unit == "month":
+        return _month_span(period.start.year, period.start.month, match["part"])
+    first, last = _YEAR_PARTS[part]
+    year = period.start.year
+    return _Span(date(year, first, 1), _month_end(year, last), Granularity.YEAR)
+
+
+# "on the 3rd", "by the 20th": a day of the month without the month, when followed by nothing that makes it an
+# ordinal of something else ("on the 3rd floor", "on the 2nd try").
+_DAY_OF_MONTH_LEAD = _word_before("on|by|until|till|before|after|since|from")
+_ENDS_A_DATE = (r"(?=\s*(?:$|[.,;:!?)\]\"'’]|(?:and|or|but|so|at|in|when|then|we|i|you|he|she|they|it|my|our|your"
+                r"|his|her|their|because|as|if|this|that|which|who)\b))")
+
+
+@_rule(rf"the\s+(?P<d>(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th))\b{_ENDS_A_DATE}", first="t")
+def _day_of_month(match: re.Match[str], ctx: _Context) -> _Span | None:
+    if not _preceded_by(_DAY_OF_MONTH_LEAD, ctx.text, match.start()):
+        return None
+    number, today = int(_lower(match["d"])[:-2]), ctx.today
+    options = []
+    for offset in (-1, 0, 1):  # that day of the previous, this or the next month, the nearest (ties to the past)
+        year, month = _add_months(today.year, today.month, offset)
+        if number <= calendar.monthrange(year, month)[1]:
+            options.append(date(year, month, number))
+    day = min(options, key=lambda d: (abs((d - today).days), d > today))
+    return _Span(day, day, Granularity.DAY)
+
+
+def _easter(year: int) -> date:
+    """Easter Sunday (the anonymous Gregorian algorithm)."""
+    golden, (century, within) = year % 19, divmod(year, 100)
+    leap_centuries, century_rest = divmod(century, 4)
+    correction = (century - (century + 8) // 25 + 1) // 3
+    epact = (19 * golden + century - leap_centuries - correction + 15) % 30
+    within_leaps, within_rest = divmod(within, 4)
+    weekday = (32 + 2 * century_rest + 2 * within_leaps - epact - within_rest) % 7
+    shift = (golden + 11 * epact + 22 * weekday) // 451
+    month, day = divmod(epact + weekday - 7 * shift + 114, 31)
+    return date(year, month, day + 1)
+
+
+def _nth_weekday(year: int, month: int, weekday: int, nth: int) -> date:
+    """The ``nth`` such weekday of a month (Monday 0); ``nth`` -1 is the last."""
+    if nth < 0:
+        last = _month_end(year, month)
+        return last - timedelta(days=(last.weekday() - weekday) % 7)
+    first = date(year, month, 1)
+    return first + timedelta(days=(weekday - first.weekday()) % 7 + 7 * (nth - 1))
+
+
+def _fixed(month: int, day: int) -> Callable[[int], date]:
+    return lambda year: date(year, month, day)
+
+
+# The day of a holiday in a given year. Where countries differ, the US date (Thanksgiving, Mother's and Father's
+# Day, Memorial and Labor Day).
+_HOLIDAY_DATES: dict[str, Callable[[int], date]] = {
+    "christmas": _fixed(12, 25),
+    "christmas day": _fixed(12, 25),
+    "christmas eve": _fixed(12, 24),
+    "boxing day": _fixed(12, 26),
+    "new year's eve": _fixed(12, 31),
+    "new year's day": _fixed(1, 1),
+    "halloween": _fixed(10, 31),
+    "valentine's day": _fixed(2, 14),
+    "st patrick's day": _fixed(3, 17),
+    "fourth of july": _fixed(7, 4),
+    "easter": _easter,
+    "thanksgiving": lambda year: _nth_weekday(year, 11, 3, 4),
+    "mother's day": lambda year: _nth_weekday(year, 5, 6, 2),
+    "father's day": lambda year: _nth_weekday(year, 6, 6, 3),
+    "memorial day": lambda year: _nth_weekday(year, 5, 0, -1),
+    "labor day": lambda year: _nth_weekday(year, 9, 0, 1),
+}
+_HOLIDAY = (
+    r"(?P<h>(?:christmas|xmas)(?:\s+(?:eve|day))?|boxing\s+day|new\s+year['’]?s(?:\s+(?:eve|day))?|halloween"
+    r"|valentine(?:['’]s(?:\s+day)?|s?\s+day)|(?:st\.?|saint)\s+patrick['’]?s(?:\s+day)?"
+    r"|(?:the\s+)?fourth\s+of\s+july|easter(?:\s+sunday)?|thanksgiving(?:\s+day)?|mother['’]?s\s+day"
+    r"|father['’]?s\s+day|memorial\s+day|labou?r\s+day)\b"
+)
+
+
+_BARE_HOLIDAY = re.compile(_HOLIDAY, re.IGNORECASE)
+
+
+def is_bare_holiday(expression: str) -> bool:
+    """Whether an anchor's expression is a holiday's name alone ("Thanksgiving", not "last Thanksgiving" or
+    "Christmas 2022"): the name of an occasion as much as a day, and which year's is a guess."""
+    return _BARE_HOLIDAY.fullmatch(expression.strip()) is not None
+
+
+# A word of each holiday's name (as its words begin) and its ``_HOLIDAY_DATES`` key.
+_HOLIDAY_WORDS = {"halloween": "halloween", "boxing": "boxing day", "valentine": "valentine's day",
+                  "patrick": "st patrick's day", "fourth": "fourth of july", "easter": "easter",
+                  "thanksgiving": "thanksgiving", "mother": "mother's day", "father": "father's day",
+                  "memorial": "memorial day", "labo": "labor day"}
+
+
+def _holiday_key(raw: str) -> str:
+    """The ``_HOLIDAY_DATES`` key of a holiday as written ("Xmas Eve" -> "christmas eve")."""
+    words = [word.replace("’", "'").removesuffix("'s").rstrip(".") for word in _norm(raw).split()]
+    if words[0] in ("christmas", "xmas"):
+        return " ".join(["christmas", *words[1:]])
+    if words[0] == "new":
+        return "new year's eve" if words[-1] == "eve" else "new year's day"
+    return next(key for word in words for stem, key in _HOLIDAY_WORDS.items() if word.startswith(stem))
+
+
+@_rule(rf"(?:(?P<rel>this\s+past|this\s+coming|last|next|this)\s+)?{_HOLIDAY}(?:,?\s+(?:of\s+)?(?P<y>{_ANY_YEAR}))?",
+       first="tlncxbhvsefm",
+       needs=("christmas", "xmas", "boxing", "new year", "halloween", "valentine", "patrick", "fourth of", "easter",
+              "thanksgiving", "s day", "memorial", "labor", "labour"))
+def _holiday(match: re.Match[str], ctx: _Context) -> _Span | None:
+    """A holiday: of the year given, else the last or next one, else the nearest (ties to the past), as a month and
+    day without a year are read."""
+    if not _last_is_fine(match, ctx) or _preceded_by(_HABITUAL, ctx.text, match.start()):
+        return None
+    day_of, today = _HOLIDAY_DATES[_holiday_key(match["h"])], ctx.today
+    rel = _norm(match["rel"]) if match["rel"] else ""
+    options = [day_of(year) for year in range(today.year - 1, today.year + 2)]
+    if match["y"]:
+        day = day_of(_year_value(match["y"], today))
+    elif rel in ("last", "this past"):
+        day = max(d for d in options if d < today)
+    elif rel in ("next", "this coming"):
+        day = min(d for d in options if d > today)
+    elif rel == "this":
+        day = day_of(today.year)
+    else:
+        day = min(options, key=lambda d: (abs((d - today).days), d > today))
+    return _Span(day, day, Granularity.DAY)
+
+
 @_rule(r"(?P<y>(?:19|20)\d{2})-(?P<m>0[1-9]|1[0-2])-(?P<d>0[1-9]|[12]\d|3[01])(?!\d)", first="12")
 def _iso_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     try:
         day = date(int(match["y"]), int(match["m"]), int(match["d"]))
     except ValueError:
         return None
+    return _Span(day, day, Granularity.DAY)
+
+
+_NTH = {"first": 1, "second": 2, "third": 3, "fourth": 4, "last": -1}
+
+
+@_rule(rf"the\s+(?P<nth>first|second|third|fourth|last)\s+(?P<unit>week|weekend|half)\s+of\s+"
+       rf"(?:(?P<rel>this|last|next|the)\s+month\b|(?P<m>{_MONTH})(?:,?\s+(?:of\s+)?(?P<y>{_ANY_YEAR}))?)",
+       first="t", needs=("week", "half"))
+def _nth_part_of_month(match: re.Match[str], ctx: _Context) -> _Span | None:
+    """"the first weekend of August 2023", "the second week of November", "the first half of next month"."""
+    today, nth = ctx.today, _NTH[_lower(match["nth"])]
+    if match["m"]:
+        month = _month_number(match["m"])
+        year = (_year_value(match["y"], today) if match["y"] else
+                today.year if month <= today.month else today.year - 1)  # as "in May": the latest not after now
+    else:
+        period = _period(today, "month", {"last": -1, "next": 1}.get(_lower(match["rel"]), 0))
+        year, month = period.start.year, period.start.month
+    end = _month_end(year, month)
+    unit = _lower(match["unit"])
+    if unit == "half":
+        if nth not in (1, 2):
+            return None
+        return _Span(date(year, month, 1 if nth == 1 else 16), date(year, month, 15) if nth == 1 else end,
+                     Granularity.MONTH)
+    if unit == "week":
+        start = end - timedelta(days=6) if nth < 0 else date(year, month, 1 + 7 * (nth - 1))
+        return _Span(start, start + timedelta(days=6), Granularity.WEEK)
+    saturday = _nth_weekday(year, month, 5, nth)
+    return _Span(saturday, saturday + timedelta(days=1), Granularity.WEEK)
+
+
+# "on 12/24", "24/12/2023": a numeric date only where one order is impossible (a part above 12), and then only with
+# a year or after a preposition ("on", "by", "until", ...): "3/4", "9/10", "24/7" and "12/15" on a test are
+# fractions, ratings and scores.
+_NUMERIC_DATE_LEAD = _word_before("on|by|until|till|since|from|before|after")
+
+
+@_rule(r"(?P<a>[0-3]?\d)/(?P<b>[0-3]?\d)(?:/(?P<y>(?:19|20)?\d{2}))?(?![\d/])", first=r"\d")
+def _numeric_date(match: re.Match[str], ctx: _Context) -> _Span | None:
+    first, second = int(match["a"]), int(match["b"])
+    if (first > 12) == (second > 12) or (first, second) == (24, 7):
+        return None  # both orders possible (or neither): no guess
+    if match["y"] is None and not _preceded_by(_NUMERIC_DATE_LEAD, ctx.text, match.start()):
+        return None
+    month, day_number = (first, second) if second > 12 else (second, first)
+    if match["y"] is None:
+        found = _nearest_dated(month, day_number, ctx.today)
+        return None if found is None else _Span(found, found, Granularity.DAY)
+    raw_year = match["y"]
+    year = int(raw_year) if len(raw_year) == 4 else _year_value(f"'{raw_year}", ctx.today)
+    day = date(year, month, day_number)  # an impossible day (31/4) raises ValueError: no anchor
     return _Span(day, day, Granularity.DAY)
 
 
@@ -713,8 +1019,10 @@ def _iso_date(match: re.Match[str], ctx: _Context) -> _Span | None:
 _PREFILTER = re.compile(
     r"\d|day|night|tomorrow|morning|afternoon|evening|week|month|year|summer|winter|spring|fall|autumn"
     r"|recently|lately|january|february|march|april|may|june|july|august|september|october|november"
-    r"|december"
+    r"|december|christmas|xmas|halloween|thanksgiving|easter(?!n)|valentine|yday|tmr|\bnite|tonite|2nite|wknd"
 )
+# Capitalised weekday abbreviations, looked for in the text as written (lowercase they are other words).
+_CASED_PREFILTER = re.compile(r"\b(?:Mon|Tues?|Weds?|Thu|Thurs?|Fri|Sat|Sun)\b")
 # Any fixed reference works for detection: whether an expression resolves does not depend on it.
 _DETECTION_REFERENCE = datetime(2000, 6, 15, 12, 0)
 # Only the first this many matches of each rule in a text are resolved: a bound on the work per turn that no
@@ -726,12 +1034,46 @@ def _matches(pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
     return islice(pattern.finditer(text), MAX_MATCHES_PER_RULE)
 
 
-def _candidates(text: str, reference: datetime) -> tuple[list[tuple[int, int, _Span]], bool]:
-    """The non-overlapping resolved matches in text order, and whether some resolver failed on a date."""
+# "the week before August 3, 2023", "the Sunday before Christmas", "two weeks after 3 May": a period, a weekday or a
+# count just before "before"/"after" and a time expression, resolved against that time's first (last) day as
+# "last week", "last Sunday", "in two weeks" are against the day they are said.
+_RELATIVE_LEAD = re.compile(
+    rf"(?<!\w)(?:(?:the|last)\s+(?P<period>day|weekend|week|month|year)|(?:the|last)\s+{_WEEKDAY}"
+    rf"|{_COUNT}{_HALF_MORE}\s+{_UNIT}{_AND_HALF})\s+(?P<dir>before|after)\s+$",
+    re.IGNORECASE,
+)
+
+
+def _led(text: str, start: int, span: _Span, ctx: _Context) -> tuple[int, _Span] | None:
+    """Where a lead before ``text[start:]`` ("the week before") starts, and the time it names; None without one."""
+    lead = _RELATIVE_LEAD.search(text, max(0, start - _LOOKBACK_CHARS), start)
+    if lead is None:
+        return None
+    after = _lower(lead["dir"]) == "after"
+    relative = "next" if after else "last"
+    if lead["period"]:
+        period = _lower(lead["period"])
+        phrase = ("tomorrow" if after else "yesterday") if period == "day" else f"{relative} {period}"
+    elif lead["wd"] or lead["ab"]:
+        phrase = f"{relative} {lead['wd'] or lead['ab']}"
+    else:
+        phrase = f"{text[lead.start():lead.start('dir')].strip()} {'later' if after else 'ago'}"
+    day = span.end if after else span.start
+    moved, _ = _candidates(phrase, datetime(day.year, day.month, day.day, 12, tzinfo=ctx.reference.tzinfo),
+                           leads=False)
+    return (lead.start(), moved[0][2]) if moved else None
+
+
+def _candidates(text: str, reference: datetime, leads: bool = True) -> tuple[list[tuple[int, int, _Span]], bool]:
+    """The non-overlapping resolved matches in text order, and whether some resolver failed on a date; with
+    ``leads``, a time led by "the week before" and the like is the time the two name together (``_with_leads``)."""
     ctx = _Context(text=text, reference=reference, today=reference.date())
     found: list[tuple[int, int, int, _Span]] = []
     failed = False
-    for order, (pattern, resolver) in enumerate(_RULES):
+    lowered = _lower(text)
+    for order, (pattern, resolver, needs) in enumerate(_RULES):
+        if needs and not any(fragment in lowered for fragment in needs):
+            continue
         for match in _matches(pattern, text):
             try:
                 span = resolver(match, ctx)
@@ -753,7 +1095,23 @@ def _candidates(text: str, reference: datetime) -> tuple[list[tuple[int, int, _S
             continue
         starts.insert(index, start)
         kept.insert(index, (start, end, span))
+    if leads and kept and ("before" in lowered or "after" in lowered):
+        kept = _with_leads(text, kept, ctx)
     return kept, failed
+
+
+def _with_leads(text: str, kept: list[tuple[int, int, _Span]], ctx: _Context) -> list[tuple[int, int, _Span]]:
+    """``kept`` with each time that a lead comes before ("the week before" August 3) replaced by the time the
+    two name together, from the lead's start; a time the lead held ("last weekend" before April 10) goes."""
+    out: list[tuple[int, int, _Span]] = []
+    for start, end, span in kept:
+        led = _led(text, start, span, ctx)
+        if led is not None:
+            start, span = led
+            while out and out[-1][1] > start:
+                out.pop()
+        out.append((start, end, span))
+    return out
 
 
 # has_time_expression's answers for the texts resolve_time_expressions saw last: the pipeline asks both about
@@ -774,7 +1132,10 @@ def _note_detected(text: str, found: bool) -> None:
 def _any_candidate(text: str, reference: datetime) -> bool:
     """Whether ``_candidates`` would find anything: some rule's match resolves (stops at the first)."""
     ctx = _Context(text=text, reference=reference, today=reference.date())
-    for pattern, resolver in _RULES:
+    lowered = _lower(text)
+    for pattern, resolver, needs in _RULES:
+        if needs and not any(fragment in lowered for fragment in needs):
+            continue
         for match in _matches(pattern, text):
             try:
                 if resolver(match, ctx) is not None:
