@@ -161,3 +161,23 @@ def test_a_question_resolves_its_relative_times_against_the_day_it_names() -> No
     assert days("What did John cook last Thanksgiving?") == [("2023-11-23", "2023-11-23")]
     # Two days joined by "between ... and" are the days between too.
     assert ("2023-08-11", "2023-08-15") in days("Where was John between August 11 and August 15 2023?")
+
+
+def test_a_trip_told_by_its_two_ends_covers_the_days_between(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    said = datetime(2024, 10, 20, 9, 0, tzinfo=UTC)
+    lines = [*(("Ana" if n % 2 else "Jon", f"Which city should Jon see on trip number {n}? We can pick one later.")
+               for n in range(30)),
+             ("Jon", "I'm leaving the day after tomorrow, so excited! I plan to return on October 27."),
+             ("Ana", "Have a great time.")]
+    turns = [Turn(conversation_id="jon", turn_id=f"j{n}", speaker=speaker, text=text,
+                  timestamp=said + timedelta(minutes=n), session_id="1") for n, (speaker, text) in enumerate(lines)]
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+        question = "Where was Jon on 24 October 2024?"
+        vector = memory.embedder.embed([question])[0]
+        (by_day,) = memory.stores.vectors.hits(SearchScope.conversation("default", "jon"),
+                                               [HitSearch("turn", vector, 10, time_keys=("d:2024-10-24",))])
+        found = memory.query(QueryRequest(conversation_id="jon", question=question, budget_turns=5)).turn_ids
+    # Leaving on the 22nd and back on the 27th: away on the 24th, which the turn never names.
+    assert [hit.turn_id for hit in by_day if isinstance(hit, TurnHit)] == ["j30"]
+    assert "j30" in found

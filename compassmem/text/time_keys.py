@@ -26,6 +26,10 @@ _JOINED = re.compile(r"\s*(?:to|until|till|through|-|–)\s*", re.IGNORECASE)
 # "between August 11 and August 15": "and" joins two days into a range only after "between".
 _AND = re.compile(r"\s*and\s*", re.IGNORECASE)
 _BETWEEN = re.compile(r"\bbetween\s+$", re.IGNORECASE)
+# "I'm leaving the day after tomorrow ... I plan to return on October 27": an away of a few days, told as its
+# two ends. A return word between two days (in the same turn, a sentence or two apart) joins them.
+_RETURN = re.compile(r"\b(?:back|return(?:s|ing)?|home)\b", re.IGNORECASE)
+_RETURN_WITHIN_CHARS = 160
 # A question's span is never turned into more keys than this (a span of decades would list every year).
 MAX_KEYS = 64
 
@@ -46,8 +50,8 @@ def span_keys(start: date, end: date) -> list[str]:
 
 def joined_spans(text: str, anchors: Sequence[TimeAnchor]) -> list[tuple[date, date]]:
     """The spans two consecutive days of a text (in text order, as ``time_resolution`` gives them) make when joined
-    as a range ("from October 11 to October 20", "May 3 - May 9", "between May 3 and May 9"): a trip from the 11th
-    to the 20th covers the 12th as well."""
+    as a range ("from October 11 to October 20", "May 3 - May 9", "between May 3 and May 9", "leaving on May 3
+    ... back on May 9"): a trip from the 11th to the 20th covers the 12th as well."""
     spans: list[tuple[date, date]] = []
     position = 0
     ends: list[tuple[int, int]] = []
@@ -65,7 +69,8 @@ def joined_spans(text: str, anchors: Sequence[TimeAnchor]) -> list[tuple[date, d
             continue
         between = text[first_end:second_start]
         if _JOINED.fullmatch(between) or (
-                _AND.fullmatch(between) and _BETWEEN.search(text, max(0, first_start - 16), first_start)):
+                _AND.fullmatch(between) and _BETWEEN.search(text, max(0, first_start - 16), first_start)) or (
+                len(between) <= _RETURN_WITHIN_CHARS and _RETURN.search(between)):
             spans.append((first.start, second.end))
     return spans
 
