@@ -222,6 +222,9 @@ DATE_FRAGMENTS = [
     "days", "ago", "a few", "couple of", "years", "later", "early", "mid", "late", "the beginning of", "summer",
     "winter", "of", "on", "Saturday", "every", "yesterday", "tomorrow", "night", "twice", "month", "8th", "Dec",
     "Sept.", "this", "past", "coming", "recently", "the other day", "since", "x", "1999", "%", "'s", "İ", "ſ", "$",
+    "tmrw", "yday", "wknd", "Sat", "Fri", "Tues.", "sat", "the 3rd", "floor", "12/24", "24/7", "'19", "half a",
+    "and a half", "fortnight", "Christmas", "Xmas", "Eve", "Thanksgiving", "St. Patrick's", "Mother's Day",
+    "before", "after", "first", "August", "between", "and", "back",
 ]
 
 
@@ -229,10 +232,14 @@ DATE_FRAGMENTS = [
 @given(st.lists(st.tuples(st.sampled_from(DATE_FRAGMENTS), st.sampled_from([" ", "", ", ", "  ", "\n"])),
                 max_size=10).map(lambda pairs: "".join(a + b for a, b in pairs)))
 def test_time_rule_scan_guards_change_no_match(text: str) -> None:
-    for pattern, _ in time_resolution._RULES:
+    lowered = time_resolution._lower(text)
+    for pattern, _, needs in time_resolution._RULES:
         unguarded = re.compile(re.sub(r"^\(\?=\[[^\]]*\]\)", "", pattern.pattern), re.IGNORECASE)
         assert unguarded.pattern != pattern.pattern
         assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in unguarded.finditer(text)]
+        # A rule's words gate never skips a text it would match.
+        if needs and unguarded.search(text):
+            assert any(fragment in lowered for fragment in needs)
     if time_resolution._any_candidate(text, START):  # the prefilter never hides an expression
         assert time_resolution._may_hold_time(text)
     # The detection answer noted by resolve_time_expressions is the one a fresh scan gives.

@@ -1019,7 +1019,8 @@ def _numeric_date(match: re.Match[str], ctx: _Context) -> _Span | None:
 _PREFILTER = re.compile(
     r"\d|day|night|tomorrow|morning|afternoon|evening|week|month|year|summer|winter|spring|fall|autumn"
     r"|recently|lately|january|february|march|april|may|june|july|august|september|october|november"
-    r"|december|christmas|xmas|halloween|thanksgiving|easter(?!n)|valentine|yday|tmr|\bnite|tonite|2nite|wknd"
+    r"|december|christmas|xmas|halloween|thanksgiving|easter(?!n)|valentine|patrick|yday|tmr|\bnite|tonite|2nite"
+    r"|wknd"
 )
 # Capitalised weekday abbreviations, looked for in the text as written (lowercase they are other words).
 _CASED_PREFILTER = re.compile(r"\b(?:Mon|Tues?|Weds?|Thu|Thurs?|Fri|Sat|Sun)\b")
