@@ -124,7 +124,7 @@ def _support_chat(filler: int) -> list[Turn]:
             for n, (speaker, text) in enumerate([*asks, *told])]
 
 
-def test_holidays_and_chat_spellings_answer_questions_that_name_the_day(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+def test_holidays_and_chat_spellings_answer_questions_naming_the_day(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     filler = 260
     questions = {"What happened to Lee's parcel on 24 December 2024?": (f"s{filler}", "d:2024-12-24"),
                  "What did Lee do on 27 December 2024?": (f"s{filler + 2}", "d:2024-12-27")}
@@ -154,8 +154,9 @@ def test_a_question_resolves_its_relative_times_against_the_day_it_names() -> No
         ("2023-10-30", "2023-11-05"), ("2023-11-06", "2023-11-06")]
     # A named month says when; "recently" of the question's own moment is left out.
     assert days("What cake did Joanna make recently in May 2022?") == [("2022-05-01", "2022-05-31")]
-    # Nothing fixed: relative to the conversation's latest time.
-    assert days("What did John do last weekend?") == [("2023-11-25", "2023-11-26")]
+    # Nothing fixed: relative to the conversation's latest time; a weekend asked about starts on its Friday.
+    assert days("What did John do last weekend?") == [("2023-11-24", "2023-11-26")]
+    assert days("What did John do on the first weekend of August 2023?") == [("2023-08-04", "2023-08-06")]
     # A holiday named alone is an occasion ("Thanksgiving dinner"), searched by its words; with "last" it is a day.
     assert days("How many guests did I invite for Thanksgiving dinner?") == []
     assert days("What did John cook last Thanksgiving?") == [("2023-11-23", "2023-11-23")]
@@ -181,3 +182,25 @@ def test_a_trip_told_by_its_two_ends_covers_the_days_between(embedder, tmp_path:
     # Leaving on the 22nd and back on the 27th: away on the 24th, which the turn never names.
     assert [hit.turn_id for hit in by_day if isinstance(hit, TurnHit)] == ["j30"]
     assert "j30" in found
+
+
+def test_a_weekend_asked_about_reaches_what_was_done_on_its_friday(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    # Said on a Monday: "last Friday" is 5 May, the Friday of May's first weekend.
+    said = datetime(2023, 5, 8, 18, 0, tzinfo=UTC)
+    lines = [*(("Ana" if n % 2 else "Jon", f"What should Jon do on weekend number {n}? We can pick something later.")
+               for n in range(30)),
+             ("Jon", "Last Friday I went to the car show, so many old Mustangs!"),
+             ("Ana", "Sounds fun.")]
+    turns = [Turn(conversation_id="jon", turn_id=f"w{n}", speaker=speaker, text=text,
+                  timestamp=said + timedelta(minutes=n), session_id="1") for n, (speaker, text) in enumerate(lines)]
+    question = "What did Jon do on the first weekend of May 2023?"
+    keys = question_time_keys(question_spans(question, said))
+    assert "d:2023-05-05" in keys
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+        vector = memory.embedder.embed([question])[0]
+        (by_day,) = memory.stores.vectors.hits(SearchScope.conversation("default", "jon"),
+                                               [HitSearch("turn", vector, 10, time_keys=keys)])
+        found = memory.query(QueryRequest(conversation_id="jon", question=question, budget_turns=5)).turn_ids
+    assert [hit.turn_id for hit in by_day if isinstance(hit, TurnHit)] == ["w30"]
+    assert "w30" in found

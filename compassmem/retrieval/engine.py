@@ -809,7 +809,7 @@ def _search_stems(text: str, speakers: Collection[str]) -> tuple[str, ...]:
 def question_spans(question: str, reference: datetime | None) -> list[tuple[date, date]]:
     """The days and periods a question names, resolved as a turn's would be, against the conversation's latest
     time (relative ones: "last month" of a question asked now), and the ranges two days make ("between August 11
-    and August 15").
+    and August 15"); a weekend from its Friday (``_as_asked``).
 
     A question that also names a fixed time says when its relative ones are: "What did Joanna finish last Friday,
     as she said on 23 January 2022?" means the Friday before that day, and is resolved against it. With a fixed
@@ -820,10 +820,21 @@ def question_spans(question: str, reference: datetime | None) -> list[tuple[date
     if reference is None:
         return []
     anchors = [a for a in _question_anchors(question, reference) if not is_bare_holiday(a.expression)]
-    return [*((a.start, a.end) for a in anchors), *joined_spans(question, anchors)]
+    return [*(_as_asked(a) for a in anchors), *joined_spans(question, anchors)]
+
+
+def _as_asked(anchor: TimeAnchor) -> tuple[date, date]:
+    """An anchor's span as a question means it: a weekend asked about starts on the Friday ("What did Jon do on
+    the first weekend of May?" is answered by "Last Friday I went to the car show"); a turn's weekend stays
+    Saturday and Sunday."""
+    if anchor.granularity is Granularity.WEEK and anchor.start.weekday() == 5 and anchor.end == anchor.start + _ONE_DAY:
+        return anchor.start - _ONE_DAY, anchor.end
+    return anchor.start, anchor.end
 
 
 def _question_anchors(question: str, reference: datetime) -> list[TimeAnchor]:
+    """The question's times (``question_spans``): relative ones against the last fixed day it names, else against
+    ``reference``; without a fixed day but with a fixed period, the fixed ones alone."""
     anchors = resolve_time_expressions(question, reference)
     if len(anchors) < 2:
         return anchors
@@ -841,6 +852,7 @@ def _question_anchors(question: str, reference: datetime) -> list[TimeAnchor]:
     return resolve_time_expressions(question, said)
 
 
+_ONE_DAY = timedelta(days=1)
 # Far enough that every relative time of a question resolves elsewhere (years and seasons included).
 _FAR_REFERENCE = timedelta(days=3 * 366 + 45)
 
