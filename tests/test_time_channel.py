@@ -164,43 +164,45 @@ def test_a_question_resolves_its_relative_times_against_the_day_it_names() -> No
     assert ("2023-08-11", "2023-08-15") in days("Where was John between August 11 and August 15 2023?")
 
 
+def _planning_chat(said: datetime, filler: str, told: str) -> list[Turn]:
+    """Jon and Ana: 30 turns of plans (``filler`` with a number), then Jon's ``told`` (turn "t30") and a reply."""
+    lines = [*(("Ana" if n % 2 else "Jon", filler.format(n=n)) for n in range(30)), ("Jon", told),
+             ("Ana", "Sounds great.")]
+    return [Turn(conversation_id="jon", turn_id=f"t{n}", speaker=speaker, text=text,
+                 timestamp=said + timedelta(minutes=n), session_id="1") for n, (speaker, text) in enumerate(lines)]
+
+
+def _found_by_day_and_by_query(memory: Memory, question: str, keys: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The turns the time search of ``keys`` returns for the question, and the question's top 5."""
+    vector = memory.embedder.embed([question])[0]
+    (by_day,) = memory.stores.vectors.hits(SearchScope.conversation("default", "jon"),
+                                           [HitSearch("turn", vector, 10, time_keys=keys)])
+    found = memory.query(QueryRequest(conversation_id="jon", question=question, budget_turns=5)).turn_ids
+    return [hit.turn_id for hit in by_day if isinstance(hit, TurnHit)], found
+
+
 def test_a_trip_told_by_its_two_ends_covers_the_days_between(embedder, tmp_path: Path) -> None:  # noqa: ANN001
-    said = datetime(2024, 10, 20, 9, 0, tzinfo=UTC)
-    lines = [*(("Ana" if n % 2 else "Jon", f"Which city should Jon see on trip number {n}? We can pick one later.")
-               for n in range(30)),
-             ("Jon", "I'm leaving the day after tomorrow, so excited! I plan to return on October 27."),
-             ("Ana", "Have a great time.")]
-    turns = [Turn(conversation_id="jon", turn_id=f"j{n}", speaker=speaker, text=text,
-                  timestamp=said + timedelta(minutes=n), session_id="1") for n, (speaker, text) in enumerate(lines)]
+    turns = _planning_chat(datetime(2024, 10, 20, 9, 0, tzinfo=UTC),
+                           "Which city should Jon see on trip number {n}? We can pick one later.",
+                           "I'm leaving the day after tomorrow, so excited! I plan to return on October 27.")
     with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
         memory.add(turns)
-        question = "Where was Jon on 24 October 2024?"
-        vector = memory.embedder.embed([question])[0]
-        (by_day,) = memory.stores.vectors.hits(SearchScope.conversation("default", "jon"),
-                                               [HitSearch("turn", vector, 10, time_keys=("d:2024-10-24",))])
-        found = memory.query(QueryRequest(conversation_id="jon", question=question, budget_turns=5)).turn_ids
+        by_day, found = _found_by_day_and_by_query(memory, "Where was Jon on 24 October 2024?", ("d:2024-10-24",))
     # Leaving on the 22nd and back on the 27th: away on the 24th, which the turn never names.
-    assert [hit.turn_id for hit in by_day if isinstance(hit, TurnHit)] == ["j30"]
-    assert "j30" in found
+    assert by_day == ["t30"]
+    assert "t30" in found
 
 
 def test_a_weekend_asked_about_reaches_what_was_done_on_its_friday(embedder, tmp_path: Path) -> None:  # noqa: ANN001
     # Said on a Monday: "last Friday" is 5 May, the Friday of May's first weekend.
     said = datetime(2023, 5, 8, 18, 0, tzinfo=UTC)
-    lines = [*(("Ana" if n % 2 else "Jon", f"What should Jon do on weekend number {n}? We can pick something later.")
-               for n in range(30)),
-             ("Jon", "Last Friday I went to the car show, so many old Mustangs!"),
-             ("Ana", "Sounds fun.")]
-    turns = [Turn(conversation_id="jon", turn_id=f"w{n}", speaker=speaker, text=text,
-                  timestamp=said + timedelta(minutes=n), session_id="1") for n, (speaker, text) in enumerate(lines)]
+    turns = _planning_chat(said, "What should Jon do on weekend number {n}? We can pick something later.",
+                           "Last Friday I went to the car show, so many old Mustangs!")
     question = "What did Jon do on the first weekend of May 2023?"
     keys = question_time_keys(question_spans(question, said))
     assert "d:2023-05-05" in keys
     with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
         memory.add(turns)
-        vector = memory.embedder.embed([question])[0]
-        (by_day,) = memory.stores.vectors.hits(SearchScope.conversation("default", "jon"),
-                                               [HitSearch("turn", vector, 10, time_keys=keys)])
-        found = memory.query(QueryRequest(conversation_id="jon", question=question, budget_turns=5)).turn_ids
-    assert [hit.turn_id for hit in by_day if isinstance(hit, TurnHit)] == ["w30"]
-    assert "w30" in found
+        by_day, found = _found_by_day_and_by_query(memory, question, keys)
+    assert by_day == ["t30"]
+    assert "t30" in found
