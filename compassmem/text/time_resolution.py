@@ -81,8 +81,9 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
 * Holidays: Christmas (Eve, Day; "Xmas"), Boxing Day, New Year's (Eve, Day), Halloween, Valentine's Day, St.
   Patrick's Day, the Fourth of July, Easter (Sunday), and the US dates of Thanksgiving, Mother's and Father's
   Day, Memorial and Labor Day. With a year, that year's; ``last``/``next``/``this`` as for months; alone, the
-  nearest one (ties to the past), as a day and month without a year are read. "every Christmas" is habitual
-  and gives nothing.
+  nearest one (ties to the past), as a day and month without a year are read. "every Christmas", and a holiday
+  alone in a sentence that says "usually", "always", "every year" or "tradition" ("During Thanksgiving we
+  usually watch movies"), are habits and give nothing.
 * Parts of a month: "the first/second/third/fourth/last week of <month>" are days 1-7, 8-14, 15-21, 22-28 and
   the last seven; "the first ... weekend of" is the Saturday and Sunday of the month's first ... Saturday; "the
   first/second half of" days 1-15 and 16 to the end. The month is "<month> [year]" (without a year the latest
@@ -900,6 +901,18 @@ _HOLIDAY = (
 
 
 _BARE_HOLIDAY = re.compile(_HOLIDAY, re.IGNORECASE)
+# A holiday said of a habit: no one year's.
+_HABIT_CUE = re.compile(r"\b(?:usually|always|every\s+year|each\s+year|traditions?|traditionally|typically)\b",
+                        re.IGNORECASE)
+_SENTENCE_BOUND = re.compile(r"[.!?\n]")
+
+
+def _sentence_around(text: str, start: int, end: int) -> str:
+    """The sentence holding ``text[start:end]``, at most ``_LOOKBACK_CHARS`` either side."""
+    low, high = max(0, start - _LOOKBACK_CHARS), min(len(text), end + _LOOKBACK_CHARS)
+    before = [m.end() for m in _SENTENCE_BOUND.finditer(text, low, start)]
+    after = _SENTENCE_BOUND.search(text, end, high)
+    return text[before[-1] if before else low: after.start() if after else high]
 
 
 def is_bare_holiday(expression: str) -> bool:
@@ -934,8 +947,10 @@ def _holiday(match: re.Match[str], ctx: _Context) -> _Span | None:
     day without a year are read."""
     if not _last_is_fine(match, ctx) or _preceded_by(_HABITUAL, ctx.text, match.start()):
         return None
-    day_of, today = _HOLIDAY_DATES[_holiday_key(match["h"])], ctx.today
     rel = _norm(match["rel"]) if match["rel"] else ""
+    if not rel and not match["y"] and _HABIT_CUE.search(_sentence_around(ctx.text, match.start(), match.end())):
+        return None  # "During Thanksgiving we usually watch movies": a habit, not one Thanksgiving
+    day_of, today = _HOLIDAY_DATES[_holiday_key(match["h"])], ctx.today
     options = [day_of(year) for year in range(today.year - 1, today.year + 2)]
     if match["y"]:
         day = day_of(_year_value(match["y"], today))
