@@ -379,10 +379,12 @@ def _counted(match: re.Match[str]) -> tuple[str, int, int]:
 
 
 def _year_value(raw: str, today: date) -> int:
-    """A year as written: "2019", or "'19" (the 2000s unless that is more than ten years ahead of ``today``)."""
-    if raw[0].isdigit():
-        return int(raw)
-    short = int(raw[1:])
+    """A year as written: "2019", "'19" or "19" (two digits: the 2000s unless that is more than ten years ahead of
+    ``today``)."""
+    digits = raw.lstrip("'’")
+    if len(digits) == 4:
+        return int(digits)
+    short = int(digits)
     return 2000 + short if 2000 + short <= today.year + 10 else 1900 + short
 
 
@@ -761,10 +763,12 @@ def _month_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     )
     if not licensed or _preceded_by(_HABITUAL, ctx.text, match.start()):
         return None
-    if year is None:
-        # The most recent such month not after the reference month.
-        year = ctx.today.year if month <= ctx.today.month else ctx.today.year - 1
-    return _month_span(year, month, match["part"])
+    return _month_span(year if year is not None else _latest_year_of(month, ctx.today), month, match["part"])
+
+
+def _latest_year_of(month: int, today: date) -> int:
+    """The year of the most recent such month not after ``today``'s ("in May")."""
+    return today.year if month <= today.month else today.year - 1
 
 
 @_rule(rf"(?P<rel>this\s+past|this\s+coming|last|next|this)\s+(?P<m>{_MONTH_FULL})", first="tln")
@@ -784,6 +788,12 @@ def _relative_month(match: re.Match[str], ctx: _Context) -> _Span | None:
 _YEAR_PARTS = {"early": (1, 4), "mid": (5, 8), "late": (9, 12)}
 
 
+def _year_span(year: int, part: str | None) -> _Span:
+    """A year, or its early / mid / late third (``part`` as ``_part_key`` gives it)."""
+    first, last = _YEAR_PARTS[part] if part else (1, 12)
+    return _Span(date(year, first, 1), _month_end(year, last), Granularity.YEAR)
+
+
 @_rule(rf"(?:(?P<part>early|mid|late)[\s-]+)?(?P<y>{_YEAR})(?!s\b|'s\b|[.,]\d|\s*%)", first="eml12")
 def _bare_year(match: re.Match[str], ctx: _Context) -> _Span | None:
     start = match.start()
@@ -791,9 +801,7 @@ def _bare_year(match: re.Match[str], ctx: _Context) -> _Span | None:
         _preceded_by(_DATE_PREPOSITION, ctx.text, start) or _preceded_by(_YEAR_RANGE_BEFORE, ctx.text, start)
     ):
         return None
-    year = int(match["y"])
-    first, last = _YEAR_PARTS[_lower(match["part"])] if match["part"] else (1, 12)
-    return _Span(date(year, first, 1), _month_end(year, last), Granularity.YEAR)
+    return _year_span(int(match["y"]), _lower(match["part"]) if match["part"] else None)
 
 
 @_rule(rf"(?P<y>{_SHORT_YEAR})", first="'’")
@@ -801,8 +809,7 @@ def _short_year(match: re.Match[str], ctx: _Context) -> _Span | None:
     # After a preposition, as a bare year: "in '19", "since '08".
     if not _preceded_by(_DATE_PREPOSITION, ctx.text, match.start()):
         return None
-    year = _year_value(match["y"], ctx.today)
-    return _Span(date(year, 1, 1), date(year, 12, 31), Granularity.YEAR)
+    return _year_span(_year_value(match["y"], ctx.today), None)
 
 
 _WEEK_PARTS = {"early": (0, 1), "mid": (2, 3), "late": (4, 6)}
@@ -820,9 +827,7 @@ def _part_of_period(match: re.Match[str], ctx: _Context) -> _Span | None:
         return _Span(period.start + timedelta(days=first), period.start + timedelta(days=last), Granularity.WEEK)
     if unit == "month":
         return _month_span(period.start.year, period.start.month, match["part"])
-    first, last = _YEAR_PARTS[part]
-    year = period.start.year
-    return _Span(date(year, first, 1), _month_end(year, last), Granularity.YEAR)
+    return _year_span(period.start.year, part)
 
 
 # "on the 3rd", "by the 20th": a day of the month without the month, when followed by nothing that makes it an
@@ -951,7 +956,7 @@ def _holiday(match: re.Match[str], ctx: _Context) -> _Span | None:
     if not rel and not match["y"] and _HABIT_CUE.search(_sentence_around(ctx.text, match.start(), match.end())):
         return None  # "During Thanksgiving we usually watch movies": a habit, not one Thanksgiving
     day_of, today = _HOLIDAY_DATES[_holiday_key(match["h"])], ctx.today
-    options = [day_of(year) for year in range(today.year - 1, today.year + 2)]
+    options = [] if match["y"] else [day_of(year) for year in range(today.year - 1, today.year + 2)]
     if match["y"]:
         day = day_of(_year_value(match["y"], today))
     elif rel in ("last", "this past"):
@@ -985,8 +990,7 @@ def _nth_part_of_month(match: re.Match[str], ctx: _Context) -> _Span | None:
     today, nth = ctx.today, _NTH[_lower(match["nth"])]
     if match["m"]:
         month = _month_number(match["m"])
-        year = (_year_value(match["y"], today) if match["y"] else
-                today.year if month <= today.month else today.year - 1)  # as "in May": the latest not after now
+        year = _year_value(match["y"], today) if match["y"] else _latest_year_of(month, today)
     else:
         period = _period(today, "month", {"last": -1, "next": 1}.get(_lower(match["rel"]), 0))
         year, month = period.start.year, period.start.month
@@ -1021,9 +1025,8 @@ def _numeric_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     if match["y"] is None:
         found = _nearest_dated(month, day_number, ctx.today)
         return None if found is None else _Span(found, found, Granularity.DAY)
-    raw_year = match["y"]
-    year = int(raw_year) if len(raw_year) == 4 else _year_value(f"'{raw_year}", ctx.today)
-    day = date(year, month, day_number)  # an impossible day (31/4) raises ValueError: no anchor
+    # An impossible day (31/4) raises ValueError: no anchor.
+    day = date(_year_value(match["y"], ctx.today), month, day_number)
     return _Span(day, day, Granularity.DAY)
 
 
