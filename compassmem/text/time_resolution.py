@@ -60,9 +60,8 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
   month", "the end of the month" (the current one), "late next year", and for weeks "the beginning / middle /
   end of the week" are Monday-Tuesday / Wednesday-Thursday / Friday-Sunday.
 * A day of the month alone ("on the 3rd", "by the 20th"): that day of the previous, current or next month,
-  whichever is nearest the reference day (ties to the past), on the side of the reference its sentence's tense
-  says when it says one ("I met them on the 15th", said on the 10th, is the previous month's; "I'll call on the
-  2nd", said on the 20th, the next month's). Only after "on", "by", "until", "before", "after", "since" or
+  whichever is nearest the reference day (ties to the past); not by the tense of its sentence, which names when
+  a thing was arranged as often as when it happens ("I've arranged care starting the 6th"). Only after "on", "by", "until", "before", "after", "since" or
   "from", and only when nothing follows that makes it an ordinal of something else ("on the 3rd floor", "the
   2nd try", "the 2nd of three tries"): an end of sentence, a comma, or a word such as "and", "at", "when",
   "we", "after", "to".
@@ -847,29 +846,12 @@ def _day_of_month(match: re.Match[str], ctx: _Context) -> _Span | None:
         return None
     number, today = int(_lower(match["d"])[:-2]), ctx.today
     options = []
-    for offset in (-1, 0, 1):  # that day of the previous, this or the next month
+    for offset in (-1, 0, 1):  # that day of the previous, this or the next month, the nearest (ties to the past)
         year, month = _add_months(today.year, today.month, offset)
         if number <= calendar.monthrange(year, month)[1]:
             options.append(date(year, month, number))
-    # A sentence in one tense says which side of today ("I met them on the 15th", said on the 10th, is last month's
-    # 15th); otherwise the nearest, ties to the past.
-    sentence = _sentence_around(ctx.text, match.start(), match.end())
-    past, future = _PAST_CUE.search(sentence) is not None, _FUTURE_CUE.search(sentence) is not None
-    if past != future:
-        options = [d for d in options if (d <= today if past else d >= today)] or options
     day = min(options, key=lambda d: (abs((d - today).days), d > today))
     return _Span(day, day, Granularity.DAY)
-
-
-# The tense of a sentence, from its verbs: past forms (regular "-ed" ones but words that only end so), and the ways
-# a plan is said.
-_PAST_CUE = re.compile(
-    r"\b(?:was|were|did|had|went|met|got|came|saw|took|made|left|said|told|bought|found|began|sent|paid|gave|ran"
-    r"|flew|drove|ate|wrote|spent|felt|heard|lost|won|kept|brought|thought|caught|(?!(?:need|feed|seed|speed|indeed"
-    r"|bed|red|shed|weed|breed|exceed|proceed|succeed|embed|bleed|greed|tired|excited|scared|bored|interested"
-    r"|supposed)\b)[a-z]{2,}ed)\b", re.IGNORECASE)
-_FUTURE_CUE = re.compile(r"\b(?:will|shall|gonna|going\s+to|plan|plans|planning|planned\s+for|hope\s+to|hoping\s+to"
-                         r"|can['’]?t\s+wait|looking\s+forward|due|scheduled|next)\b|['’]ll\b", re.IGNORECASE)
 
 
 def _easter(year: int) -> date:
