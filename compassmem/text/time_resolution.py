@@ -18,9 +18,9 @@ Rules for ambiguous cases (each is a choice, written down so results are predict
 * A bare weekday ("on Saturday", "Saturday night"): the most recent such day on or before the reference day.
   Conversations mostly recount the past, so tense-free mentions are read as past. Plurals ("on Saturdays")
   and "every/each Saturday" are habitual and give no anchor. ``the following``/``the next <weekday>`` are read
-  like ``next``. Abbreviations ("Sat", "Tues.", "Thurs") count only capitalised (lowercase they are "sat",
-  "sun", "wed"), and bare only after "on", "by", "until", "since", "from", "before", "after" or before a part
-  of the day ("on Sat", "Fri night").
+  like ``next``. Abbreviations ("Sat", "Tues.", "thurs", "fri") count in any case but "Sat" and "Sun", which
+  count only capitalised (lowercase they are "sat" and "sun"), and bare only after "on", "by", "until",
+  "since", "from", "before", "after" or before a part of the day ("on Sat", "fri night").
 * Chat spellings are the words they stand for: "tmrw", "tmr", "2moro" (tomorrow), "yday" (yesterday),
   "tonite", "2nite", "last nite", and "wknd" for weekend.
 * ``last/this/next week|month|year`` are calendar periods. ``the past week/month/year`` (and
@@ -217,9 +217,10 @@ def _weekend(monday: date) -> _Span:
 
 _WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _WEEKDAY_BY_PREFIX = {name[:3]: index for index, name in enumerate(_WEEKDAYS)}
-# Abbreviations count only capitalised ("Sat", "Tues."): lowercase they are words ("sat", "sun", "wed").
+# "Sat" and "Sun" count only capitalised: lowercase they are words ("I sat down", "the sun"). The others are read
+# in any case, as people type them in chats ("last fri", "next tues").
 _WEEKDAY = (r"(?:(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b"
-            r"|(?-i:(?P<ab>Mon|Tues?|Weds?|Thu(?:rs?)?|Fri|Sat|Sun))(?:\.|\b))")
+            r"|(?P<ab>(?-i:Sat|Sun)|mon|tues?|weds?|thu(?:rs?)?|fri)(?:\.|\b))")
 _PART_OF_DAY = r"(?P<pod>\s+(?:morning|afternoon|evening|night))?"
 
 _MONTH_NUMBERS = {
@@ -1043,8 +1044,8 @@ _PREFILTER = re.compile(
     r"|december|christmas|xmas|halloween|thanksgiving|easter(?!n)|valentine|patrick|yday|tmr|\bnite|tonite|2nite"
     r"|wknd"
 )
-# Capitalised weekday abbreviations, looked for in the text as written (lowercase they are other words).
-_CASED_PREFILTER = re.compile(r"\b(?:Mon|Tues?|Weds?|Thu|Thurs?|Fri|Sat|Sun)\b")
+# Weekday abbreviations, looked for in the text as written ("Sat" and "Sun" only capitalised).
+_CASED_PREFILTER = re.compile(r"\b(?:[Mm]on|[Tt]ues?|[Ww]eds?|[Tt]hu|[Tt]hurs?|[Ff]ri|Sat|Sun)\b")
 # Any fixed reference works for detection: whether an expression resolves does not depend on it.
 _DETECTION_REFERENCE = datetime(2000, 6, 15, 12, 0)
 # Only the first this many matches of each rule in a text are resolved: a bound on the work per turn that no
