@@ -12,7 +12,8 @@ The rewrite, per turn:
 - split at sentence ends into messages; a piece under ``MIN_WORDS`` words joins the one before it;
 - each message lower-cased and stripped of a final full stop (question and exclamation marks stay);
 - messages renumbered in their session (``D<session>:<n>``, so every reader of the layout takes them as turns);
-- a photo's caption is dropped (``--keep-captions`` keeps it on the turn's last message).
+- a photo's caption is dropped (``--keep-captions`` keeps it on the turn's last message); a turn without text (a
+  photo alone) is dropped with it.
 
 Evidence: a question's gold turn becomes its messages that share a content word with the answer (the fact sits in
 one sentence); when none does (an inferred answer: "Likely yes"), all of its messages. Questions, categories and
@@ -45,7 +46,7 @@ def messages_of(text: str) -> list[str]:
             pieces.append(sentence)
     if len(pieces) > 1 and len(pieces[0].split()) < MIN_WORDS:
         pieces[:2] = [f"{pieces[0]} {pieces[1]}"]
-    return [_typed(piece) for piece in pieces if piece.strip()] or [_typed(text)]
+    return [_typed(piece) for piece in pieces if piece.strip()]
 
 
 def _typed(message: str) -> str:

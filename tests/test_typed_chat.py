@@ -35,6 +35,7 @@ def test_a_turn_becomes_a_burst_of_typed_messages() -> None:
                        "amazing.") == ["hi ann! guess what", "i went hiking in zion with my sister last weekend",
                                        "the views were amazing"]
     assert messages_of("Ok.") == ["ok"]
+    assert messages_of("  ") == []
 
 
 def test_evidence_is_the_message_holding_the_answer_else_the_whole_burst(tmp_path: Path) -> None:
