@@ -222,7 +222,7 @@ DATE_FRAGMENTS = [
     "days", "ago", "a few", "couple of", "years", "later", "early", "mid", "late", "the beginning of", "summer",
     "winter", "of", "on", "Saturday", "every", "yesterday", "tomorrow", "night", "twice", "month", "8th", "Dec",
     "Sept.", "this", "past", "coming", "recently", "the other day", "since", "x", "1999", "%", "'s", "İ", "ſ", "$",
-    "tmrw", "yday", "wknd", "Sat", "Fri", "Tues.", "sat", "fri", "thurs", "mon", "the 3rd", "floor", "12/24", "24/7", "'19", "half a",
+    "tmrw", "yday", "wknd", "Sat", "Fri", "Tues.", "sat", "fri", "thurs", "mon", "FRI", "Tue", "the 3rd", "floor", "12/24", "24/7", "'19", "half a",
     "and a half", "fortnight", "Christmas", "Xmas", "Eve", "Thanksgiving", "St. Patrick's", "Mother's Day",
     "before", "after", "first", "August", "between", "and", "back",
 ]

@@ -162,6 +162,7 @@ SINGLE = [
     ("Sat night was wild", WED, "Sat night", "2023-05-06", "2023-05-06", D),
     ("my car broke down last fri", WED, "last fri", "2023-05-05", "2023-05-05", D),
     ("see you next tues", MON, "next tues", "2023-05-09", "2023-05-09", D),
+    ("SEE YOU NEXT FRI", MON, "NEXT FRI", "2023-05-12", "2023-05-12", D),
     ("back on thurs", WED, "thurs", "2023-05-04", "2023-05-04", D),
     ("fri night was fun", WED, "fri night", "2023-05-05", "2023-05-05", D),
     ("the following Monday we left", WED, "the following Monday", "2023-05-15", "2023-05-15", D),

@@ -1044,8 +1044,8 @@ _PREFILTER = re.compile(
     r"|december|christmas|xmas|halloween|thanksgiving|easter(?!n)|valentine|patrick|yday|tmr|\bnite|tonite|2nite"
     r"|wknd"
 )
-# Weekday abbreviations, looked for in the text as written ("Sat" and "Sun" only capitalised).
-_CASED_PREFILTER = re.compile(r"\b(?:[Mm]on|[Tt]ues?|[Ww]eds?|[Tt]hu|[Tt]hurs?|[Ff]ri|Sat|Sun)\b")
+# Weekday abbreviations, looked for in the text as written: any case, but "Sat" and "Sun" only capitalised.
+_CASED_PREFILTER = re.compile(r"\b(?:(?i:mon|tues?|weds?|thu|thurs?|fri)|Sat|Sun)\b")
 # Any fixed reference works for detection: whether an expression resolves does not depend on it.
 _DETECTION_REFERENCE = datetime(2000, 6, 15, 12, 0)
 # Only the first this many matches of each rule in a text are resolved: a bound on the work per turn that no
