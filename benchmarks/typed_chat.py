@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_dataset
+from compassmem.evaluation.locomo_questions import normalise_evidence
 from compassmem.text.text_features import keyword_stems
 
 MIN_WORDS = 4
@@ -82,12 +83,11 @@ def rewrite_sample(sample: dict[str, Any], keep_captions: bool) -> dict[str, Any
 def _mapped_evidence(item: dict[str, Any], new_ids: dict[str, list[tuple[str, str]]]) -> list[str]:
     answer = set(keyword_stems(str(item.get("answer") or "")))
     mapped: list[str] = []
-    for entry in item.get("evidence") or []:
-        for old in re.split(r"[;,\s]+", str(entry).strip()):
-            pairs = new_ids.get(old, [])
-            holding = [dia_id for dia_id, text in pairs if answer & set(keyword_stems(text))]
-            mapped.extend(holding or [dia_id for dia_id, _ in pairs])
-    return list(dict.fromkeys(mapped))
+    for old in normalise_evidence(item.get("evidence") or [], set(new_ids)):
+        pairs = new_ids[old]
+        holding = [dia_id for dia_id, text in pairs if answer & set(keyword_stems(text))]
+        mapped.extend(holding or [dia_id for dia_id, _ in pairs])
+    return mapped
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -313,6 +313,9 @@ def _word_before(words: str) -> re.Pattern[str]:
 
 _LAST_DETERMINER = _word_before("the|my|his|her|their|our|your|its|a|that|this|those|these|every|each|whose|very")
 _HABITUAL = _word_before("every|each")
+# The words that make a short form a date where alone it could be something else: a weekday abbreviation ("on
+# Sat"), a day of the month ("by the 20th"), a numeric date without a year ("on 12/24").
+_DAY_LEAD = _word_before("on|by|until|till|since|from|before|after")
 # Prepositions that make a bare month or year a time expression ("in May", "since 2016", "class of 2016").
 _DATE_PREPOSITION = _word_before(
     "in|on|since|during|until|till|by|from|of|through|throughout|around|before|after|year|circa"
@@ -519,16 +522,15 @@ def _relative_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     return _Span(day, day, Granularity.DAY)
 
 
-# A bare abbreviation is a day only after one of these or before a part of the day ("on Sat", "Fri night"): "Sun"
-# and "Sat" open sentences about other things too.
-_ABBREVIATED_DAY_LEAD = _word_before("on|by|until|till|since|from|before|after")
+# A bare abbreviation is a day only after a ``_DAY_LEAD`` or before a part of the day ("on Sat", "Fri night"):
+# "Sun" and "Sat" open sentences about other things too.
 
 
 @_rule(rf"{_WEEKDAY}{_PART_OF_DAY}", first="mtwfs")
 def _bare_weekday(match: re.Match[str], ctx: _Context) -> _Span | None:
     if _preceded_by(_HABITUAL, ctx.text, match.start()):
         return None
-    if match["ab"] and not (match["pod"] or _preceded_by(_ABBREVIATED_DAY_LEAD, ctx.text, match.start())):
+    if match["ab"] and not (match["pod"] or _preceded_by(_DAY_LEAD, ctx.text, match.start())):
         return None
     target = _weekday_index(match)
     # Past bias: the most recent such day on or before the reference day.
@@ -836,14 +838,13 @@ def _part_of_period(match: re.Match[str], ctx: _Context) -> _Span | None:
 # "on the 3rd", "by the 20th": a day of the month without the month, when followed by nothing that makes it an
 # ordinal of something else ("on the 3rd floor", "on the 2nd try"). A time word may follow ("on the 15th after my
 # trip", "from the 3rd to the 5th"); "of" may not ("on the 2nd of three tries").
-_DAY_OF_MONTH_LEAD = _word_before("on|by|until|till|before|after|since|from")
 _ENDS_A_DATE = (r"(?=\s*(?:$|[.,;:!?)\]\"'’]|(?:and|or|but|so|at|in|when|then|we|i|you|he|she|they|it|my|our|your"
                 r"|his|her|their|because|as|if|this|that|which|who|after|before|until|till|through|to)\b))")
 
 
 @_rule(rf"the\s+(?P<d>(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th))\b{_ENDS_A_DATE}", first="t")
 def _day_of_month(match: re.Match[str], ctx: _Context) -> _Span | None:
-    if not _preceded_by(_DAY_OF_MONTH_LEAD, ctx.text, match.start()):
+    if not _preceded_by(_DAY_LEAD, ctx.text, match.start()):
         return None
     number, today = int(_lower(match["d"])[:-2]), ctx.today
     options = []
@@ -1015,7 +1016,6 @@ def _nth_part_of_month(match: re.Match[str], ctx: _Context) -> _Span | None:
 # "on 12/24", "24/12/2023": a numeric date only where one order is impossible (a part above 12), and then only with
 # a year or after a preposition ("on", "by", "until", ...): "3/4", "9/10", "24/7" and "12/15" on a test are
 # fractions, ratings and scores.
-_NUMERIC_DATE_LEAD = _word_before("on|by|until|till|since|from|before|after")
 
 
 @_rule(r"(?P<a>[0-3]?\d)/(?P<b>[0-3]?\d)(?:/(?P<y>(?:19|20)?\d{2}))?(?![\d/])", first=r"\d")
@@ -1023,7 +1023,7 @@ def _numeric_date(match: re.Match[str], ctx: _Context) -> _Span | None:
     first, second = int(match["a"]), int(match["b"])
     if (first > 12) == (second > 12) or (first, second) == (24, 7):
         return None  # both orders possible (or neither): no guess
-    if match["y"] is None and not _preceded_by(_NUMERIC_DATE_LEAD, ctx.text, match.start()):
+    if match["y"] is None and not _preceded_by(_DAY_LEAD, ctx.text, match.start()):
         return None
     month, day_number = (first, second) if second > 12 else (second, first)
     if match["y"] is None:
