@@ -139,8 +139,9 @@ def test_attachments_are_bounded() -> None:
 def test_the_largest_valid_turn_stays_far_below_the_kafka_record_limit() -> None:
     # Worst cases for JSON size: quotes double when escaped, 4-byte characters where only characters are counted.
     worst = Turn.model_validate({
-        **GOOD, "conversation_id": "\U0001f600" * 128, "turn_id": "\U0001f600" * 128, "speaker": "\U0001f600" * 100,
-        "session_id": "\U0001f600" * 128, "subject_id": "\U0001f600" * 128, "text": '"' * MAX_TEXT_BYTES,
+        # Ids are ASCII; '"' is the costliest id character there is not ("|" and the rest escape to themselves).
+        **GOOD, "conversation_id": "|" * 128, "turn_id": "|" * 128, "speaker": "\U0001f600" * 100,
+        "session_id": "|" * 128, "subject_id": "|" * 128, "text": '"' * MAX_TEXT_BYTES,
         "attachments": [{"kind": "\U0001f600" * 64, "caption": "\U0001f600" * MAX_CAPTION_CHARS,
                          "url": "\U0001f600" * MAX_URL_CHARS}] * MAX_ATTACHMENTS,
         "metadata": {"m": '"' * (MAX_METADATA_BYTES // 2 - 10)},
@@ -162,7 +163,8 @@ def test_a_naive_timestamp_is_still_refused_and_python_datetimes_still_work() ->
     assert Turn(**{**GOOD, "timestamp": turn.timestamp}) == turn
 
 
-@pytest.mark.parametrize("bad", ["", " ", "\t", "   ", ".", "..", "a/b", "x" * 129, "a\u0000", "a\nb", "\u200b"])
+@pytest.mark.parametrize("bad", ["", " ", "\t", "   ", ".", "..", "a/b", "x" * 129, "a\u0000", "a\nb", "\u200b",
+                                 "conv 26", "\u00dcn\u00efcode-id", "a-trip ", " a-trip", "a-trip\u00a0", "a#b", "a%20b"])
 def test_bad_ids_are_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         check_id(bad)
@@ -170,17 +172,18 @@ def test_bad_ids_are_refused(bad: str) -> None:
     assert fields == {"conversation_id", "turn_id"}
 
 
-@pytest.mark.parametrize("good", ["c1", "D1:3", "...", ".a", "a.", "conv 26", "Ünïcode-id", "x" * 128])
+@pytest.mark.parametrize("good", ["c1", "D1:3", "...", ".a", "a.", "auth0|5f7c", "user+tag@example.test", "a=b~c",
+                                  "x" * 128])
 def test_ordinary_ids_pass(good: str) -> None:
     assert check_id(good) == good
 
 
-@pytest.mark.parametrize("bad", ["", " ", "\t", ".", "..", "cust/42", "x" * 129, "a\u0000", "a\nb", "\u200b"])
+@pytest.mark.parametrize("bad", ["", " ", "\t", ".", "..", "cust/42", "x" * 129, "a\u0000", "a\nb", "\u200b",
+                                 "kunde 42"])
 def test_bad_subject_ids_are_refused_naming_the_field(bad: str) -> None:
     [(field, message)] = errors_of(subject_id=bad)
     assert field == "subject_id"
-    assert any(rule in message for rule in ("characters", "'/'", "printable", "blank", "'.' or '..'",
-                                            "invisible format character")), message
+    assert any(rule in message for rule in ("characters", "'.' or '..'", "ASCII letters, digits")), message
 
 
 @pytest.mark.parametrize("bad", [42, 4.2, True, ["cust-42"], {"id": "cust-42"}])
@@ -189,7 +192,7 @@ def test_a_subject_id_must_be_a_string(bad: object) -> None:
     assert field == "subject_id"
 
 
-@pytest.mark.parametrize("good", ["cust-42", "acct:0017", "user@example.test", "Ünïcode kunde", "...", "x" * 128])
+@pytest.mark.parametrize("good", ["cust-42", "acct:0017", "user@example.test", "...", "x" * 128])
 def test_ordinary_subject_ids_pass_and_the_field_is_optional(good: str) -> None:
     assert Turn.model_validate({**GOOD, "subject_id": good}).subject_id == good
     assert Turn.model_validate(GOOD).subject_id is None
@@ -252,10 +255,10 @@ def test_ids_in_queries_and_commands_follow_the_same_rule() -> None:
 def test_the_json_schema_states_the_rules() -> None:
     schema = Turn.model_json_schema()
     props = schema["properties"]
-    for name in ("conversation_id", "turn_id", "subject_id"):
+    for name in ("conversation_id", "turn_id", "subject_id", "session_id"):
         assert props[name]["pattern"] == ID_PATTERN
         assert (props[name]["minLength"], props[name]["maxLength"]) == (1, 128)
-        assert "printable" in props[name]["description"]
+        assert "ASCII letter or digit" in props[name]["description"]
     assert "subject_id" not in schema["required"]
     assert "customer, user or account" in props["subject_id"]["description"]
     assert props["text"]["pattern"] == TEXT_PATTERN and props["text"]["maxLength"] == MAX_TEXT_BYTES
@@ -327,3 +330,53 @@ def test_subgoals_are_capped() -> None:
     few = analyse("Why did the launch slip and when did Atlas ship?")
     extra = with_subgoals(few, [f"llm subgoal {i}" for i in range(20)])
     assert len(extra.subgoals) == MAX_SUBGOALS and extra.subgoals[: len(few.subgoals)] == few.subgoals
+
+
+# -- one id, one conversation: nothing a store trims, folds or draws alike --------------------------------------
+
+# Each of these beside "a-trip" was once accepted as another conversation (issue: ids that differ by a space).
+LOOKALIKES = ["a-trip ", " a-trip", "a-trip\t", "a-trip\u00a0", "a-trip\u3000", "a-trip\u2000", "a-trip\u034f",
+              "a-trip\ufe0f", "a-trip\u17b4", "a-trip\u1160", "a-trip\u3164", "a-trip\uffa0", "a-trip\u2800",
+              "a\u0323-trip", "\u0430-trip", "a-trip\u200b", "a-trip\u00ad"]
+
+
+@pytest.mark.parametrize("field", ["conversation_id", "turn_id", "session_id", "subject_id"])
+@pytest.mark.parametrize("lookalike", LOOKALIKES)
+def test_an_id_that_looks_like_another_is_refused_naming_the_character(field: str, lookalike: str) -> None:
+    [(where, message)] = errors_of(**{field: lookalike})
+    assert where == field
+    assert "control characters" in message or ("ASCII letters, digits" in message and "U+" in message), message
+
+
+def test_the_id_rule_and_its_schema_pattern_agree() -> None:
+    import re
+
+    for value in ["a-trip", "D1:3", "auth0|5f7c", "...", *LOOKALIKES, ".", "..", "a/b", "", "x" * 129]:
+        try:
+            check_id(value)
+            accepted = True
+        except ValueError:
+            accepted = False
+        assert accepted == bool(re.fullmatch(ID_PATTERN, value)), value
+
+
+@pytest.mark.parametrize("spelling", ["Ann ", " Ann", "Ann\u00a0", "\u3000Ann", "\uff21nn", "Ann\u2000"])
+def test_a_speaker_has_one_canonical_spelling(spelling: str) -> None:
+    assert Turn.model_validate({**GOOD, "speaker": spelling}).speaker == "Ann"
+
+
+def test_whitespace_inside_a_speaker_becomes_one_space() -> None:
+    assert Turn.model_validate({**GOOD, "speaker": "Mary \u00a0 Ann"}).speaker == "Mary Ann"
+    assert Turn.model_validate({**GOOD, "speaker": "Jos\u0065\u0301"}).speaker == "Jos\u00e9"  # NFD -> NFC form
+
+
+@pytest.mark.parametrize("lookalike", ["Ann\u034f", "Ann\ufe0f", "Ann\u17b4", "Ann\u1160", "Ann\u3164", "Ann\uffa0",
+                                       "Ann\u2800", "\u0323Ann", "\u0410nn", "\u0391nn"])
+def test_a_speaker_that_looks_like_another_is_refused(lookalike: str) -> None:
+    [(where, message)] = errors_of(speaker=lookalike)
+    assert where == "speaker" and ("U+" in message or "scripts" in message), message
+
+
+@pytest.mark.parametrize("name", ["Анна", "Ἀλέξανδρος", "Zoë", "李雷", "O'Brien-Smith"])
+def test_names_in_one_script_are_kept(name: str) -> None:
+    assert Turn.model_validate({**GOOD, "speaker": name}).speaker == name

@@ -47,10 +47,22 @@ _NOT_IN_NAME = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 # The same rules as JSON Schema patterns (ECMA-262 and Python re alike), for schema-driven clients.
 TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f]*\S[^\x00-\x08\x0b\x0c\x0e-\x1f]*$"
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]*$"
-ID_PATTERN = r"^(?!\.\.?$)(?=.*\S)[^/\x00-\x1f\x7f-\x9f]{1,128}$"
-ID_RULE = ("1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or "
-           "bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth "
-           "letters as plain ones)")
+# Ids are keys in every store, path segments in URLs and labels a person compares by eye, so they come from a small
+# ASCII set: nothing a store trims or folds (FalkorDB's string index ignores spaces at either end), nothing invisible,
+# nothing from two scripts that look alike. NFKC first, so fullwidth "ｃ１" is the id "c1".
+ID_CHARS = "A-Za-z0-9._~:@+=|-"
+ID_PATTERN = r"^(?!\.\.?$)[" + ID_CHARS + r"]{1,128}$"
+ID_RULE = ("1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing "
+           "invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are "
+           "read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'")
+_ID = re.compile(r"[" + ID_CHARS + r"]*")
+_WHITESPACE_RUN = re.compile(r"\s+")
+# Code points that draw nothing or nothing of their own but are not of category Cf: the combining grapheme joiner,
+# Hangul fillers, Khmer inherent vowels, Mongolian and other variation selectors, the braille blank.
+_INVISIBLE = frozenset([0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x2800, 0x3164, 0xFFA0, *range(0x180B, 0x1810),
+                        *range(0xFE00, 0xFE10), *range(0xE0100, 0xE01F0)])
+# Letters of these scripts are drawn alike ('a' and Cyrillic 'а'): one word may not mix them.
+_LOOKALIKE_SCRIPTS = ("LATIN", "CYRILLIC", "GREEK")
 
 
 def check_storable(value: str, *, multiline: bool) -> str:
@@ -69,44 +81,88 @@ def check_storable(value: str, *, multiline: bool) -> str:
                      f"{allowed}")
 
 
-def normalise_name(value: str) -> str:
-    """A name as it is stored and looked up: NFKC (fullwidth and compatibility letters become the plain ones), and no
-    invisible format character (Unicode category Cf: zero-width, bidi controls, soft hyphen, tags), so that two names
-    that look alike are the same name, or one is refused."""
-    if value.isascii():
-        return value  # the common case: ASCII is its own NFKC form and holds no format character
-    value = unicodedata.normalize("NFKC", value)
+def _describe(char: str, position: int) -> str:
+    return f"U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}) at position {position}"
+
+
+def _refuse_invisible(value: str) -> None:
     for position, char in enumerate(value):
-        if unicodedata.category(char) == "Cf":
-            name = unicodedata.name(char, "unnamed")
-            raise ValueError(f"must not contain an invisible format character such as U+{ord(char):04X} ({name}) "
-                             f"at position {position}: names that look alike must be the same name")
+        category = unicodedata.category(char)
+        if category == "Cf" or ord(char) in _INVISIBLE:
+            raise ValueError(f"must not contain an invisible format character such as {_describe(char, position)}: "
+                             "names that look alike must be the same name")
+        if category in {"Cn", "Co", "Cs"}:
+            raise ValueError(f"must not contain an unassigned or private-use character such as "
+                             f"{_describe(char, position)}")
+        if category.startswith("M") and (position == 0 or value[position - 1].isspace()):
+            raise ValueError(f"must not start a word with a combining mark such as {_describe(char, position)}")
+
+
+def _kind_of(char: str) -> str:
+    """What a character refused in an id is, in words a person sending it recognises."""
+    if char.isspace():
+        return "whitespace"
+    if unicodedata.category(char) == "Cf" or ord(char) in _INVISIBLE:
+        return "an invisible format character"
+    if unicodedata.category(char).startswith("M"):
+        return "a combining mark"
+    return "a character outside the id set"
+
+
+def _script(char: str) -> str | None:
+    name = unicodedata.name(char, "")
+    return next((script for script in _LOOKALIKE_SCRIPTS if name.startswith(script)), None)
+
+
+def _refuse_mixed_scripts(value: str) -> None:
+    for word in value.split():
+        scripts = {script for char in word if char.isalpha() and (script := _script(char))}
+        if len(scripts) > 1:
+            raise ValueError(f"must not mix letters of the {' and '.join(sorted(scripts)).title()} scripts in one "
+                             f"word ({word!r}): their letters look alike")
+
+
+def normalise_name(value: str) -> str:
+    """A speaker's or other display name as it is stored and compared: NFKC (fullwidth and compatibility letters
+    become the plain ones), every run of whitespace one space and none at either end, and no invisible character
+    (format characters, fillers, variation selectors), no combining mark opening a word and no word mixing Latin,
+    Cyrillic or Greek letters: two names that look alike are the same name, or one is refused."""
+    if not value.isascii():
+        value = unicodedata.normalize("NFKC", value)
+        _refuse_invisible(value)
+        _refuse_mixed_scripts(value)
+    if value != value.strip() or "  " in value or any(c.isspace() and c != " " for c in value):
+        value = _WHITESPACE_RUN.sub(" ", value).strip()
     return value
 
 
 def check_name(value: str, max_chars: int) -> str:
-    """A speaker or session name: normalised (``normalise_name``), at most ``max_chars`` once normalised, no control
+    """A speaker's name: normalised (``normalise_name``), at most ``max_chars`` once normalised, no control
     characters."""
+    check_storable(value, multiline=False)
     value = normalise_name(value)
     if len(value) > max_chars:
         raise ValueError(f"must be at most {max_chars} characters once normalised (NFKC), got {len(value)}")
-    return check_storable(value, multiline=False)
+    return value
 
 
-def check_id(value: str) -> str:
-    """Conversation, turn and subject ids: normalised (``normalise_name``; returned so), 1-128 printable characters
-    without '/' (the key separator); not blank, and neither '.' nor '..' (they read as path segments wherever an id
-    becomes part of a path or URL). Every place that takes an id (bodies, paths, commands, the library) goes through
-    this one rule, so a stored id and a looked-up one agree."""
-    value = normalise_name(value)
-    if not 1 <= len(value) <= MAX_ID_CHARS:
-        raise ValueError(f"must be 1-{MAX_ID_CHARS} characters, got {len(value)}")
-    if "/" in value:
-        raise ValueError("must not contain '/' (it separates tenant and conversation in keys)")
-    if not value.isprintable():
-        raise ValueError("must contain only printable characters")
-    if not value.strip():
-        raise ValueError("must not be blank")
+def check_id(value: str, max_chars: int = MAX_ID_CHARS) -> str:
+    """Every id (tenant aside: ``TENANT_PATTERN``): conversation, turn, subject, session, event, relation, topic.
+    NFKC first (returned so), then ``ID_RULE``: 1-``max_chars`` characters of ``ID_CHARS``, neither '.' nor '..'
+    (they read as path segments wherever an id becomes part of a path or URL). Every place that takes an id (bodies,
+    paths, commands, Kafka records, import files, the library) goes through this one rule, so a stored id and a
+    looked-up one agree, and no store can fold two of them into one."""
+    check_storable(value, multiline=False)
+    if not value.isascii():
+        value = unicodedata.normalize("NFKC", value)
+    if not 1 <= len(value) <= max_chars:
+        raise ValueError(f"must be 1-{max_chars} characters, got {len(value)}")
+    allowed = _ID.match(value)
+    if allowed is not None and allowed.end() < len(value):
+        position = allowed.end()
+        char = value[position]
+        raise ValueError(f"must hold only ASCII letters, digits and . _ ~ : @ + = | -; found "
+                         f"{_describe(char, position)}: {_kind_of(char)}")
     if value in {".", ".."}:
         raise ValueError("must not be '.' or '..'")
     return value
@@ -120,7 +176,7 @@ def check_speaker(value: str) -> str:
 
 
 def check_session_id(value: str) -> str:
-    return check_name(value, MAX_SESSION_ID_CHARS)
+    return check_id(value, MAX_SESSION_ID_CHARS)
 
 
 def check_text(value: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
@@ -262,18 +318,20 @@ class Turn(BaseModel):
     speaker: str = Field(min_length=1, max_length=MAX_SPEAKER_CHARS,
                          json_schema_extra={"pattern": r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$"},
                          description=f"Who said it: 1-{MAX_SPEAKER_CHARS} characters, not blank, no control "
-                                     "characters and no invisible format characters (zero-width, bidi "
-                                     "controls); stored NFKC-normalised.")
+                                     "characters, no invisible characters (zero-width, bidi controls, fillers, "
+                                     "variation selectors) and no word mixing Latin, Cyrillic or Greek letters; "
+                                     "stored NFKC-normalised with each run of whitespace one space and none at "
+                                     "either end.")
     text: str = Field(json_schema_extra={"pattern": TEXT_PATTERN, "minLength": 1, "maxLength": MAX_TEXT_BYTES},
                       description=f"The utterance: not blank, at most {MAX_TEXT_BYTES} bytes as UTF-8 (16 KiB; "
                                   "longer text is rejected, never truncated), no control characters except tab, "
                                   "newline and carriage return, no lone surrogates.")
     timestamp: datetime = Field(description="When it was said: an ISO 8601 string with a UTC offset, e.g. "
                                             "2023-05-08T13:56:00+00:00 (numbers and naive times are rejected).")
-    session_id: str | None = Field(default=None, max_length=MAX_SESSION_ID_CHARS,
-                                   json_schema_extra={"pattern": NAME_PATTERN},
-                                   description=f"Optional session: at most {MAX_SESSION_ID_CHARS} characters, no "
-                                               "control or invisible format characters; stored NFKC-normalised.")
+    session_id: str | None = Field(default=None,
+                                   json_schema_extra={"pattern": ID_PATTERN, "minLength": 1,
+                                                      "maxLength": MAX_SESSION_ID_CHARS},
+                                   description=f"Optional session, an id: {ID_RULE}.")
     subject_id: str | None = Field(default=None,
                                    json_schema_extra={"pattern": ID_PATTERN, "minLength": 1,
                                                       "maxLength": MAX_ID_CHARS},

@@ -48,6 +48,11 @@ _INDEXES = (
     "CREATE INDEX FOR ()-[r:REL]-() ON (r.relation_id)",
 )
 _EMPTY_GRAPH_ERROR = "empty key"
+# FalkorDB's string index ignores spaces at either end: {conversation_id: 'a'} also finds 'a ' and ' a'. The id rule
+# keeps such ids out; this comparison, which the index cannot answer, keeps every conversation-scoped read and
+# delete exact whatever a store already holds.
+def _exact(node: str, value: str = "$c") -> str:
+    return f"toString({node}.conversation_id) = {value}"
 
 _UPSERT_EVENTS = """
 UNWIND $rows AS r
@@ -106,19 +111,19 @@ SET e.cluster_id = r.cluster_id
 """
 _RECOUNT_CLUSTERS = """
 UNWIND $conversations AS conv
-MATCH (c:Cluster {conversation_id: conv})
+MATCH (c:Cluster {conversation_id: conv}) WHERE toString(c.conversation_id) = conv
 OPTIONAL MATCH (e:Event)-[:MEMBER_OF]->(c)
 WITH c, count(e) AS n
 SET c.size = n
 """
-_CONVERSATION_EVENTS = "MATCH (e:Event {conversation_id: $c}) RETURN properties(e)"
-_CONVERSATION_CLUSTERS = """
-MATCH (c:Cluster {conversation_id: $c})
+_CONVERSATION_EVENTS = f"MATCH (e:Event {{conversation_id: $c}}) WHERE {_exact('e')} RETURN properties(e)"
+_CONVERSATION_CLUSTERS = f"""
+MATCH (c:Cluster {{conversation_id: $c}}) WHERE {_exact('c')}
 OPTIONAL MATCH (e:Event)-[:MEMBER_OF]->(c)
 RETURN properties(c), collect(e.event_id)
 """
-_CONVERSATION_RELATIONS = """
-MATCH (s:Event {conversation_id: $c})-[r:REL]->(t)
+_CONVERSATION_RELATIONS = f"""
+MATCH (s:Event {{conversation_id: $c}})-[r:REL]->(t) WHERE {_exact('s')}
 RETURN s.event_id, coalesce(t.event_id, t.cluster_id), properties(r)
 """
 # Relations around some events, as a walk needs them (fields, not properties(r): parsing whole property maps costs
@@ -140,11 +145,12 @@ RETURN s.event_id, t.event_id, {_EDGE_FIELDS}
 """
 # Display reads (the explorer): stubs are relation endpoints whose event has not arrived, not events to show.
 _NOT_STUB = "coalesce({0}.stub, false) = false"
-_EVENT_COUNT = f"MATCH (e:Event {{conversation_id: $c}}) WHERE {_NOT_STUB.format('e')} RETURN count(e)"
+_EVENT_COUNT = (f"MATCH (e:Event {{conversation_id: $c}}) WHERE {_exact('e')} AND {_NOT_STUB.format('e')} "
+                "RETURN count(e)")
 # The most recent events first, so that a limit keeps the newest; since and limit are optional parameters.
 _RECENT_EVENTS = f"""
 MATCH (e:Event {{conversation_id: $c}})
-WHERE {_NOT_STUB.format('e')} AND ($since IS NULL OR e.end_ts >= $since)
+WHERE {_exact('e')} AND {_NOT_STUB.format('e')} AND ($since IS NULL OR e.end_ts >= $since)
 RETURN properties(e) ORDER BY e.start_ts DESC, e.event_id DESC
 """
 _RELATIONS_FROM = """
@@ -159,7 +165,8 @@ RETURN properties(c), collect(e.event_id)
 """
 _EVENT_PAGE = f"""
 MATCH (e:Event {{conversation_id: $c}})
-WHERE {_NOT_STUB.format('e')} AND ($ts IS NULL OR e.start_ts > $ts OR (e.start_ts = $ts AND e.event_id > $id))
+WHERE {_exact('e')} AND {_NOT_STUB.format('e')}
+  AND ($ts IS NULL OR e.start_ts > $ts OR (e.start_ts = $ts AND e.event_id > $id))
 RETURN properties(e) ORDER BY e.start_ts, e.event_id LIMIT $n
 """
 _STATS = """
@@ -175,13 +182,14 @@ WHERE {_NOT_STUB.format('m')}
        OR toLower(coalesce(m.summary, '')) CONTAINS $q
        OR any(p IN coalesce(m.participants, []) WHERE toLower(p) CONTAINS $q))
 WITH DISTINCT m.conversation_id AS matched
-MATCH (e:Event {{conversation_id: matched}}) WHERE {_NOT_STUB.format('e')}
+MATCH (e:Event {{conversation_id: matched}}) WHERE {_exact('e', 'matched')} AND {_NOT_STUB.format('e')}
 """ + _STATS
-_DELETE_EVENTS = "MATCH (e:Event {conversation_id: $c}) WHERE e.event_id IN $ids DETACH DELETE e"
+_DELETE_EVENTS = (f"MATCH (e:Event {{conversation_id: $c}}) WHERE {_exact('e')} AND e.event_id IN $ids "
+                  "DETACH DELETE e")
 _DELETE_RELATIONS = "UNWIND $ids AS id MATCH ()-[r:REL {relation_id: id}]->() DELETE r"
 _DELETE_CONVERSATION = (
-    "MATCH (e:Event {conversation_id: $c}) DETACH DELETE e",
-    "MATCH (c:Cluster {conversation_id: $c}) DETACH DELETE c",
+    f"MATCH (e:Event {{conversation_id: $c}}) WHERE {_exact('e')} DETACH DELETE e",
+    f"MATCH (c:Cluster {{conversation_id: $c}}) WHERE {_exact('c')} DETACH DELETE c",
 )
 
 
