@@ -341,6 +341,42 @@ def test_the_worker_keeps_no_trace_of_a_redacted_turn_in_its_state(tmp_path: Pat
         assert "7" in [t.turn_id for t in stores.vectors.conversation_turns(tenant, conversation_id)]
 
 
+def test_a_redaction_in_an_open_segment_lists_its_event_once(tmp_path: Path, embedded_falkordb,  # noqa: ANN001
+                                                             embedder) -> None:  # noqa: ANN001
+    """Three turns still in the worker's open segment (a provisional event, which only the vector store holds), one
+    redacted through ``Memory`` and one over HTTP: the listings show the rebuilt event once, provisional, with the
+    turns that are left (the redaction used to write it into the graph store too, so it was listed twice)."""
+    tenant, conversation_id = "opal", "open"  # a tenant of its own: the graph server is the session's
+    conversation = _ConversationLog(tenant, conversation_id)
+    turns = [Turn.model_validate(turn) for turn in _traced_turns(tenant, conversation_id)]
+    settings = _settings(tmp_path, falkordb_url=embedded_falkordb.url)
+
+    def listed(memory: Memory, client: httpx.Client) -> list[tuple[int, int, int, list[list[str]]]]:
+        """(events, provisional events, turns, each listed event's turn ids) from the library and over HTTP."""
+        [summary] = memory.conversations(tenant=tenant).conversations
+        events = [e.turn_ids for e in memory.events(conversation_id, tenant=tenant).events]
+        [body] = client.get("/v1/conversations", params={"tenant": tenant}).json()["conversations"]
+        page = client.get(f"/v1/conversations/{conversation_id}/events", params={"tenant": tenant}).json()
+        return [(summary.events, summary.provisional_events, summary.turns, events),
+                (body["events"], body["provisional_events"], body["turns"], [e["turn_ids"] for e in page["events"]])]
+
+    with open_stores(settings) as stores:
+        # The first session closes into an event when the second (another day) opens a segment of its own.
+        conversation.apply(MemoryStreamProcessor(embedder, stores),
+                           [conversation.record(n, encode_turn(turn)[1]) for n, turn in enumerate(turns)], None)
+        [opened] = stores.vectors.provisional_events(tenant, conversation_id)
+        assert opened.turn_ids == ["4", "5", "6"], "the second session should be the open segment"
+        with Memory(settings, stores=stores, embedder=embedder) as memory, \
+                BackgroundServer(create_app(build_services(settings, stores, embedder, MemoryMetrics()))) as server, \
+                httpx.Client(base_url=server.url, timeout=30) as client:
+            memory.redact_turn(conversation_id, "5", tenant=tenant)
+            assert listed(memory, client) == [(2, 1, 5, [["1", "2", "3"], ["4", "6"]])] * 2
+            response = client.delete(f"/v1/conversations/{conversation_id}/turns/6", params={"tenant": tenant})
+            assert response.status_code == 200, response.text
+            assert listed(memory, client) == [(2, 1, 4, [["1", "2", "3"], ["4"]])] * 2
+            assert stores.graph.conversation_stats(tenant)[0].events == 1, "the graph store holds the open segment"
+
+
 def test_a_redaction_survives_a_replay_of_the_turns_topic(stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
     turns = stream_conversation("talk", 1, tenant="acme")
     reference = reference_snapshots(turns, embedder)

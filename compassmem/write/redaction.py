@@ -71,7 +71,10 @@ def redact_stored_turn(stores: Stores, tenant: str, conversation_id: str, turn_i
         stores.graph.delete_events(tenant, conversation_id, [event_id])
     else:
         stores.vectors.upsert_events([event], [event_keyword_vector(event)])
-        stores.graph.upsert_events([event])
+        if not event.provisional:
+            # An open segment lives in the vector store alone until it closes: a graph node of it would be listed
+            # beside the provisional event (twice, and its turns counted twice).
+            stores.graph.upsert_events([event])
         stores.graph.delete_relations(tenant, [r.relation_id for r in relations])
     clusters = _relabelled(graph, before, event) if before is not None else []
     stores.graph.upsert_clusters(clusters)
