@@ -327,8 +327,12 @@ def _repeat_a_turn(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize(("edit", "message"), [
     (_edit("turn", lambda t: t["embedding"].__setitem__(0, float("nan"))), "turn.embedding: holds NaN"),
     (_edit("event", lambda e: e["embedding"].__setitem__(0, float("inf"))), "event.embedding: holds NaN or infinite"),
-    (_edit("turn", lambda t: t.__setitem__("embedding", [2 * x for x in t["embedding"]])), "turn.embedding: has "
-                                                                                              "length 2"),
+    (_edit("turn", lambda t: t.__setitem__("embedding", [2 * x for x in t["embedding"]])),
+     r"turn.embedding: has norm 2; a stored embedding is normalised to norm 1 \(within 0.001\)"),
+    # A vector cut short: its dimension is named, not the norm that comes with it.
+    (_edit("turn", lambda t: t.__setitem__("embedding", t["embedding"][:3])),
+     "turn.embedding: has 3 dimensions; the file's header says 384"),
+    (_edit("event", _set("embedding", None)), "event.embedding: has no vector; the file's header says 384 dimensions"),
     (_edit("turn", _set("text", "x" * 8_000_000)), "turn.text: is 8000000 bytes; the limit is"),
     (_edit("turn", _set("speaker", "Z" * 5000)),
      r"turn.speaker: must be at most 100 characters once normalised \(NFKC\), got 5000"),
@@ -567,7 +571,8 @@ def _drop_a_passage(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 PASSAGE_EDITS = [
-    (_passage_edit(lambda p: p["embedding"].append(0.0)), "passage.embedding: a 385-d vector; the header says 384-d"),
+    (_passage_edit(lambda p: p["embedding"].append(0.0)),
+     "passage.embedding: has 385 dimensions; the file's header says 384"),
     (_passage_edit(lambda p: p["embedding"].__setitem__(0, float("nan"))), "passage.embedding: holds NaN"),
     (_passage_edit(_set("turn_id", "ghost")),
      "passage.turn_id: turn 'ghost' has no line before this passage in conversation 'advice'"),

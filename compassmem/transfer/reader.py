@@ -25,7 +25,6 @@ from pydantic import ValidationError
 
 from compassmem.transfer.records import (
     FORMAT,
-    LINE,
     PASSAGES_SINCE,
     ClusterLine,
     ConversationEnd,
@@ -40,6 +39,7 @@ from compassmem.transfer.records import (
     RelationLine,
     TurnLine,
     check_passage_of_turn,
+    parse_line,
 )
 
 # An event of about 350 turns of the largest size a turn may have (thousands of ordinary ones): past this a line is
@@ -266,9 +266,10 @@ def _read_header(lines: Iterator[tuple[int, str]]) -> Header:
 
 def _records(lines: Iterator[tuple[int, str]],
              header: Header) -> Iterator[tuple[int, str, RecordLine | ConversationEnd | End]]:
-    """The lines after the header, parsed, each record checked against the header's scope and dimension."""
+    """The lines after the header, parsed (every vector of the header's dimension), each record checked against the
+    header's scope."""
     for number, text in lines:
-        line = _parse(number, text)
+        line = _parse(number, text, header.dim)
         if isinstance(line, Header):
             raise ExportFormatError(f"line {number}: a second header line")
         if isinstance(line, PassageLine) and header.version < PASSAGES_SINCE:
@@ -279,9 +280,9 @@ def _records(lines: Iterator[tuple[int, str]],
         yield number, text, line
 
 
-def _parse(number: int, text: str) -> Header | RecordLine | ConversationEnd | End:
+def _parse(number: int, text: str, dim: int | None = None) -> Header | RecordLine | ConversationEnd | End:
     try:
-        return LINE.validate_python(json.loads(text))
+        return parse_line(json.loads(text), dim)
     except json.JSONDecodeError as error:
         raise ExportFormatError(f"line {number}: not JSON ({error.msg} at column {error.colno})") from None
     except ValidationError as error:
@@ -300,7 +301,7 @@ def _first_problem(error: ValidationError) -> str:
 
 
 def _check_scope(number: int, line: RecordLine, header: Header) -> None:
-    """The record belongs to the header's tenant (and conversation), and its vectors have the header's dimension."""
+    """The record belongs to the header's tenant (and conversation)."""
     record = line.record
     if record.tenant != header.tenant:
         raise ExportFormatError(f"line {number}: a {line.kind} of tenant {record.tenant!r} in a file of tenant "
@@ -308,11 +309,6 @@ def _check_scope(number: int, line: RecordLine, header: Header) -> None:
     if header.conversation_id is not None and record.conversation_id != header.conversation_id:
         raise ExportFormatError(f"line {number}: a {line.kind} of conversation {record.conversation_id!r} in a file "
                                 f"of conversation {header.conversation_id!r}")
-    for name, vector in line.vectors().items():
-        if vector is None or len(vector) != header.dim:
-            size = "no" if vector is None else f"a {len(vector)}-d"
-            raise ExportFormatError(f"line {number}: {line.kind}.{name}: {size} vector; the header says "
-                                    f"{header.dim}-d")
 
 
 def _named(line: RecordLine) -> str:

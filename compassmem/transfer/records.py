@@ -17,7 +17,7 @@ The records inside are the stores' own models (``Event``, ``IndexedTurn``, ``Tur
 ``Cluster``), held to the rules of what may enter the stores when a line is read (and written: an export never
 writes what an import would refuse): the ``Turn`` rules on what a store keeps of a turn (ids, speaker, text,
 session), no control character or lone surrogate in any string, at most ``MAX_STRING_BYTES`` in one, and finite
-vectors of unit length (a topic's centroid, a mean of unit vectors: at most unit length).
+vectors of the header's dimension and of unit norm (a topic's centroid, a mean of unit vectors: at most unit norm).
 
 Versions: a file says which it is in its header, and is read by the rules of that version. Version 1 holds no
 passages (an import of it searches long turns by their openings); version 2 adds the ``passage`` line and the
@@ -39,6 +39,7 @@ from pydantic import (
     ConfigDict,
     Field,
     TypeAdapter,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -120,20 +121,32 @@ def _every_string(where: str, value: object) -> None:
             stack.extend((item, f"{path}[{index}]") for index, item in enumerate(node))
 
 
-def check_vector(where: str, vector: Sequence[float] | None, *, unit: bool) -> None:
-    """A stored vector: finite numbers, of length 1 (``unit``; a stored embedding) or at most 1 and not 0 (a topic's
-    centroid). NaN came in through JSON's ``NaN`` and was written back out as ``null``, which no import can read."""
+def check_vector(where: str, vector: Sequence[float] | None, *, unit: bool, dim: int | None = None) -> None:
+    """A stored vector: ``dim`` numbers when the file's header is known (the reader passes it), finite, of norm 1
+    (``unit``; a stored embedding) or at most 1 and not 0 (a topic's centroid). The dimension comes first: a vector
+    cut short has a wrong norm too, and that message would hide what is wrong. NaN came in through JSON's ``NaN``
+    and was written back out as ``null``, which no import can read."""
     if vector is None:
+        if dim is not None:
+            raise ValueError(f"{where}: has no vector; the file's header says {dim} dimensions")
         return
+    if dim is not None and len(vector) != dim:
+        raise ValueError(f"{where}: has {len(vector)} dimensions; the file's header says {dim}")
     array = np.asarray(vector, dtype=np.float64)
     if not np.isfinite(array).all():
         raise ValueError(f"{where}: holds NaN or infinite numbers; a vector must be finite")
     norm = float(np.linalg.norm(array))
     if unit and abs(norm - 1.0) > NORM_TOLERANCE:
-        raise ValueError(f"{where}: has length {norm:.6g}; a stored embedding has length 1 (within "
+        raise ValueError(f"{where}: has norm {norm:.6g}; a stored embedding is normalised to norm 1 (within "
                          f"{NORM_TOLERANCE:g})")
     if not unit and not 0.0 < norm <= 1.0 + NORM_TOLERANCE:
-        raise ValueError(f"{where}: has length {norm:.6g}; a topic's centroid has a length above 0 and at most 1")
+        raise ValueError(f"{where}: has norm {norm:.6g}; a topic's centroid has a norm above 0 and at most 1")
+
+
+def _header_dim(info: ValidationInfo) -> int | None:
+    """The dimension the file's header gives every vector: ``parse_line``'s context for a line read from a file;
+    None for a line an export makes, whose vectors come from the store."""
+    return info.context.get("dim") if isinstance(info.context, dict) else None
 
 
 _turn_text = partial(check_text, max_bytes=MAX_INDEXED_TEXT_BYTES)
@@ -171,7 +184,7 @@ class EventLine(_Line):
     event: Event
 
     @model_validator(mode="after")
-    def _rules(self) -> EventLine:
+    def _rules(self, info: ValidationInfo) -> EventLine:
         event = self.event
         for field in ("event_id", "conversation_id", "subject_id", "cluster_id"):
             _check(f"event.{field}", check_id, getattr(event, field))
@@ -184,15 +197,12 @@ class EventLine(_Line):
             _check(f"{where}.text", _turn_text, observation.text)
             _check(f"{where}.session_id", check_session_id, observation.session_id)
         _every_string("event", event.model_dump(exclude={"embedding"}))
-        check_vector("event.embedding", event.embedding, unit=True)
+        check_vector("event.embedding", event.embedding, unit=True, dim=_header_dim(info))
         return self
 
     @property
     def record(self) -> Event:
         return self.event
-
-    def vectors(self) -> dict[str, list[float] | None]:
-        return {"embedding": self.event.embedding}
 
 
 class TurnLine(_Line):
@@ -200,7 +210,7 @@ class TurnLine(_Line):
     turn: IndexedTurn
 
     @model_validator(mode="after")
-    def _rules(self) -> TurnLine:
+    def _rules(self, info: ValidationInfo) -> TurnLine:
         turn = self.turn
         for field in ("conversation_id", "turn_id", "event_id", "subject_id"):
             _check(f"turn.{field}", check_id, getattr(turn, field))
@@ -208,15 +218,12 @@ class TurnLine(_Line):
         _check("turn.text", _turn_text, turn.text)
         _check("turn.session_id", check_session_id, turn.session_id)
         _every_string("turn", turn.model_dump(exclude={"embedding"}))
-        check_vector("turn.embedding", turn.embedding, unit=True)
+        check_vector("turn.embedding", turn.embedding, unit=True, dim=_header_dim(info))
         return self
 
     @property
     def record(self) -> IndexedTurn:
         return self.turn
-
-    def vectors(self) -> dict[str, list[float] | None]:
-        return {"embedding": self.turn.embedding}
 
 
 class PassageLine(_Line):
@@ -224,7 +231,7 @@ class PassageLine(_Line):
     passage: TurnPassage
 
     @model_validator(mode="after")
-    def _rules(self) -> PassageLine:
+    def _rules(self, info: ValidationInfo) -> PassageLine:
         passage = self.passage
         for field in ("conversation_id", "turn_id", "subject_id"):
             _check(f"passage.{field}", check_id, getattr(passage, field))
@@ -232,15 +239,12 @@ class PassageLine(_Line):
             raise ValueError(f"passage.end: is {passage.end}, not after passage.start ({passage.start}); a passage "
                              "holds at least one character")
         _every_string("passage", passage.model_dump(exclude={"embedding"}))
-        check_vector("passage.embedding", passage.embedding, unit=True)
+        check_vector("passage.embedding", passage.embedding, unit=True, dim=_header_dim(info))
         return self
 
     @property
     def record(self) -> TurnPassage:
         return self.passage
-
-    def vectors(self) -> dict[str, list[float] | None]:
-        return {"embedding": self.passage.embedding}
 
 
 def check_passage_of_turn(passage: TurnPassage, text_length: int, subject_id: str | None) -> None:
@@ -259,21 +263,18 @@ class ClusterLine(_Line):
     cluster: Cluster
 
     @model_validator(mode="after")
-    def _rules(self) -> ClusterLine:
+    def _rules(self, info: ValidationInfo) -> ClusterLine:
         cluster = self.cluster
         for field in ("cluster_id", "conversation_id"):
             _check(f"cluster.{field}", check_id, getattr(cluster, field))
         _check_all("cluster.members", check_id, cluster.members)
         _every_string("cluster", cluster.model_dump(exclude={"centroid"}))
-        check_vector("cluster.centroid", cluster.centroid, unit=False)
+        check_vector("cluster.centroid", cluster.centroid, unit=False, dim=_header_dim(info))
         return self
 
     @property
     def record(self) -> Cluster:
         return self.cluster
-
-    def vectors(self) -> dict[str, list[float] | None]:
-        return {"centroid": self.cluster.centroid}
 
 
 class RelationLine(_Line):
@@ -291,9 +292,6 @@ class RelationLine(_Line):
     @property
     def record(self) -> Relation:
         return self.relation
-
-    def vectors(self) -> dict[str, list[float] | None]:
-        return {}
 
 
 RecordLine = EventLine | TurnLine | PassageLine | ClusterLine | RelationLine
@@ -330,6 +328,12 @@ class End(_Line):
 Line = Annotated[Header | RecordLine | ConversationEnd | End,
                  Field(discriminator="kind")]
 LINE = TypeAdapter(Line)
+
+
+def parse_line(data: object, dim: int | None = None) -> Header | RecordLine | ConversationEnd | End:
+    """A line of a file, checked by the rules above; ``dim``, the header's, once it is read: every vector must
+    have that many numbers."""
+    return LINE.validate_python(data, context={"dim": dim})
 
 
 class TransferSummary(BaseModel):
