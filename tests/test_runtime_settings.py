@@ -7,6 +7,8 @@ memory."""
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,9 +17,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from compassmem.core.config import Settings
 from compassmem.core.contracts.commands import CONTROL_COMMAND, SettingCommand
+from compassmem.core.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
 from compassmem.library.memory import Memory
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.write.pipeline import PipelineConfig
@@ -27,10 +31,11 @@ from compassmem.publish.publisher import KafkaTurnPublisher
 from compassmem.query_api.app import create_app
 from compassmem.query_api.change_listener import ChangeFeedListener
 from compassmem.query_api.server import BackgroundServer, build_services
-from compassmem.library.runtime_settings import SPECS, setting_command
+from compassmem.library.runtime_settings import SPECS, SettingValueError, setting_command
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord
+from compassmem.streams.forget_log import command_answer, settings_in_force
 from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, SettingMarker
 from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor
 from conftest import (
@@ -244,8 +249,8 @@ def test_bad_settings_and_keys_are_refused_over_http_and_by_the_cli(
         out_of_range = api.put("/v1/config/segmentation.shift_threshold", json={"value": 1.5})
         assert out_of_range.status_code == 422
         assert out_of_range.json()["detail"] == [{
-            "field": "value", "message": "setting 'segmentation.shift_threshold' must be a number at least 0.0 and "
-                                        "at most 1.0 (got 1.5)"}]
+            "field": "value", "message": "setting 'segmentation.shift_threshold' must be a finite number at least 0.0 "
+                                        "and at most 1.0 (got 1.5)"}]
         not_a_switch = api.put("/v1/config/llm.events", json={"value": "maybe"})
         assert not_a_switch.status_code == 422 and "true or false" in not_a_switch.json()["detail"][0]["message"]
         too_small = api.put("/v1/config/hot_tier.max_turns", json={"value": 5})
@@ -270,7 +275,7 @@ def test_bad_settings_and_keys_are_refused_over_http_and_by_the_cli(
 
         bad = cli("set", "segmentation.shift_threshold", "2")
         assert bad.returncode == 2, bad.stderr
-        assert "setting 'segmentation.shift_threshold' must be a number at least 0.0 and at most 1.0 (got '2')" \
+        assert "setting 'segmentation.shift_threshold' must be a finite number at least 0.0 and at most 1.0 (got '2')" \
             in bad.stderr
         good = cli("set", "hot_tier.max_turns", "20000", "--wait", "0")
         assert good.returncode == 0, good.stderr
@@ -280,10 +285,104 @@ def test_bad_settings_and_keys_are_refused_over_http_and_by_the_cli(
         lines = {line.split(" = ")[0]: line for line in shown.stdout.splitlines()}
         assert set(lines) == set(SPECS)
         assert lines["hot_tier.max_turns"].startswith("hot_tier.max_turns = 20000  (runtime at ")
-        assert "(default; workers; a number at least 0.0 and at most 1.0)" in lines["segmentation.shift_threshold"]
+        assert "(default; workers; a finite number at least 0.0 and at most 1.0)" in lines["segmentation.shift_threshold"]
     # Nothing refused reached the control topic: only the CLI's change.
     settings = stream_run.settings()
     commands = [CONTROL_COMMAND.validate_json(record.value) for record in stream_run.read_topic(settings.control_topic)
                 if b'"command"' in record.value]
     assert [(c.setting, c.value) for c in commands if isinstance(c, SettingCommand)] == [("hot_tier.max_turns", 20000)]
     assert len(commands) == 1
+
+
+# -- values JSON cannot carry: infinity and NaN --------------------------------------------------------------------
+
+NUMERIC_KEYS = [key for key, spec in SPECS.items() if spec.rule != "true or false"]
+# Every way a value past the finite numbers arrives: a float, the text the CLI passes on, JSON's overflowing number.
+NOT_FINITE = [math.inf, -math.inf, math.nan, 1e309, "inf", "-Infinity", "nan", "1e400"]
+
+
+@pytest.mark.parametrize("key", NUMERIC_KEYS)
+@pytest.mark.parametrize("value", NOT_FINITE, ids=repr)
+def test_every_numeric_setting_refuses_infinity_and_nan_naming_the_key_and_the_rule(key: str, value: object) -> None:
+    with pytest.raises(SettingValueError) as refused:
+        setting_command(key, value)
+    assert str(refused.value).startswith(f"setting {key!r} must be {SPECS[key].rule} (got ")
+    assert SPECS[key].rule.startswith(("a finite number", "a whole number")), "a numeric rule must be finite"
+
+
+@pytest.mark.parametrize("number", ["1e309", "-1e309", "Infinity", "-Infinity", "NaN"])
+def test_the_control_record_refuses_a_value_json_cannot_carry(number: str) -> None:
+    """Any producer may write the control topic: the record's own model refuses what would be written back as
+    null, whoever checked it before."""
+    raw = f'{{"command": "set", "setting": "ranking.question_penalty", "value": {number}}}'
+    with pytest.raises(ValidationError, match="finite"):
+        CONTROL_COMMAND.validate_json(raw)
+    with pytest.raises(ValidationError, match="finite"):
+        SettingCommand(setting="ranking.question_penalty", value=float(number))
+    good = SettingCommand(setting="ranking.question_penalty", value=0.5)
+    assert CONTROL_COMMAND.validate_json(good.model_dump_json()) == good
+
+
+def test_an_infinite_setting_is_refused_over_http_the_library_and_the_cli_before_it_is_written(
+        stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
+    key = "ranking.question_penalty"
+    rule = f"setting {key!r} must be a finite number at least 0.0"
+    with api_on(stream_run, embedder, stream_run.root / "api-data") as (api, memory):
+        for raw, shown in (("Infinity", "inf"), ("-Infinity", "-inf"), ("NaN", "nan"), ("1e309", "inf"),
+                           ('"inf"', "'inf'"), ('"1e400"', "'1e400'")):
+            answer = api.put(f"/v1/config/{key}", content=f'{{"value": {raw}}}',
+                             headers={"Content-Type": "application/json"})
+            assert answer.status_code == 422, (raw, answer.text)
+            assert answer.json()["detail"] == [{"field": "value", "message": f"{rule} (got {shown})"}]
+        with pytest.raises(SettingValueError, match="finite"):
+            memory.set_setting(key, math.inf)
+        assert in_force(api)[key]["value"] == 0.25 and in_force(api)[key]["rule"] == "a finite number at least 0.0"
+
+        env = stream_run.env(stream_run.root / "cli-data")
+        cli = subprocess.run([sys.executable, "-m", "compassmem.cli", "config", "set", key, "inf",  # noqa: S603
+                              "--wait", "5"], env=env, capture_output=True, text=True, timeout=120, check=False)
+        assert cli.returncode == 2, cli.stderr
+        assert cli.stderr.splitlines() == [f"error: {rule} (got 'inf')"]
+    control = stream_run.read_topic(stream_run.settings().control_topic)
+    assert control == [], "a refused setting reached the control topic"
+
+
+def _produce_raw(bootstrap: str, topic: str, values: list[str]) -> list[int]:
+    """Control records as any producer may write them, unchecked; their offsets."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    try:
+        sent = [producer.send(topic, key=b"setting:raw", value=value.encode())
+                for value in values]
+        return [future.get(timeout=30).offset for future in sent]
+    finally:
+        producer.close()
+
+
+def test_an_infinite_setting_on_the_control_topic_is_dead_lettered_and_never_applied_after_a_restart(
+        stream_run: StreamRun) -> None:
+    """Records a producer wrote before the worker (re)started, read from the topic's start: the good change is
+    applied, the ones JSON cannot carry are dead-lettered with their reason, in the worker and in every reader."""
+    settings = stream_run.settings()
+    change = '{{"command": "set", "setting": "ranking.question_penalty", "value": {}}}'
+    offsets = _produce_raw(stream_run.bootstrap, settings.control_topic,
+                           [change.format(v) for v in ("0.5", "1e309", "Infinity", "NaN")])
+    sentinel = SettingCommand(setting="ranking.turn_weight", value=0.4)
+    offsets += _produce_raw(stream_run.bootstrap, settings.control_topic, [sentinel.model_dump_json()])
+
+    worker = stream_run.start_worker("replayed", stream_run.root / "worker-data")
+    answer = command_answer(stream_run.bootstrap, settings.control_topic, 0, offsets[-1], 120)
+    assert answer is not None, worker.tail()
+    letters = [DeadLetter.model_validate_json(record.value) for record in stream_run.read_topic(settings.dlq_topic)]
+    assert [(d.offset, d.stage, d.reason_code) for d in letters] == [
+        (offset, DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS) for offset in offsets[1:4]]
+    assert {d.reason for d in letters} == {"field 'set.value': Input should be a finite number"}
+
+    markers = [json.loads(record.value)["setting"] for record in stream_run.read_topic(settings.turns_topic)]
+    assert {(m["setting"], m["value"]) for m in markers} == {(sentinel.setting, 0.4), ("ranking.question_penalty",
+                                                                                        0.5)}
+    shown = {entry.key: entry for entry in settings_in_force(stream_run.bootstrap, settings).in_force()}
+    assert shown["ranking.question_penalty"].value == 0.5
+    assert shown["ranking.question_penalty"].change.control_offset == offsets[0]
+    worker.stop()

@@ -65,11 +65,14 @@ class SettingValueError(ValueError):
         super().__init__(f"setting {key!r} must be {rule} (got {value!r})")
 
 
+_SETTING_VALUE: TypeAdapter[SettingValue] = TypeAdapter(SettingValue)
+
+
 def _rule_of(annotation: object, metadata: list[Any]) -> str:
-    """The field's rule in words, e.g. 'a number from 0.0 to 1.0'."""
+    """The field's rule in words, e.g. 'a finite number at least 0.0 and at most 1.0'."""
     if annotation is bool:
         return "true or false"
-    words = "a whole number" if annotation is int else "a number"
+    words = "a whole number" if annotation is int else "a finite number"
     bounds = []
     for item in metadata:
         for kind, attribute, text in ((annotated_types.Ge, "ge", "at least"), (annotated_types.Gt, "gt", "above"),
@@ -103,16 +106,17 @@ class SettingSpec:
         return _rule_of(self._field.annotation, self._field.metadata)
 
     def validate(self, value: object) -> SettingValue:
-        """The value as the field holds it (a CLI's text '0.5' becomes 0.5); SettingValueError naming the rule."""
+        """The value as the field holds it (a CLI's text '0.5' becomes 0.5); SettingValueError naming the rule.
+
+        The field's rule, then the control record's (a finite bool, int or float): a field may allow infinity, which
+        the record could not carry."""
         if isinstance(value, bool) and self._field.annotation is not bool:
             raise SettingValueError(self.key, self.rule, value)  # pydantic would read true as 1
         try:
-            checked = self.adapter.validate_python(value)
+            checked: SettingValue = _SETTING_VALUE.validate_python(self.adapter.validate_python(value), strict=True)
         except ValidationError:
             raise SettingValueError(self.key, self.rule, value) from None
-        if isinstance(checked, bool | int | float):
-            return checked
-        raise SettingValueError(self.key, self.rule, value)
+        return checked
 
     def start(self, settings: Settings) -> tuple[SettingValue, Origin]:
         """The value before any runtime change: the process's settings where they set it, else the default."""

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic.types import AllowInfNan
 
 from compassmem.core.models import TENANT_PATTERN, check_id, partition_key, utc_now
 
@@ -84,8 +85,9 @@ class RedactCommand(BaseModel):
         return partition_key(self.tenant, self.conversation_id)
 
 
-# A runtime setting's value: JSON true/false, a whole number or a number (bool first: JSON true is no 1).
-SettingValue = bool | int | float
+# A runtime setting's value: JSON true/false, a whole number or a finite number (bool first: JSON true is no 1).
+# Finite: JSON has no infinity or NaN, so such a value would be written as null, and every reader would drop it.
+SettingValue = Annotated[bool | int | float, AllowInfNan(False)]
 SETTING_KEY_PATTERN = r"^[a-z_]+(\.[a-z_]+)+$"
 
 
