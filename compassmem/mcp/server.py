@@ -207,7 +207,8 @@ def build_server(memory: Memory, http_url: str | None = None) -> MCPServer:
         if not stored:
             raise ToolError("give at least one turn")
         memory.add(stored)
-        return Remembered(conversation_id=conversation_id, turn_ids=[t.turn_id for t in stored])
+        # The id as stored (NFKC): the one the other tools and every listing show.
+        return Remembered(conversation_id=stored[0].conversation_id, turn_ids=[t.turn_id for t in stored])
 
     @server.tool(description="Answer a question from memory with evidence: the supporting turns (speaker, text, "
                              "time) and the events holding them. Give exactly one scope: conversation_id, "
