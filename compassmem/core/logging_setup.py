@@ -45,6 +45,21 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
+class _WithoutQueryString(logging.Filter):
+    """uvicorn's access lines with the path alone: a query string may be text a tenant searched for (a listing's
+    ``q``), and log lines hold no user text (docs/traces.md)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # uvicorn's access line: '%s - "%s %s HTTP/%s" %d' % (client, method, path with query, version, status).
+        if isinstance(record.args, tuple) and len(record.args) == 5:
+            client, method, path, version, status = record.args
+            record.args = (client, method, str(path).split("?", 1)[0], version, status)
+        return True
+
+
+_WITHOUT_QUERY_STRING = _WithoutQueryString()
+
+
 def current_request_id() -> str | None:
     """The id of the HTTP request being served (``query_api/request_id.py`` binds it), for whoever records it
     beside the log lines: the traces' spans."""
@@ -82,6 +97,8 @@ def configure_logging(level: str = "INFO", log_format: LogFormat = "console") ->
     # Libraries' INFO lines are many and unstructured (Faust, kafka-python): only DEBUG shows them. uvicorn sets its
     # own loggers' levels, so its start-up and access lines still come.
     _current.update(format=log_format, level="WARNING" if level == "INFO" else level)
+    # On the logger rather than a handler: it outlives the logging configurations uvicorn installs at each start.
+    logging.getLogger("uvicorn.access").addFilter(_WITHOUT_QUERY_STRING)
     json_config = library_logging_config(None)
     if json_config is not None:
         logging.config.dictConfig(json_config)

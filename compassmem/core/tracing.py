@@ -1,17 +1,18 @@
 """Optional OpenTelemetry traces, switched on by ``COMPASSMEM_OTEL_ENDPOINT`` (docs/traces.md).
 
 Unset, nothing is set up: ``span`` and ``stage`` are a flag test and a stopwatch, and no OpenTelemetry SDK is
-imported. Set, ``configure_tracing`` installs the SDK's tracer provider with a batching OTLP/HTTP exporter (the
-``otel`` extra), and the query engine, the worker's and the pipeline's batches and the query API's requests open
-spans through the helpers here. Spans leave the machine: their attributes are ids, counts and sizes, never a
-question's or a turn's text, and a failed span records the exception's type only (a message may quote its input).
+imported. Set, ``configure_tracing`` makes an SDK tracer provider of compassmem's own with a batching OTLP/HTTP
+exporter (the ``otel`` extra), and the query engine, the worker's and the pipeline's batches and the query API's
+requests open spans through the helpers here. Spans leave the machine, so what leaves is cut down at export to
+``ALLOWED_ATTRIBUTES`` (ids, counts, sizes, the route), never a question's or a turn's text; a failed span records
+the exception's type only (a message may quote its input).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -25,13 +26,31 @@ from compassmem.core.config import Settings
 from compassmem.core.errors import CompassmemError
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    _ExporterBase = SpanExporter
+else:
+    # The SDK is imported only once traces are on: until then the allow-list's exporter is a plain class, which does
+    # all a span processor asks of an exporter (export, shutdown, force_flush).
+    _ExporterBase = object
 
 # Attribute values as OpenTelemetry takes them (None values are left out).
 AttributeValue = str | bool | int | float | list[str] | list[int] | None
 TRACES_PATH = "/v1/traces"
 _SCOPE = "compassmem"
 _tracer: trace.Tracer | None = None
+
+# The only attributes a span takes out of the process, each named in docs/traces.md: ids, counts, sizes, the route.
+# An allow-list, so that what a new attribute or instrumentation records (a URL's query, a request's body, an
+# exception's message) stays here until it is vetted and named there.
+ALLOWED_ATTRIBUTES = frozenset({
+    *(f"{_SCOPE}.{name}" for name in (
+        "tenant", "scope", "request_id", "question_chars", "budget_turns", "max_hops", "evidence_items", "turns",
+        "subgoals", "candidate_turns", "candidate_events", "conversations", "sinks", "summed_over_turns",
+        "partitions", "records", "dead_letters")),
+    "http.request.method", "http.route", "url.path", "http.response.status_code", "error.type",
+})
 
 
 class TracingSetupError(CompassmemError):
@@ -71,23 +90,61 @@ def configure_tracing(settings: Settings, service: str) -> bool:
         return False
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as error:
         raise TracingSetupError(f"COMPASSMEM_OTEL_ENDPOINT is set, but the OpenTelemetry SDK or its OTLP exporter "
                                 f"is not installed ({error.name}): pip install 'compassmem[otel]'") from error
-    # Its exit hook flushes the spans still batched when the process ends.
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME") or service}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(settings.otel_endpoint))))
-    trace.set_tracer_provider(provider)
-    start_tracing(provider)
+    trace_to(OTLPSpanExporter(endpoint=traces_url(settings.otel_endpoint)),
+             os.environ.get("OTEL_SERVICE_NAME") or service)
     return True
 
 
+def trace_to(exporter: SpanExporter, service: str) -> TracerProvider:
+    """Open this process's spans from now on, as service ``service``, and send them to ``exporter`` in batches, each
+    cut down to what may leave (``AllowedOnly``); ``configure_tracing``, and tests with an in-memory exporter."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    # Its exit hook flushes the spans still batched when the process ends. Not made the global provider: libraries'
+    # own instrumentation follows that one (FastAPI's server spans record the URL's query, the MCP SDK's an
+    # exception's message), and the spans here are the ones docs/traces.md lists.
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
+    provider.add_span_processor(BatchSpanProcessor(AllowedOnly(exporter)))
+    start_tracing(provider)
+    return provider
+
+
+class AllowedOnly(_ExporterBase):
+    """An exporter that hands ``exporter`` each span as ``allowed_only`` cuts it down."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self._exporter = exporter
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self._exporter.export([allowed_only(span) for span in spans])
+
+    def shutdown(self) -> None:
+        self._exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._exporter.force_flush(timeout_millis)
+
+
+def allowed_only(span: ReadableSpan) -> ReadableSpan:
+    """``span`` as it may leave: its name, kind, times, trace, parent, resource and status code, and those of its
+    attributes in ``ALLOWED_ATTRIBUTES``; not its events, links or status message (an exception's message and
+    stack trace, which may quote its input, are an event and a status message)."""
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    attributes = {key: value for key, value in (span.attributes or {}).items() if key in ALLOWED_ATTRIBUTES}
+    return ReadableSpan(name=span.name, context=span.context, parent=span.parent, resource=span.resource,
+                        attributes=attributes, kind=span.kind, status=Status(span.status.status_code),
+                        start_time=span.start_time, end_time=span.end_time,
+                        instrumentation_scope=span.instrumentation_scope)
+
+
 def start_tracing(provider: TracerProvider) -> None:
-    """Open spans with ``provider`` from now on (``configure_tracing``; tests give one with an in-memory
-    exporter)."""
+    """Open spans with ``provider`` from now on (``trace_to``; tests give one of their own)."""
     global _tracer
     _tracer = provider.get_tracer(_SCOPE)
 
@@ -123,7 +180,7 @@ def span(name: str, *, kind: SpanKind = SpanKind.INTERNAL, parent_headers: Mappi
             yield opened
         except BaseException as error:
             opened.set_attribute("error.type", type(error).__qualname__)
-            opened.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+            opened.set_status(StatusCode.ERROR)
             raise
 
 
