@@ -220,6 +220,17 @@ MALFORMED = [
      ["tenant", "pattern"]),
     ("id with a slash", b"default/a/b", json.dumps(_turn(conversation_id="a/b")).encode(), [], "validate",
      ["conversation_id", "/"]),
+    # One id, one conversation: ids a store would trim or a reader could not tell from "bad" are refused.
+    ("id with a space at its end", b"default/bad ", json.dumps(_turn(conversation_id="bad ")).encode(), [],
+     "validate", ["conversation_id", "U+0020"]),
+    ("id with a no-break space", b"default/bad", json.dumps(_turn(conversation_id="bad\u00a0")).encode(), [],
+     "validate", ["conversation_id", "U+0020"]),
+    ("id with a Hangul filler", b"default/bad", json.dumps(_turn(conversation_id="bad\u3164")).encode(), [],
+     "validate", ["conversation_id", "HANGUL", "invisible"]),
+    ("id with a Cyrillic a", b"default/bad", json.dumps(_turn(conversation_id="b\u0430d")).encode(), [],
+     "validate", ["conversation_id", "U+0430"]),
+    ("turn id with a space", b"default/bad", json.dumps(_turn(turn_id=" X:1")).encode(), [], "validate",
+     ["turn_id", "U+0020"]),
     ("naive timestamp", b"default/bad", json.dumps(_turn(timestamp="2024-03-04T09:00:00")).encode(), [], "validate",
      ["timestamp", "offset"]),
     ("unknown field", b"default/bad", json.dumps(_turn(mood="happy")).encode(), [], "validate", ["mood"]),
@@ -245,6 +256,7 @@ MALFORMED = [
 def test_malformed_messages_go_to_the_dead_letter_topic_and_the_stream_goes_on(
         stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
     good = stream_conversation("good", 3)
+    assert len(good) >= len(MALFORMED), "every bad record is sent between two good ones"
     reference = reference_snapshots(good, embedder)
     settings = stream_run.settings()
     raw = KafkaProducer(bootstrap_servers=stream_run.bootstrap)

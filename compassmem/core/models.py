@@ -82,7 +82,9 @@ def check_storable(value: str, *, multiline: bool) -> str:
 
 
 def _describe(char: str, position: int) -> str:
-    return f"U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}) at position {position}"
+    visible = char.isprintable() and not char.isspace() and _kind_of(char) not in _UNSEEN
+    shown = f"'{char}' " if visible else ""
+    return f"{shown}U+{ord(char):04X} ({unicodedata.name(char, 'unnamed')}) at position {position}"
 
 
 def _refuse_invisible(value: str) -> None:
@@ -98,6 +100,9 @@ def _refuse_invisible(value: str) -> None:
             raise ValueError(f"must not start a word with a combining mark such as {_describe(char, position)}")
 
 
+_UNSEEN = ("an invisible format character", "a combining mark")
+
+
 def _kind_of(char: str) -> str:
     """What a character refused in an id is, in words a person sending it recognises."""
     if char.isspace():
@@ -106,6 +111,10 @@ def _kind_of(char: str) -> str:
         return "an invisible format character"
     if unicodedata.category(char).startswith("M"):
         return "a combining mark"
+    if char == "/":
+        return "it separates tenant and conversation in keys"
+    if char.isalnum():
+        return "not an ASCII letter or digit, though it may look like one"
     return "a character outside the id set"
 
 
