@@ -342,7 +342,12 @@ def _repeat_a_turn(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (_edit("turn", _set("speaker", "\ud800")), "turn.speaker: must not contain a lone surrogate"),
     (_drop_a_turn, "event '.*' holds turn '.*', which the file does not hold"),
     (_repeat_a_turn, r"turn '.*' of conversation 'third' again \(first on line"),
-    (_edit("event", lambda e: e["merged_from"].append("x/y")), "event.merged_from.0.: must not contain '/'"),
+    (_edit("event", lambda e: e["merged_from"].append("x/y")), r"event.merged_from.0.: .*'/' U\+002F"),
+    # One id, one conversation: an id a store would trim or a reader could not tell from another is refused.
+    (_edit("turn", _set("turn_id", "D1:1 ")), r"turn.turn_id: .*U\+0020 \(SPACE\)"),
+    (_edit("turn", _set("session_id", "session 1")), r"turn.session_id: .*U\+0020 \(SPACE\)"),
+    (_edit("event", _set("event_id", "e\u200b1")), r"event.event_id: .*U\+200B"),
+    (_edit("turn", _set("speaker", "\u0410nn")), "turn.speaker: must not mix letters of the Cyrillic and Latin"),
 ])
 def test_a_bad_record_anywhere_is_named_and_nothing_is_written(
         trio_file: Path, tmp_path: Path, embedder: Embedder, edit: Any, message: str) -> None:

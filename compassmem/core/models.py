@@ -127,8 +127,9 @@ def _refuse_mixed_scripts(value: str) -> None:
     for word in value.split():
         scripts = {script for char in word if char.isalpha() and (script := _script(char))}
         if len(scripts) > 1:
-            raise ValueError(f"must not mix letters of the {' and '.join(sorted(scripts)).title()} scripts in one "
-                             f"word ({word!r}): their letters look alike")
+            named = " and ".join(sorted(script.title() for script in scripts))
+            raise ValueError(f"must not mix letters of the {named} scripts in one word ({word!r}): their letters "
+                             "look alike")
 
 
 def normalise_name(value: str) -> str:
