@@ -5,6 +5,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +17,12 @@ from pydantic import ValidationError
 
 from compassmem.core.api_keys import tenant_of_key
 from compassmem.core.config import Settings
+from compassmem.monitoring.metrics import MemoryMetrics
+from compassmem.query_api.app import create_app
+from compassmem.query_api.server import build_services
+from compassmem.sinks.factory import Stores
+from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
+from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
 from offline_api import LOCAL_URL, offline_app
 
 ACME_KEY = "acme.AAAAAAAAAAAAAAAAAAAAAAAA"
@@ -119,3 +129,103 @@ def test_keys_come_as_a_json_list_from_the_environment(monkeypatch: pytest.Monke
     assert settings.api_auth_required
     assert {tenant: key.get_secret_value() for tenant, key in settings.api_keys.items()} == {
         "acme": ACME_KEY, "globex": GLOBEX_KEY}
+
+
+# -- every route against docs/security.md's "What each key reaches" ------------------------------------------------
+
+SECURITY_PAGE = Path(__file__).resolve().parent.parent / "docs" / "security.md"
+ADMIN_KEY = "operator-secret-of-the-walk"
+# The table's credential columns, for a request about tenant acme; a key that is nobody's is refused like no key.
+CREDENTIALS = {"no key": None, "another tenant's key": GLOBEX_KEY, "the tenant's key": ACME_KEY,
+               "an admin key": ADMIN_KEY}
+NOBODYS_KEY = "acme.ZZZZZZZZZZZZZZZZZZZZZZZZ"
+PATH_VALUES = {"conversation_id": "c1", "event_id": "e1", "turn_id": "t1", "tenant": "acme", "key": "ranking.fitted"}
+# A malformed value of each: an id that is blank, a tenant that breaks its pattern, a key over 100 characters.
+BAD_PATH_VALUES = {"conversation_id": "%20", "event_id": "%20", "turn_id": "%20", "tenant": "NOT%20A%20TENANT",
+                   "key": "k" * 101}
+BODIES = {
+    ("POST", "/v1/query"): {"tenant": "acme", "conversation_id": "c1", "question": "What happened?"},
+    ("POST", "/v1/turns"): {"tenant": "acme", "conversation_id": "c1", "turn_id": "1", "speaker": "A",
+                            "text": "hello", "timestamp": "2024-03-04T09:15:00+00:00"},
+    ("PUT", "/v1/config/{key}"): {"value": False},
+}
+Route = tuple[str, str]
+
+
+def key_table() -> dict[Route, dict[str, str]]:
+    """The HTTP rows of the page's table: (method, path) -> credential column -> 'yes', '401' or '403'."""
+    section = SECURITY_PAGE.read_text(encoding="utf-8").split("**What each key reaches.**", 1)[1]
+    lines = section[section.index("\n|"):].strip().splitlines()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[:next(
+        (n for n, line in enumerate(lines) if not line.startswith("|")), len(lines))]]
+    header, body = rows[0], rows[2:]
+    assert header[1:] == list(CREDENTIALS), header
+    table = {}
+    for cells in body:
+        for route in re.findall(r"`(GET|POST|PUT|DELETE) (/[^`]*)`", cells[0]):
+            table[route] = {name: cell.split()[0] for name, cell in zip(header[1:], cells[1:], strict=True)}
+    return table
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["keys", "keys-required"])
+def walked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, embedder: Any,
+           embedded_falkordb: Any) -> Iterator[TestClient]:
+    """The API over real (empty) stores, so that every request let through gets the endpoint's own answer."""
+    settings = Settings(_env_file=None, api_keys=KEYS, api_admin_keys=[ADMIN_KEY],  # type: ignore[call-arg]
+                        api_auth_required=request.param)
+    stores = Stores(vectors=EdgeVectorStore(tmp_path_factory.mktemp("walk") / "qdrant", embedder.dim),
+                    graph=FalkorDBGraphStore.from_embedded(embedded_falkordb))
+    try:
+        services = build_services(settings, stores, embedder, MemoryMetrics(process_collectors=False))
+        with TestClient(create_app(services), base_url=LOCAL_URL) as client:
+            client.required = request.param  # type: ignore[attr-defined]
+            yield client
+    finally:
+        stores.close()
+
+
+def _call(client: TestClient, route: Route, key: str | None, malformed: bool = False) -> int:
+    method, path = route
+    values = BAD_PATH_VALUES if malformed else PATH_VALUES
+    url = re.sub(r"\{(\w+)\}", lambda match: values[match[1]], path)
+    params = {"tenant": "Not A Tenant", "limit": "0"} if malformed else {"tenant": "acme"}
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    body = BODIES.get(route)
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    content = None if body is None else "{" if malformed else json.dumps(body)
+    return client.request(method, url, params=params, headers=headers, content=content).status_code
+
+
+def test_the_key_table_names_every_route_of_the_openapi_document(walked: TestClient) -> None:
+    document = walked.get("/openapi.json").json()
+    routes = {(method.upper(), path) for path, operations in document["paths"].items() for method in operations}
+    assert routes - set(key_table()) == set(), "routes missing from docs/security.md's key table"
+    with_body = {(method.upper(), path) for path, operations in document["paths"].items()
+                 for method, operation in operations.items() if "requestBody" in operation}
+    assert with_body == set(BODIES)
+
+
+def test_every_route_answers_each_key_as_the_table_says(walked: TestClient) -> None:
+    for route, expected in key_table().items():
+        for name, key in CREDENTIALS.items():
+            status = _call(walked, route, key)
+            if expected[name] == "yes":
+                assert status not in (401, 403, 500), (route, name, status)
+            else:
+                assert status == int(expected[name]), (route, name, status)
+
+
+def test_a_refusal_comes_before_the_body_and_the_parameters_are_read(walked: TestClient) -> None:
+    """Malformed parameters and bodies still get every refusal that needs no tenant read from the request: an
+    admin route's, a key that is nobody's, and with keys required a request without a tenant's key."""
+    for route, expected in key_table().items():
+        if set(expected.values()) == {"yes"}:
+            continue
+        refusals: dict[str | None, int] = {NOBODYS_KEY: 403}
+        if expected["the tenant's key"] != "yes":  # an admin route
+            refusals.update({key: int(expected[name]) for name, key in CREDENTIALS.items() if expected[name] != "yes"})
+        elif walked.required:  # type: ignore[attr-defined]
+            refusals.update({None: 401, ADMIN_KEY: 403})
+        for key, status in refusals.items():
+            assert _call(walked, route, key, malformed=True) == status, (route, key)

@@ -82,9 +82,9 @@ class TenantKeys:
 
     A tenant with a key needs it: Unauthorized without a key, Forbidden with another. A tenant without a key is
     open, unless ``required`` (``COMPASSMEM_API_AUTH_REQUIRED``): then every tenant needs its key, so a tenant someone
-    forgot to list is refused rather than readable by anyone. Operations over a whole tenant (its deletion) need an
-    admin key, never a tenant's: Unauthorized without a key, Forbidden with any other, and Forbidden for everyone
-    when no admin key is configured.
+    forgot to list is refused rather than readable by anyone. Operations over a whole tenant (its deletion) and the
+    runtime settings need an admin key, never a tenant's: Unauthorized without a key, Forbidden with any other, and
+    Forbidden for everyone when no admin key is configured.
     """
 
     def __init__(self, keys: Mapping[str, SecretStr], required: bool, admin_keys: Sequence[SecretStr] = ()) -> None:
@@ -120,16 +120,34 @@ class TenantKeys:
             raise not_the_tenants_key(owner, tenant)
         raise Forbidden(f"the API key is not valid for tenant {tenant!r}")
 
+    def authenticate(self, presented: str | None) -> None:
+        """Return when the presented key may ask for some tenant at all, before the request says which (a body names
+        it only once it is read); raise Unauthorized or Forbidden otherwise. A key must be a tenant's or an admin
+        key; with ``required``, a tenant's, since no tenant is open to anyone else."""
+        if presented is None:
+            if self._required:
+                raise Unauthorized("every tenant needs an API key here (COMPASSMEM_API_AUTH_REQUIRED): send "
+                                   "'Authorization: Bearer <key>'")
+            return
+        if self.owner(presented) is not None:
+            return
+        if self._required or not self._is_admin(presented):
+            raise Forbidden("the API key is no tenant's key")
+
     def check_admin(self, presented: str | None) -> None:
         """Return when the presented key is an admin key; raise Unauthorized or Forbidden otherwise."""
         if not self._admin_keys:
-            raise Forbidden("no admin key is configured (COMPASSMEM_API_ADMIN_KEYS): tenant deletion is off")
+            raise Forbidden("no admin key is configured (COMPASSMEM_API_ADMIN_KEYS): tenant deletion and runtime "
+                            "settings are off")
         if presented is None:
             raise Unauthorized("this needs an admin key: send 'Authorization: Bearer <admin key>'")
+        if not self._is_admin(presented):
+            raise Forbidden("the API key is not an admin key")
+
+    def _is_admin(self, presented: str) -> bool:
         key = presented.encode("utf-8")
         # Every key compared, so the time taken does not depend on which one matched.
-        if not any([hmac.compare_digest(key, admin) for admin in self._admin_keys]):
-            raise Forbidden("the API key is not an admin key")
+        return any([hmac.compare_digest(key, admin) for admin in self._admin_keys])
 
 
 def not_the_tenants_key(owner: str, tenant: str) -> Forbidden:

@@ -49,10 +49,6 @@ async def api_services(request: Request) -> ApiServices:
     return services
 
 
-async def api_authorizer(request: Request) -> Authorizer:
-    return _authorizer(request)
-
-
 def _authorizer(request: Request) -> Authorizer:
     authorizer: Authorizer = request.app.state.authorizer
     return authorizer
@@ -64,7 +60,6 @@ async def live_feeds(request: Request) -> LiveFeeds:
 
 
 Services = Annotated[ApiServices, Depends(api_services)]
-AuthorizerOf = Annotated[Authorizer, Depends(api_authorizer)]
 Live = Annotated[LiveFeeds, Depends(live_feeds)]
 
 
@@ -92,6 +87,10 @@ Tenant = Annotated[str, Depends(authorized_tenant)]
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "The tenant requires an API key and none was sent."},
     403: {"model": ErrorResponse, "description": "The API key is not the tenant's."},
+}
+ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse, "description": "No API key was sent."},
+    403: {"model": ErrorResponse, "description": "The key is not an admin key, or none is configured."},
 }
 INVALID: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrorResponse, "description": "A field or parameter breaks a rule; each entry "

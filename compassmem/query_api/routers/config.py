@@ -7,12 +7,13 @@ No ``from __future__ import annotations``: FastAPI reads the endpoints' annotati
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from compassmem.core.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
-from compassmem.query_api.dependencies import INVALID, UNAVAILABLE, AuthorizerOf, Services
+from compassmem.core.contracts.records import FieldError, ValidationErrorResponse
+from compassmem.query_api.auth import AdminRoute
+from compassmem.query_api.dependencies import ADMIN_ERRORS, INVALID, UNAVAILABLE, Services
 from compassmem.library.runtime_settings import (
     SPECS,
     SettingInForce,
@@ -21,10 +22,7 @@ from compassmem.library.runtime_settings import (
     UnknownSettingError,
 )
 
-_ADMIN_ERRORS = {401: {"model": ErrorResponse, "description": "No API key was sent."},
-                 403: {"model": ErrorResponse, "description": "The key is not an admin key, or none is configured."}}
-
-router = APIRouter(tags=["operations"])
+router = APIRouter(tags=["operations"], route_class=AdminRoute)
 
 
 class SettingsInForce(BaseModel):
@@ -48,9 +46,8 @@ SettingKey = Annotated[str, Path(max_length=100, description=f"One of: {', '.joi
                         "control topic (when it was asked for, its control-topic offset, and once a worker "
                         "answered, the offset of its marker in each turns partition). Workers apply write-path "
                         "keys at those markers.",
-            responses={**_ADMIN_ERRORS})
-def show_config(request: Request, authorizer: AuthorizerOf, services: Services) -> SettingsInForce:
-    authorizer.check_admin(request.headers.get("authorization"))
+            responses={**ADMIN_ERRORS})
+def show_config(services: Services) -> SettingsInForce:
     return SettingsInForce(settings=services.memory.runtime.in_force())
 
 
@@ -60,10 +57,8 @@ def show_config(request: Request, authorizer: AuthorizerOf, services: Services) 
                         "the broker acknowledged it. Every worker applies a write-path key at the change's marker "
                         "in each turns partition (turns before it keep the old value, so a replay rebuilds the same "
                         "memory); every API process applies a read-path key as it reads the control topic.",
-            responses={**_ADMIN_ERRORS, **UNAVAILABLE, **INVALID})
-def set_config(key: SettingKey, body: SettingValueBody, request: Request, authorizer: AuthorizerOf,
-               services: Services) -> SettingRecorded | JSONResponse:
-    authorizer.check_admin(request.headers.get("authorization"))
+            responses={**ADMIN_ERRORS, **UNAVAILABLE, **INVALID})
+def set_config(key: SettingKey, body: SettingValueBody, services: Services) -> SettingRecorded | JSONResponse:
     try:
         return services.memory.set_setting(key, body.value)
     except UnknownSettingError as error:

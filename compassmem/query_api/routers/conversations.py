@@ -26,6 +26,7 @@ from compassmem.core.contracts.records import (
     RedactResult,
 )
 from compassmem.core.models import check_id, check_storable
+from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
     INVALID,
@@ -56,7 +57,7 @@ _STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": (
     "when changes were lost (reload the graph, reconnect without Last-Event-ID) and `unavailable` (LiveNotice) "
     "when this process follows no change feed. The stream ends after `ends_after_s`: reconnect with Last-Event-ID.")}}
 
-router = APIRouter()
+router = APIRouter(route_class=TenantRoute)
 
 
 @router.get("/v1/conversations", response_model=ConversationPage, tags=["explorer"],

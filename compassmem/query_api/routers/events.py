@@ -6,9 +6,10 @@ No ``from __future__ import annotations``: FastAPI reads the endpoints' annotati
 from fastapi import APIRouter
 
 from compassmem.core.contracts.records import ErrorResponse, EventOut
+from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import AUTH_ERRORS, INVALID, EventId, Services, Tenant
 
-router = APIRouter()
+router = APIRouter(route_class=TenantRoute)
 
 
 @router.get("/v1/events/{event_id}", response_model=EventOut, tags=["memory"], summary="One event",

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from compassmem.core.contracts.query import QueryRequest, QueryResponse
 from compassmem.core.errors import NotFound, Unavailable
+from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
     DEADLINE,
@@ -23,7 +24,7 @@ from compassmem.query_api.dependencies import (
 
 log = structlog.get_logger(__name__)
 
-router = APIRouter()
+router = APIRouter(route_class=TenantRoute)
 
 
 @router.post("/v1/query", response_model=QueryResponse, tags=["query"],

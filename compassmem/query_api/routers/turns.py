@@ -10,6 +10,7 @@ from pydantic import Discriminator, Field, Tag
 
 from compassmem.core.contracts.records import MAX_TURNS_PER_REQUEST, TurnsAccepted
 from compassmem.core.models import Turn
+from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
     INVALID,
@@ -23,7 +24,7 @@ from compassmem.publish.publisher import PublishError, RecordTooLargeError
 # Names of the two shapes the body may take; pydantic puts them in error locations, the app's handler drops them.
 ONE_TURN, TURN_LIST = "one turn", "list of turns"
 
-router = APIRouter()
+router = APIRouter(route_class=TenantRoute)
 
 
 def _shape(value: Any) -> str:
