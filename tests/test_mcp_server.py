@@ -15,6 +15,8 @@ from typing import Any
 import anyio
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from compassmem.core.contracts.limits import MAX_PAGE
 from test_library import MODEL_CACHE
 
 TURNS = [
@@ -122,6 +124,11 @@ def test_bad_arguments_are_tool_errors_and_the_server_keeps_serving(tmp_path: Pa
         assert bad_turn.is_error and "conversation_id" in bad_turn.content[0].text
         no_turns = await session.call_tool("remember", {"conversation_id": "c", "turns": []})
         assert no_turns.is_error and "at least one turn" in no_turns.content[0].text
+        # The HTTP API's bounds (compassmem/core/contracts/limits.py), stated in the schema and held.
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        assert tools["list_conversations"].input_schema["properties"]["limit"]["maximum"] == MAX_PAGE
+        too_many = await session.call_tool("list_conversations", {"limit": 1_000_000_000})
+        assert too_many.is_error and "limit" in too_many.content[0].text
         forged = await session.call_tool("list_conversations", {"cursor": FORGED_CURSOR})
         assert forged.is_error and "cursor is not one this server handed out" in forged.content[0].text
         # Still serving after the refusals.

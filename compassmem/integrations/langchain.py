@@ -25,7 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator, model_validator
 
-from compassmem.core.contracts.query import MAX_SCOPE_CONVERSATIONS, QueryRequest
+from compassmem.core.contracts.limits import BudgetTurns, ScopeIds
+from compassmem.core.contracts.query import QueryRequest
 from compassmem.core.errors import NotFound
 from compassmem.integrations.verbs import MemoryVerbs, conversation_turns
 from compassmem.core.models import DEFAULT_TENANT, TENANT_PATTERN, Turn, check_id, check_speaker
@@ -50,10 +51,10 @@ class CompassmemRetriever(BaseRetriever):
     memory: SkipValidation[MemoryVerbs] = Field(description="A compassmem.Memory or compassmem.Client.")
     tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN)
     conversation_id: str | None = None
-    conversation_ids: list[str] | None = Field(default=None, max_length=MAX_SCOPE_CONVERSATIONS)
+    conversation_ids: ScopeIds | None = None
     subject_id: str | None = None
     all_conversations: bool = False
-    budget_turns: int = Field(default=10, ge=1, le=200, description="How many ranked turns to return.")
+    budget_turns: BudgetTurns = Field(default=10, description="How many ranked turns to return.")
 
     @model_validator(mode="after")
     def _scope(self) -> CompassmemRetriever:

@@ -38,6 +38,7 @@ from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Strict, StrictStr, ValidationError
 
+from compassmem.core.contracts.limits import MAX_BUDGET_TURNS
 from compassmem.core.contracts.query import QueryRequest
 from compassmem.core.errors import NotFound, field_rules
 from compassmem.integrations.verbs import (
@@ -72,8 +73,6 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
 NO_SUBJECT = "-"
 NAMESPACE_RULE = ("namespaces are (tenant, subject, conversation): the tenant matches " + TENANT_PATTERN
                   + f", the subject is a subject id or {NO_SUBJECT!r} for none, the conversation a conversation id")
-# The most ranked turns one query returns (QueryRequest.budget_turns).
-MAX_SEARCH_TURNS = 200
 _TENANT = re.compile(TENANT_PATTERN)
 _OPERATORS = {"$eq": lambda value, wanted: value == wanted, "$ne": lambda value, wanted: value != wanted}
 
@@ -347,7 +346,7 @@ def _request(op: SearchOp) -> QueryRequest:
                              {"subject_id": place.subject_id} if place.subject_id else {"all_conversations": True})
     try:
         return QueryRequest(question=op.query, tenant=place.tenant,
-                            budget_turns=min(MAX_SEARCH_TURNS, max(1, op.offset + op.limit)), **scope)
+                            budget_turns=min(MAX_BUDGET_TURNS, max(1, op.offset + op.limit)), **scope)
     except ValidationError as error:
         raise ValueError(f"search in {op.namespace_prefix!r}: {field_rules(error)}") from None
 

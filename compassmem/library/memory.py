@@ -28,10 +28,11 @@ from types import TracebackType
 from typing import Annotated, Any
 
 import structlog
-from pydantic import StringConstraints, TypeAdapter
+from pydantic import StringConstraints, TypeAdapter, validate_call
 
 from compassmem.core.config import Settings
 from compassmem.core.contracts.commands import Command, ForgetCommand, RedactCommand, SettingValue
+from compassmem.core.contracts.limits import CursorText, GraphNodes, PageSize, SearchText
 from compassmem.core.contracts.query import QueryRequest, QueryResponse
 from compassmem.core.contracts.records import (
     ConversationPage,
@@ -82,12 +83,6 @@ _TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
 
 def _no_memory(tenant: str, conversation_id: str) -> str:
     return f"no memory for conversation {conversation_id!r} of tenant {tenant!r}"
-
-
-def _page_size(limit: int) -> int:
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    return limit
 
 
 class Memory:
@@ -332,34 +327,36 @@ class Memory:
             raise NotFound(f"no memory for {request.scope_label} of tenant {request.tenant!r}")
         return response
 
-    def conversations(self, *, tenant: str = DEFAULT_TENANT, query: str | None = None, limit: int = 50,
-                      cursor: str | None = None, order: ConversationOrder = "recent") -> ConversationPage:
+    # The listings take the bounds of the HTTP API's and the MCP tools' parameters (contracts/limits.py).
+    @validate_call
+    def conversations(self, *, tenant: str = DEFAULT_TENANT, query: SearchText | None = None, limit: PageSize = 50,
+                      cursor: CursorText | None = None, order: ConversationOrder = "recent") -> ConversationPage:
         """One page of the tenant's conversations with their event and turn counts and last update, most recent
         first (or by id); ``query`` keeps those whose id, subject, an event summary or a participant contains it.
         Pass the page's ``next_cursor`` for the next one (None on the last page); any other cursor is a ValueError
         (CursorError) naming it. Cursors are signed with ``COMPASSMEM_CURSOR_SECRET``, else with a secret of this
         process."""
         return list_conversations(self.stores, _TENANT.validate_python(tenant), query=query,
-                                  limit=_page_size(limit), cursor=cursor, order=order, cursors=self.cursors)
+                                  limit=limit, cursor=cursor, order=order, cursors=self.cursors)
 
-    def events(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, limit: int = 50,
-               cursor: str | None = None) -> EventPage:
+    @validate_call
+    def events(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, limit: PageSize = 50,
+               cursor: CursorText | None = None) -> EventPage:
         """One page of a conversation's events in time order; ``next_cursor`` as for ``conversations``. NotFound
         when the conversation has no memory."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
-        page = list_events(self.stores, tenant, conversation_id, limit=_page_size(limit), cursor=cursor,
-                           cursors=self.cursors)
+        page = list_events(self.stores, tenant, conversation_id, limit=limit, cursor=cursor, cursors=self.cursors)
         if not page.events and cursor is None:
             raise NotFound(_no_memory(tenant, conversation_id))
         return page
 
-    def graph(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, max_nodes: int | None = None,
+    @validate_call
+    def graph(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, max_nodes: GraphNodes | None = None,
               since: datetime | None = None) -> LimitedConversationGraph:
         """A conversation's event graph: events, topic clusters and every relation (superseded ones marked);
         ``max_nodes`` keeps the most recent events, ``since`` those that end at or after it."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
-        graph = conversation_graph(self.stores, tenant, conversation_id,
-                                   max_nodes=None if max_nodes is None else _page_size(max_nodes), since=since)
+        graph = conversation_graph(self.stores, tenant, conversation_id, max_nodes=max_nodes, since=since)
         if graph is None:
             raise NotFound(_no_memory(tenant, conversation_id))
         return graph

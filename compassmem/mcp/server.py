@@ -37,7 +37,16 @@ from compassmem import __version__
 from compassmem.core.api_keys import TenantKeys
 from compassmem.core.config import ENV_PREFIX, Settings
 from compassmem.core.contracts.query import QueryResponse
-from compassmem.core.contracts.records import MAX_TURNS_PER_REQUEST, ConversationPage, DeleteResult, RedactResult
+from compassmem.core.contracts.limits import (
+    MAX_TURNS_PER_REQUEST,
+    BudgetTurns,
+    CursorText,
+    PageSize,
+    Question,
+    ScopeIds,
+    SearchText,
+)
+from compassmem.core.contracts.records import ConversationPage, DeleteResult, RedactResult
 from compassmem.core.errors import CompassmemError, Forbidden, field_rules
 from compassmem.system.loopback import LOOPBACK_NAME, is_loopback_host
 from compassmem.library.memory import Memory
@@ -214,9 +223,9 @@ def build_server(memory: Memory, http_url: str | None = None) -> MCPServer:
                              "time) and the events holding them. Give exactly one scope: conversation_id, "
                              "conversation_ids, subject_id or all_conversations=true.")
     @_as_tool_errors
-    def recall(question: str, conversation_id: str | None = None, conversation_ids: list[str] | None = None,
+    def recall(question: Question, conversation_id: str | None = None, conversation_ids: ScopeIds | None = None,
                subject_id: str | None = None, all_conversations: bool = False, tenant: TenantArgument = None,
-               budget_turns: int = 10) -> Recall:
+               budget_turns: BudgetTurns = 10) -> Recall:
         response = memory.query(question, conversation_id=conversation_id, conversation_ids=conversation_ids,
                                 subject_id=subject_id, all_conversations=all_conversations or None,
                                 tenant=tenant_of(tenant),
@@ -228,8 +237,8 @@ def build_server(memory: Memory, http_url: str | None = None) -> MCPServer:
                              "and turn counts, participants and time span. query filters by conversation id, "
                              "subject, participant or event summary; pass next_cursor back as cursor for more.")
     @_as_tool_errors
-    def list_conversations(tenant: TenantArgument = None, query: str | None = None, limit: int = 20,
-                           cursor: str | None = None) -> ConversationPage:
+    def list_conversations(tenant: TenantArgument = None, query: SearchText | None = None, limit: PageSize = 20,
+                           cursor: CursorText | None = None) -> ConversationPage:
         return memory.conversations(tenant=tenant_of(tenant), query=query, limit=limit, cursor=cursor)
 
     @server.tool(description="Forget (delete) a conversation's memory.")

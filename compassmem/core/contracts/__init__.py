@@ -6,6 +6,8 @@ records.py       what the API answers with and ``Memory``, ``Client`` and the MC
 search.py        ``SparseVector`` (a keyword vector) and ``SearchScope`` (what a store search covers)
 commands.py      the control topic's ``ForgetCommand`` and ``RedactCommand``
 dead_letters.py  the dead-letter topic's ``DeadLetter`` with its stage and reason code
+limits.py        the bounds of what a caller may ask for (page sizes, query budget, text lengths), one table that
+                 every surface's parameters take
 
 They import nothing of compassmem but ``models``: a record used by two layers lives here, not in either.
 """

@@ -7,6 +7,14 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from compassmem.core.contracts.limits import (
+    MAX_QUESTION_CHARS,
+    MAX_SCOPE_CONVERSATIONS,
+    BudgetTurns,
+    Hops,
+    Question,
+    ScopeIds,
+)
 from compassmem.core.contracts.search import SearchScope
 from compassmem.core.models import (
     DEFAULT_TENANT,
@@ -20,10 +28,6 @@ from compassmem.core.models import (
     check_storable,
 )
 
-# A question is one short sentence or a few; longer ones only cost more (every clause can become a subgoal).
-MAX_QUESTION_CHARS = 1000
-# A list scope is for "these tickets"; a customer's whole history is a subject scope, not a list of ids.
-MAX_SCOPE_CONVERSATIONS = 100
 _ID_SCHEMA = {"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS}
 
 
@@ -36,20 +40,20 @@ class QueryRequest(BaseModel):
     conversation_id: str | None = Field(
         default=None, json_schema_extra=_ID_SCHEMA,
         description=f"Search one conversation. {ID_RULE[0].upper()}{ID_RULE[1:]}.")
-    conversation_ids: list[str] | None = Field(
-        default=None, min_length=1, max_length=MAX_SCOPE_CONVERSATIONS, json_schema_extra={"items": _ID_SCHEMA},
+    conversation_ids: ScopeIds | None = Field(
+        default=None, json_schema_extra={"items": _ID_SCHEMA},
         description=f"Search these conversations together (1-{MAX_SCOPE_CONVERSATIONS} ids); results rank across them.")
     subject_id: str | None = Field(
         default=None, json_schema_extra=_ID_SCHEMA,
         description="Search every conversation about this subject (the customer, user or account turns name in "
                     "their subject_id).")
     all_conversations: bool = Field(default=False, description="Search every conversation of the tenant.")
-    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS, json_schema_extra={"pattern": TEXT_PATTERN},
-                          description=f"1-{MAX_QUESTION_CHARS} characters, not blank, no control characters except "
-                                      "tab, newline and carriage return.")
+    question: Question = Field(json_schema_extra={"pattern": TEXT_PATTERN},
+                               description=f"1-{MAX_QUESTION_CHARS} characters, not blank, no control characters "
+                                           "except tab, newline and carriage return.")
     tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN, description="The tenant that owns the data.")
-    budget_turns: int = Field(default=20, ge=1, le=200, description="How many ranked source turns to return.")
-    max_hops: int = Field(default=5, ge=0, le=10, description="Graph walk depth from the seed events.")
+    budget_turns: BudgetTurns = Field(default=20, description="How many ranked source turns to return.")
+    max_hops: Hops = Field(default=5, description="Graph walk depth from the seed events.")
 
     @field_validator("conversation_id", "subject_id")
     @classmethod

@@ -30,10 +30,6 @@ class ErrorResponse(BaseModel):
     detail: str
 
 
-# Most turns one write may carry, over HTTP (POST /v1/turns) and MCP (remember) alike.
-MAX_TURNS_PER_REQUEST = 1000
-
-
 class TurnsAccepted(BaseModel):
     accepted: int = Field(description="Turns appended to the turns topic; they become queryable once processed.")
 

@@ -16,6 +16,15 @@ from fastapi import APIRouter, Header, HTTPException, Path, Query, status
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, AwareDatetime
 
+from compassmem.core.contracts.limits import (
+    MAX_GRAPH_NODES,
+    MAX_PAGE,
+    MAX_SEARCH_CHARS,
+    CursorText,
+    GraphNodes,
+    PageSize,
+    SearchText,
+)
 from compassmem.core.contracts.records import (
     ConversationPage,
     DeleteResult,
@@ -25,7 +34,7 @@ from compassmem.core.contracts.records import (
     LimitedConversationGraph,
     RedactResult,
 )
-from compassmem.core.models import check_id, check_storable
+from compassmem.core.models import check_id
 from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
@@ -40,16 +49,12 @@ from compassmem.query_api.dependencies import (
 from compassmem.query_api.explorer.live import live_stream
 from compassmem.retrieval.listing import ConversationOrder, CursorError
 
-MAX_PAGE = 200
-MAX_GRAPH_NODES = 5000
-MAX_SEARCH_CHARS = 200
-
-Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description=f"Items per page, 1-{MAX_PAGE}.")]
-Cursor = Annotated[str | None, Query(max_length=512, description="The next_cursor of the previous page.")]
-Search = Annotated[str | None, Query(max_length=MAX_SEARCH_CHARS, description=(
+Limit = Annotated[PageSize, Query(description=f"Items per page, 1-{MAX_PAGE}.")]
+Cursor = Annotated[CursorText | None, Query(description="The next_cursor of the previous page.")]
+Search = Annotated[SearchText | None, Query(description=(
     f"Only conversations with an event whose conversation id, subject id, summary or a participant contains this "
     f"(case-insensitive; at most {MAX_SEARCH_CHARS} characters, no control characters)."
-)), AfterValidator(lambda q: check_storable(q, multiline=False) if q else q)]
+))]
 TurnId = Annotated[str, Path(description="The turn id, as the turn was sent."), AfterValidator(check_id)]
 _STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": (
     "Server-sent events: `ready` (LiveReady) once the stream follows the change feed, then `change` (LiveChange, "
@@ -107,7 +112,7 @@ def get_events(conversation_id: ConversationId, tenant: Tenant, services: Servic
                         "are then those of the events kept, and `limits` says how many were left out.",
             responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID})
 def get_graph(conversation_id: ConversationId, tenant: Tenant, services: Services,
-              max_nodes: Annotated[int | None, Query(ge=1, le=MAX_GRAPH_NODES, description=(
+              max_nodes: Annotated[GraphNodes | None, Query(description=(
                   f"At most this many events (1-{MAX_GRAPH_NODES}), the most recent; topics come with them."
               ))] = None,
               since: Annotated[AwareDatetime | None, Query(description=(

@@ -8,7 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, HTTPException, Request, status
 from pydantic import Discriminator, Field, Tag
 
-from compassmem.core.contracts.records import MAX_TURNS_PER_REQUEST, TurnsAccepted
+from compassmem.core.contracts.limits import MAX_TURNS_PER_REQUEST
+from compassmem.core.contracts.records import TurnsAccepted
 from compassmem.core.models import Turn
 from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import (
