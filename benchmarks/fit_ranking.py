@@ -125,7 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, default=Path("results/fit_ranking.json"))
     parser.add_argument("--l2", type=float, default=0.001)
     parser.add_argument("--no-validation", action="store_true", help="fit on every set without the held-out folds")
+    parser.add_argument("--refit-all", action="store_true",
+                        help="fit every feature's weight, not only the shape terms (the turn's fused score keeps its "
+                             "hand weight and sets the scale): for a new embedder, whose channels the hand weights "
+                             "were not chosen for")
     args = parser.parse_args(argv)
+    fixed = {"fused": FIXED["fused"]} if args.refit_all else FIXED
     configure_logging("WARNING")
     stores: list[tuple[str, Memory, list[Question]]] = []
     examples: list[Candidates] = []
@@ -145,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for conversation in sorted({q.conversation_id for q in questions}):
             held = [q for q in questions if q.conversation_id == conversation]
             train = [e for e in examples if (e.style, e.question.conversation_id) != (name, conversation)]
-            model = RankingModel(source=f"fold {name}/{conversation}", weights=fit(train, args.l2, FIXED))
+            model = RankingModel(source=f"fold {name}/{conversation}", weights=fit(train, args.l2, fixed))
             fitted = QueryEngine(memory.embedder, memory.stores.vectors, memory.hot, EngineConfig(model=model))
             hand, ours = engine_recall(memory.engine, held), engine_recall(fitted, held)
             rows.append({"set": name, "conversation": conversation, "questions": len(held),
@@ -164,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary[f"{name}_hand_at10"], summary[f"{name}_fitted_at10"] = round(hand, 2), round(fitted, 2)
         print(f"{name:8s} {n:9d} {hand:9.1f} {fitted:21.1f}")
     final = RankingModel(source="fitted by benchmarks/fit_ranking.py on " + ", ".join(
-        f"{name} {data.name}" for name, data, _ in args.sets), weights=fit(examples, args.l2, FIXED))
+        f"{name} {data.name}" for name, data, _ in args.sets), weights=fit(examples, args.l2, fixed))
     final.validation = summary
     print("\nweights fitted on every set:", json.dumps(final.weights))
     if args.out:

@@ -66,9 +66,12 @@ def test_errors_are_typed_and_carry_the_servers_message(served_memory: ServedMem
         with pytest.raises(BadRequest) as bad_turn:
             client.add({"conversation_id": "c", "turn_id": "1", "speaker": "A", "text": "hi", "timestamp": 5})
         assert [e.field for e in bad_turn.value.errors] == ["timestamp"]
-        # Ids travel as one escaped path segment: '?' and '#' do not cut the path.
-        with pytest.raises(NotFound, match="what\\?#now"):
+        # Ids travel as one escaped path segment: '?' and '#' do not cut the path (the server sees, and refuses,
+        # the whole id), and '+', ':' and '@' arrive as themselves.
+        with pytest.raises(BadRequest, match="'\\?' U\\+003F"):
             client.graph("what?#now")
+        with pytest.raises(NotFound, match="no\\+such:id@x"):
+            client.graph("no+such:id@x")
 
 
 def test_the_api_key_goes_in_the_authorization_header(served_memory: ServedMemory) -> None:
