@@ -582,6 +582,43 @@ def stream_run(stream_broker, tmp_path: Path) -> Iterator[StreamRun]:  # noqa: A
             run.stop_all()
 
 
+# --- the worker's batch step over real stores, without a broker: tests/test_redaction.py, tests/test_turn_ids.py
+
+
+class ConversationLog:
+    """One conversation's records on turns partition 0, applied as the worker's batch step applies them."""
+
+    def __init__(self, tenant: str, conversation_id: str) -> None:
+        self.tenant, self.conversation_id = tenant, conversation_id
+        self.key = f"{tenant}/{conversation_id}".encode()
+
+    def record(self, offset: int, value: bytes, control=None):  # noqa: ANN001, ANN201 - ControlKind, RawRecord
+        from compassmem.streams.decoding import RawRecord
+        from compassmem.streams.messages import CONTROL_HEADER
+
+        headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
+        return RawRecord(topic="t.turns", partition=0, offset=offset, key=self.key, value=value, headers=headers)
+
+    def idle_close(self, offset: int, after: int):  # noqa: ANN201 - RawRecord
+        from compassmem.streams.messages import ControlKind, IdleCloseMarker
+
+        marker = IdleCloseMarker(tenant=self.tenant, conversation_id=self.conversation_id, after_offset=after,
+                                 idle_s=1.0)
+        return self.record(offset, marker.model_dump_json().encode(), ControlKind.IDLE_CLOSE)
+
+    def apply(self, processor, records: list, state: bytes | None):  # noqa: ANN001, ANN201
+        """The batch applied and flushed (``processor``: a MemoryStreamProcessor); the conversation's table state
+        after it (the one given when the batch did not change it), and the batch's output."""
+        from functools import partial
+
+        from compassmem.streams.processor import BatchInput
+
+        key = self.key.decode()
+        batch = BatchInput(records=records, states={key: state} if state else {}, tombstones={})
+        out = processor.sinks.write(partial(processor.process, batch))
+        return out.states[key][0] if key in out.states else state, out
+
+
 # --- `compassmem dev` as the HTTP server of the public clients: tests/test_client.py, tests/test_readme_usage.py,
 # tests/test_typescript_client.py
 # One child process for the session (worker, API, dev broker, embedded stores in a temporary directory), holding

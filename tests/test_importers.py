@@ -47,6 +47,27 @@ def test_malformed_jsonl_names_the_line_and_field(tmp_path: Path, bad: object, e
         list(read_turns(path))
 
 
+def test_a_turn_id_given_again_is_skipped_for_the_same_turn_and_refused_for_another(tmp_path: Path) -> None:
+    """One turn id, one turn of its conversation (compassmem/write/turn_ids.py): the same line again changes nothing,
+    another turn under the id is refused at its line, naming the first; the same id in another conversation is
+    another turn."""
+    elsewhere = {**GOOD, "conversation_id": "c2", "text": "Hi from elsewhere"}
+    path = write_jsonl(tmp_path / "twice.jsonl", [GOOD, {**GOOD, "turn_id": "D1:2"}, GOOD, elsewhere])
+    assert [(t.conversation_id, t.turn_id) for t in read_turns(path)] == [("c1", "D1:1"), ("c1", "D1:2"),
+                                                                          ("c2", "D1:1")]
+    path = write_jsonl(tmp_path / "other.jsonl", [GOOD, {**GOOD, "turn_id": "D1:2"}, {**GOOD, "text": "Bye"}])
+    with pytest.raises(ImportFormatError, match="other.jsonl: line 3: turn 'D1:1' of conversation 'c1': line 1 has "
+                                                "another turn under this id"):
+        list(read_turns(path))
+    sample = locomo_sample()
+    sample["conversation"]["session_2"].append({"speaker": "Bob", "dia_id": "D1:2", "text": "Not the photo."})
+    locomo = tmp_path / "locomo.json"
+    locomo.write_text(json.dumps([sample]))
+    with pytest.raises(ImportFormatError, match="locomo.json: turn 4: turn 'D1:2' of conversation 'conv-x': turn 2 "
+                                                "has another turn"):
+        list(read_turns(locomo))
+
+
 def locomo_sample(sample_id: str = "conv-x") -> dict:
     return {
         "sample_id": sample_id,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from compassmem import Memory, NotFound
+from compassmem import BadRequest, Memory, NotFound
 from compassmem.core.config import Settings
 from compassmem.core.contracts.query import QueryRequest, QueryResponse
 from compassmem.core.models import Turn
@@ -192,3 +192,37 @@ def test_an_engine_and_a_pipeline_config_replace_what_the_settings_choose(memory
         assert experiment.query("Where did we walk?", conversation_id="configured").turn_ids
     assert memory.query("Where did we walk?", conversation_id="configured").turn_ids
     memory.forget("configured")
+
+
+def _said(turn_id: str, text: str, minute: int) -> Turn:
+    return Turn(conversation_id="one-id-one-turn", turn_id=turn_id, speaker="Ann", text=text,
+                timestamp=f"2024-05-01T10:{minute:02d}:00+00:00")
+
+
+def test_a_turn_id_names_one_turn_and_the_same_turn_again_changes_nothing(memory: Memory) -> None:
+    """A turn under an id its conversation has for another turn is refused (in the same call or after memory has
+    the first), naming the turn and nothing written; the same turn again, in the call or later, changes nothing."""
+    red, price = _said("t1", "I bought a red bike today.", 1), _said("t2", "It cost 300 dollars.", 2)
+    blue = _said("t1", "I bought a blue bike today.", 3)
+    with pytest.raises(BadRequest) as refused:
+        memory.add([red, price, blue])
+    assert [e.field for e in refused.value.errors] == ["[2].turn_id"]
+    assert "[0] has another turn under this id" in refused.value.errors[0].message
+    with pytest.raises(NotFound):
+        memory.events("one-id-one-turn")
+
+    memory.add([red, price, red])
+
+    def stored() -> tuple[list[list[str]], dict[str, str]]:
+        events = [e.turn_ids for e in memory.stores.vectors.conversation_events("default", "one-id-one-turn")]
+        turns = {t.turn_id: t.text for t in memory.stores.vectors.conversation_turns("default", "one-id-one-turn")}
+        return events, turns
+
+    before = stored()
+    assert before == ([["t1", "t2"]], {"t1": red.text, "t2": price.text})
+    with pytest.raises(BadRequest, match="'t1' of conversation 'one-id-one-turn': memory has another turn"):
+        memory.add([_said("t3", "It has a basket.", 4), blue])
+    assert stored() == before
+    memory.add([price, red])
+    assert stored() == before
+    memory.forget("one-id-one-turn")

@@ -516,6 +516,21 @@ def test_post_turns_produces_to_the_turns_topic(api: httpx.Client, broker: str) 
     assert received == [Turn.model_validate(t) for t in [*sent, _turn_json("P3")]]
 
 
+def test_post_turns_refuses_a_turn_id_given_to_another_turn(api: httpx.Client) -> None:
+    """One turn id, one turn of its conversation (compassmem/write/turn_ids.py): another turn under an id memory has,
+    or under one given earlier in the body, is 422 naming it; the same turn again is not produced again."""
+    stored = ACME_TURNS[0].model_dump(mode="json")
+    changed = api.post("/v1/turns", json={**stored, "text": "The Atlas launch is on time."})
+    assert changed.status_code == 422 and _fields(changed) == ["turn_id"]
+    [problem] = changed.json()["detail"]
+    assert "'A1:1' of conversation 'c1': memory has another turn under this id" in problem["message"]
+    in_body = api.post("/v1/turns", json=[_turn_json("R1"), _turn_json("R2"), _turn_json("R1", text="changed")])
+    assert in_body.status_code == 422 and _fields(in_body) == ["[2].turn_id"]
+    assert "[0] has another turn under this id" in in_body.json()["detail"][0]["message"]
+    again = api.post("/v1/turns", json=[stored, _turn_json("R3"), _turn_json("R3")])
+    assert again.status_code == 202 and again.json() == {"accepted": 1}
+
+
 def test_post_turns_without_a_topic_is_503(locked_api: httpx.Client) -> None:
     missing_key = locked_api.post("/v1/turns", json=_turn_json("Q1"))
     assert missing_key.status_code == 401  # auth is checked before anything is produced

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import httpx
@@ -31,10 +30,10 @@ from compassmem.write.redaction import redact_stored_turn
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, RedactMarker
-from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor
+from compassmem.streams.messages import ControlKind, RedactMarker
+from compassmem.streams.processor import MemoryStreamProcessor
 from compassmem.streams.state import decode_header, decode_record
-from conftest import StreamRun, reference_snapshots, stream_conversation, wait_until
+from conftest import ConversationLog, StreamRun, reference_snapshots, stream_conversation, wait_until
 from test_streaming import graph_matches, replayed
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_conversation.jsonl"
@@ -280,38 +279,13 @@ def test_memory_delete_tenant(tmp_path: Path) -> None:
 # -- through the broker and the worker ------------------------------------------------------------------------
 
 
-class _ConversationLog:
-    """One conversation's records on turns partition 0, applied as the worker's batch step applies them."""
-
-    def __init__(self, tenant: str, conversation_id: str) -> None:
-        self.tenant, self.conversation_id = tenant, conversation_id
-        self.key = f"{tenant}/{conversation_id}".encode()
-
-    def record(self, offset: int, value: bytes, control: ControlKind | None = None) -> RawRecord:
-        headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
-        return RawRecord(topic="t.turns", partition=0, offset=offset, key=self.key, value=value, headers=headers)
-
-    def idle_close(self, offset: int, after: int) -> RawRecord:
-        marker = IdleCloseMarker(tenant=self.tenant, conversation_id=self.conversation_id, after_offset=after,
-                                 idle_s=1.0)
-        return self.record(offset, marker.model_dump_json().encode(), ControlKind.IDLE_CLOSE)
-
-    def apply(self, processor: MemoryStreamProcessor, records: list[RawRecord],
-              state: bytes | None) -> tuple[bytes, BatchOutput]:
-        """The batch applied and flushed; the conversation's new table state, and the batch's output."""
-        batch = BatchInput(records=records, states={self.key.decode(): state} if state else {}, tombstones={})
-        out = processor.sinks.write(partial(processor.process, batch))
-        (value, _), = out.states.values()
-        return value, out
-
-
 def test_the_worker_keeps_no_trace_of_a_redacted_turn_in_its_state(tmp_path: Path, embedded_falkordb,  # noqa: ANN001
                                                                      embedder) -> None:  # noqa: ANN001
     """The worker's batch step over real stores, as the control topic drives it: the control agent redacts the
     stores at once, then the marker reaches the conversation, whose table state still holds the turn's event and
     the relation quoting it; after the marker, neither the state nor anything a later batch writes has them."""
     tenant, conversation_id = "umbra", "bridge"
-    conversation = _ConversationLog(tenant, conversation_id)
+    conversation = ConversationLog(tenant, conversation_id)
     turns = [Turn.model_validate(turn) for turn in _traced_turns(tenant, conversation_id)]
 
     with open_stores(_settings(tmp_path, falkordb_url=embedded_falkordb.url)) as stores:
@@ -347,7 +321,7 @@ def test_a_redaction_in_an_open_segment_lists_its_event_once(tmp_path: Path, emb
     redacted through ``Memory`` and one over HTTP: the listings show the rebuilt event once, provisional, with the
     turns that are left (the redaction used to write it into the graph store too, so it was listed twice)."""
     tenant, conversation_id = "opal", "open"  # a tenant of its own: the graph server is the session's
-    conversation = _ConversationLog(tenant, conversation_id)
+    conversation = ConversationLog(tenant, conversation_id)
     turns = [Turn.model_validate(turn) for turn in _traced_turns(tenant, conversation_id)]
     settings = _settings(tmp_path, falkordb_url=embedded_falkordb.url)
 
@@ -424,7 +398,7 @@ def test_an_idle_close_requested_before_stale_markers_were_applied_still_closes(
     their way (their last turn looks old): those markers land behind the turns and come stale. A marker requested
     once the last turn was applied, placed after the stale ones, must still close the segment; when markers moved
     the position it was compared with, it came stale too and the close waited for another round."""
-    conversation = _ConversationLog("umbra", "idle")
+    conversation = ConversationLog("umbra", "idle")
     turns = [Turn.model_validate(turn) for turn in _traced_turns(conversation.tenant, conversation.conversation_id)]
 
     with open_stores(_settings(tmp_path, falkordb_url=embedded_falkordb.url)) as stores:

@@ -308,6 +308,40 @@ def test_malformed_messages_go_to_the_dead_letter_topic_and_the_stream_goes_on(
     assert total(samples, "compassmem_dead_letters_total") == len(found)
 
 
+def test_a_turn_id_given_again_is_skipped_for_the_same_turn_and_dead_lettered_for_another(
+        stream_run: StreamRun, embedder) -> None:  # noqa: ANN001
+    """One turn id, one turn of its conversation (compassmem/write/turn_ids.py), on the worker: the same turn sent
+    again (in its batch, while its segment is open, after its event closed) changes nothing, and another turn under
+    its id goes to the dead-letter topic with the reason; memory is what the turns without them build."""
+    turns = stream_conversation("twice", 4)
+    reference = reference_snapshots(turns, embedder)
+    changed = turns[1].model_copy(update={"text": "Something else entirely, said under the same id."})
+    settings = stream_run.settings()
+    with open_stores(settings) as stores:
+        worker = InProcessWorker(settings, stream_run.bootstrap, stores, embedder).start()
+        try:
+            wait_until(lambda: worker.streaming.assigned_partitions, 60, "the in-process worker's partitions")
+            with stream_run.producer() as producer:
+                producer.produce([*turns[:3], turns[0]])
+                wait_until(lambda: worker.streaming.totals.get("applied_turns", 0) >= 3, 60, "the first turns")
+                producer.produce([changed, *turns[3:], turns[2]])
+            letters = wait_until(lambda: stream_run.read_topic(settings.dlq_topic, idle_s=0.5), 60, "a dead letter")
+            wait_until(lambda: graph_matches(stores.graph, reference), 60, "the conversation's memory", 0.3,
+                       lambda: graph_difference(stores.graph, reference))
+            time.sleep(0.5)  # the batch that matched may still be writing its provisional-event cleanup
+            assert_stores_equal(stores.vectors, stores.graph, reference)
+            assert {t.turn_id: t.text for t in stores.vectors.conversation_turns("default", "twice")} == {
+                t.turn_id: t.indexed_text() for t in turns}
+        finally:
+            worker.stop()
+    [letter] = [json.loads(record.value) for record in letters]
+    assert (letter["stage"], letter["reason_code"]) == ("route", "duplicate_turn")
+    assert f"turn {changed.turn_id!r} of conversation 'twice':" in letter["reason"]
+    assert "another turn under this id" in letter["reason"]
+    assert json.loads(base64.b64decode(letter["original_base64"]))["text"] == changed.text
+    assert worker.streaming.totals["replayed_skipped"] == 2
+
+
 # -- ordering and scale-out --------------------------------------------------------------------------------------
 
 

@@ -39,12 +39,13 @@ from compassmem.core.contracts.records import (
     DeleteResult,
     EventOut,
     EventPage,
+    FieldError,
     LimitedConversationGraph,
     RedactResult,
     TenantDeleteResult,
 )
 from compassmem.embedding.embedders import Embedder, make_embedder
-from compassmem.core.errors import NotFound, Unavailable
+from compassmem.core.errors import BadRequest, NotFound, Unavailable
 from compassmem.llm.client import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.llm.steps import llm_steps
 from compassmem.core.models import (
@@ -59,6 +60,7 @@ from compassmem.core.models import (
 from compassmem.write.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
 from compassmem.write.redaction import redact_stored_turn
+from compassmem.write.turn_ids import TurnIdConflict, TurnIds, stored_lookup
 from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.listing import (
@@ -149,8 +151,9 @@ class Memory:
         batch = [turns] if isinstance(turns, Turn | Mapping) else list(turns)
         validated = [turn if isinstance(turn, Turn) else Turn.model_validate(turn) for turn in batch]
         with self._writing:
+            fresh = self.new_turns(validated)
             try:
-                summary = self._writer().ingest(validated, progress=progress)
+                summary = self._writer().ingest(fresh, progress=progress)
             finally:  # a failed add may have written part of its turns
                 written = self._written.take()
                 for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
@@ -159,6 +162,23 @@ class Memory:
         if warm:
             self._warm(written)
         return summary
+
+    def new_turns(self, turns: Sequence[Turn]) -> list[Turn]:
+        """The turns memory does not have yet, in order: the same turn again, stored or earlier in ``turns``, is left
+        out (it changes nothing). BadRequest naming each turn under an id its conversation has for another turn:
+        a turn id names one turn (``compassmem/write/turn_ids.py``). ``add`` and ``POST /v1/turns`` check with it."""
+        ids = TurnIds(stored_lookup(self.stores.vectors, turns))
+        fresh: list[Turn] = []
+        refused: list[FieldError] = []
+        for index, turn in enumerate(turns):
+            try:
+                if ids.check(turn, index):
+                    fresh.append(turn)
+            except TurnIdConflict as conflict:
+                refused.append(FieldError(field=f"[{index}].turn_id", message=str(conflict)))
+        if refused:
+            raise BadRequest("; ".join(f"{error.field}: {error.message}" for error in refused), errors=refused)
+        return fresh
 
     def _warm(self, written: Sequence[WrittenEvent]) -> None:
         """Read the latest written events that the hot tier can hold into it."""

@@ -57,6 +57,7 @@ DEAD_LETTER_KINDS = (
     (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_KEY),
     (DeadLetterStage.ROUTE, DeadLetterReason.WRONG_PARTITION),
     (DeadLetterStage.ROUTE, DeadLetterReason.REDACTED_TURN),
+    (DeadLetterStage.ROUTE, DeadLetterReason.DUPLICATE_TURN),
     (DeadLetterStage.PROCESS, DeadLetterReason.PROCESSING_ERROR),
     (DeadLetterStage.STORE, DeadLetterReason.STORE_REJECTED),
     (DeadLetterStage.CONTROL, DeadLetterReason.INVALID_FIELDS),

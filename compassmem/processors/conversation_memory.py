@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
-from compassmem.core.models import Cluster, Event, IndexedTurn, Relation, Turn, TurnPassage
+from compassmem.core.models import Cluster, Event, IndexedTurn, Observation, Relation, Turn, TurnPassage
 from compassmem.processors.clustering import ClusterState, Reclusterer
 from compassmem.processors.event_index import EventIndex
 from compassmem.processors.event_frames import (
@@ -268,6 +268,12 @@ class ConversationMemory:
                 if turn_id in event.turn_ids:
                     return event
         return None
+
+    def held_turn(self, turn_id: str) -> Turn | Observation | None:
+        """The turn of this id as the memory holds it: in the open segment, or a source turn of a held event."""
+        opened = next((t.turn for t in self.segmenter.open_turns if t.turn.turn_id == turn_id), None)
+        event = self.holding(turn_id) if opened is None else None
+        return opened if event is None else next(o for o in event.observations if o.turn_id == turn_id)
 
     def redact_turn(self, turn_id: str, before: Event | None = None, rebuilt: Event | None = None,
                     relations: Sequence[Relation] = ()) -> None:

@@ -382,9 +382,9 @@ def turns_of(tenant: str, event_ids: Sequence[str]) -> PointFilter:
     return PointFilter({TENANT_FIELD: tenant, KIND_FIELD: TURN_KIND, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
 
 
-def _one_turn(tenant: str, conversation_id: str, turn_id: str) -> PointFilter:
+def _turns_by_id(tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> PointFilter:
     return PointFilter(tenant_points(tenant, conversation_id, TURN_KIND).match,
-                       point_ids=(turn_point_id(tenant, conversation_id, turn_id),))
+                       point_ids=tuple(sorted({turn_point_id(tenant, conversation_id, t) for t in turn_ids})))
 
 
 def passages_of(tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> PointFilter:
@@ -395,7 +395,7 @@ def passages_of(tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> P
 def _turn_and_its_passages(tenant: str, conversation_id: str, turn_id: str) -> PointFilter:
     passages = PointFilter({KIND_FIELD: PASSAGE_KIND, "turn_id": turn_id})
     return PointFilter(tenant_points(tenant, conversation_id).match,
-                       any_of=(_one_turn(tenant, conversation_id, turn_id), passages))
+                       any_of=(_turns_by_id(tenant, conversation_id, [turn_id]), passages))
 
 
 def events_by_id(tenant: str, event_ids: Sequence[str]) -> PointFilter:
@@ -515,8 +515,12 @@ class PointStore(VectorStore):
         return in_turn_order([turn_from_point(*record) for record in records])
 
     def get_turn(self, tenant: str, conversation_id: str, turn_id: str) -> IndexedTurn | None:
-        found = self._scroll(_one_turn(tenant, conversation_id, turn_id))
-        return turn_from_point(*found[0]) if found else None
+        return next(iter(self.get_turns(tenant, conversation_id, [turn_id])), None)
+
+    def get_turns(self, tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> list[IndexedTurn]:
+        if not turn_ids:
+            return []
+        return [turn_from_point(*record) for record in self._scroll(_turns_by_id(tenant, conversation_id, turn_ids))]
 
     def turns_of_events(self, tenant: str, event_ids: Sequence[str]) -> list[IndexedTurn]:
         if not event_ids:

@@ -164,6 +164,10 @@ class VectorStore(ABC):
         """One turn, with its embedding, or None when the store does not hold it."""
 
     @abstractmethod
+    def get_turns(self, tenant: str, conversation_id: str, turn_ids: Sequence[str]) -> list[IndexedTurn]:
+        """The turns of these ids of one conversation that the store holds, with embeddings, in one read."""
+
+    @abstractmethod
     def turns_of_events(self, tenant: str, event_ids: Sequence[str]) -> list[IndexedTurn]:
         """The turns that belong to these events, with embeddings, in timestamp order."""
 

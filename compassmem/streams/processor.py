@@ -33,12 +33,14 @@ import structlog
 
 from compassmem.core.contracts.dead_letters import DeadLetter, DeadLetterReason, DeadLetterStage
 from compassmem.embedding.embedders import Embedder
-from compassmem.core.models import Cluster, Event, Relation, partition_key
+from compassmem.core.contracts.search import SearchScope
+from compassmem.core.models import Cluster, Event, IndexedTurn, Relation, Turn, partition_key
 from compassmem.write.pipeline import LlmSteps, MemoryPipeline, PipelineConfig, WriteSteps
 from compassmem.processors.conversation_memory import ConversationHealth, ConversationMemory
 from compassmem.processors.event_frames import build_event, indexed_turns
 from compassmem.processors.segmentation import BoundaryReason, Segment, SegmentationConfig
 from compassmem.write.redaction import redact_stored_turn
+from compassmem.write.turn_ids import HeldTurn, TurnIdConflict, TurnIds, content_of, stored_lookup
 from compassmem.library.runtime_settings import LlmSwitch, overrides
 from compassmem.sinks.batching import (
     CompactingSink,
@@ -376,13 +378,17 @@ class MemoryStreamProcessor:
         live: dict[str, _Live] = {}
         tombstones = batch.tombstones
         run: list[TurnItem] = []
-        for record in batch.records:
-            item = decode_turns_record(record)
+        items = [decode_turns_record(record) for record in batch.records]
+        turns = [item.turn for item in items if isinstance(item, TurnItem)]
+        stored = stored_lookup(self.stores.vectors, turns)
+        ahead = self._stores_ahead(batch, [turn for turn in turns if stored(turn) is not None])
+        ids = TurnIds(partial(self._held, stored, ahead), where=lambda offset: f"offset {offset}")
+        for item in items:
             if isinstance(item, DeadLetter):
                 out.dead_letters.append(item)
                 continue
             if isinstance(item, TurnItem):
-                self._queue_turn(item, batch, live, tombstones, run, out)
+                self._queue_turn(item, batch, live, tombstones, run, ids, out)
                 continue
             self._apply_run(run, batch, out, careful)
             if isinstance(item, IdleCloseItem):
@@ -392,7 +398,7 @@ class MemoryStreamProcessor:
             elif isinstance(item, SettingItem):
                 self._setting(item, batch, out)
             else:
-                self._forget(item, batch, live, tombstones, out)
+                self._forget(item, batch, live, tombstones, ids, out)
         self._apply_run(run, batch, out, careful)
         self._provisional_events(live)
         for key, entry in live.items():
@@ -446,7 +452,7 @@ class MemoryStreamProcessor:
         self._recent.pop(key, None)
 
     def _queue_turn(self, item: TurnItem, batch: BatchInput, live: dict[str, _Live], tombstones: dict[str, int],
-                    run: list[TurnItem], out: BatchOutput) -> None:
+                    run: list[TurnItem], ids: TurnIds, out: BatchOutput) -> None:
         turn, record = item.turn, item.record
         for scope in (tombstone_key(record.partition, turn.tenant),
                       tombstone_key(record.partition, turn.tenant, turn.conversation_id)):
@@ -473,11 +479,43 @@ class MemoryStreamProcessor:
                 f"turn {turn.turn_id!r} of conversation {turn.conversation_id!r} was redacted before this record "
                 "came, so it is dropped (its text is not kept here)", keep_value=False))
             return
+        try:
+            if not ids.check(turn, record.offset):
+                out.stats.replayed_skipped += 1  # the same turn again: memory has it already
+                return
+        except TurnIdConflict as conflict:
+            out.dead_letters.append(record.dead_letter(DeadLetterStage.ROUTE, DeadLetterReason.DUPLICATE_TURN,
+                                                       str(conflict)))
+            return
         entry.header.last_offset = entry.header.last_content_offset = record.offset
         entry.header.last_turn_id = turn.turn_id
         entry.header.updated_at = self._clock()
         entry.touched = True
         run.append(item)
+
+    def _held(self, stored: Callable[[Turn], IndexedTurn | None], ahead: set[str], turn: Turn) -> HeldTurn | None:
+        """The turn the conversation holds under this one's id: the state's copy, else the stores'. Where the stores
+        are ahead of the state (``ahead``), the same turn in the stores is not held: a batch redone after a crash
+        finds the writes of its first attempt there, and applies their turns again."""
+        memory = self.pipeline.memories.get(turn.key)
+        held = memory.held_turn(turn.turn_id) if memory is not None else None
+        if held is not None:
+            return held
+        found = stored(turn)
+        redone = found is not None and turn.key in ahead and content_of(found) == content_of(turn)
+        return None if redone else found
+
+    def _stores_ahead(self, batch: BatchInput, turns: Sequence[Turn]) -> set[str]:
+        """The conversations of these turns whose stores hold more turns than their table state has applied: the
+        stores are written before the state (``checkpoint.py``), so they are ahead only when a batch is redone."""
+        ahead = set()
+        for key, turn in {turn.key: turn for turn in turns}.items():
+            source = batch.states.get(key)
+            memory = decode_record(source).memory if source is not None else None
+            applied = memory.stats.turns + len(memory.segmenter.open_turns) if memory is not None else 0
+            if self.stores.vectors.count_turns(SearchScope.conversation(turn.tenant, turn.conversation_id)) > applied:
+                ahead.add(key)
+        return ahead
 
     def _apply_run(self, run: list[TurnItem], batch: BatchInput, out: BatchOutput, careful: bool) -> None:
         if not run:
@@ -552,7 +590,7 @@ class MemoryStreamProcessor:
         entry.touched = True
 
     def _forget(self, item: ForgetItem, batch: BatchInput, live: dict[str, _Live], tombstones: dict[str, int],
-                out: BatchOutput) -> None:
+                ids: TurnIds, out: BatchOutput) -> None:
         command, record = item.marker.forget, item.record
         source = forget_source_key(record.partition, item.marker.source_partition, item.marker.source_offset)
         if tombstones.get(source, record.offset) != record.offset:
@@ -574,6 +612,7 @@ class MemoryStreamProcessor:
             # one partition never deletes what another wrote after its forget. The sinks keep that position too:
             # they drop what the batch added before it, and write what comes after it after the delete.
             self.sinks.add(ConversationForgotten(tenant=header.tenant, conversation_id=header.conversation_id))
+            ids.forget(key)
             self._forget_live(key)
             live.pop(key, None)
             batch.states.pop(key, None)

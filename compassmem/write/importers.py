@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 from pydantic import ValidationError
 
 from compassmem.core.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn, check_id
+from compassmem.write.turn_ids import TurnIdConflict, TurnIds
 
 
 # The --subject option of the commands that import files (ingest, produce).
@@ -46,7 +47,23 @@ def describe_validation_error(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _once_per_id(numbered: Iterable[tuple[int, Turn]], where: str, unit: str) -> Iterator[Turn]:
+    """Each turn id of a conversation once (``write/turn_ids.py``): the same turn again is skipped, another turn under
+    an id given before is refused, naming both places (``unit`` and its number: a line, a turn of the file)."""
+    ids = TurnIds(where=lambda number: f"{unit} {number}")
+    for number, turn in numbered:
+        try:
+            if ids.check(turn, number):
+                yield turn
+        except TurnIdConflict as conflict:
+            raise ImportFormatError(f"{where}: {unit} {number}: {conflict}") from None
+
+
 def read_jsonl_turns(path: Path) -> Iterator[Turn]:
+    return _once_per_id(_numbered_jsonl_turns(path), str(path), "line")
+
+
+def _numbered_jsonl_turns(path: Path) -> Iterator[tuple[int, Turn]]:
     with path.open("r", encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -58,7 +75,7 @@ def read_jsonl_turns(path: Path) -> Iterator[Turn]:
             if not isinstance(record, dict):
                 raise ImportFormatError(f"{path}: line {line_number}: expected a JSON object, got {type(record).__name__}")
             try:
-                yield Turn.model_validate(record)
+                yield line_number, Turn.model_validate(record)
             except ValidationError as error:
                 raise ImportFormatError(f"{path}: line {line_number}: {describe_validation_error(error)}") from error
 
@@ -152,6 +169,11 @@ def read_locomo_turns(path: Path, timezone: str = "UTC", tenant: str = DEFAULT_T
     if not isinstance(samples, list):
         raise ImportFormatError(f"{path}: expected a list of LoCoMo samples")
     zone = ZoneInfo(timezone)
+    return _once_per_id(enumerate(_locomo_turns(path, samples, zone, tenant, subject_id), start=1), str(path), "turn")
+
+
+def _locomo_turns(path: Path, samples: list[Any], zone: ZoneInfo, tenant: str,
+                  subject_id: str | None) -> Iterator[Turn]:
     for index, sample in enumerate(samples):
         if not isinstance(sample, dict):
             raise ImportFormatError(f"{path}: sample {index}: expected an object")

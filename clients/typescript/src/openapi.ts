@@ -35,7 +35,7 @@ export interface paths {
         put?: never;
         /**
          * Append turns to the turns topic
-         * @description One turn or a list (at most 1000), in the message schema the importer and Kafka producers use. Each is validated, then produced keyed by tenant/conversation_id; 202 means the broker acknowledged them. They become queryable once the worker has processed them. A list is all or nothing at validation; a failed produce may have written some, and retrying is safe because every write downstream is idempotent.
+         * @description One turn or a list (at most 1000), in the message schema the importer and Kafka producers use. Each is validated, then produced keyed by tenant/conversation_id; 202 means the broker acknowledged them. They become queryable once the worker has processed them. A list is all or nothing at validation; a failed produce may have written some, and retrying is safe because every write downstream is idempotent. A turn id names one turn of its conversation: a turn memory has, sent again unchanged, is not produced again (`accepted` counts the others); another turn under such an id, or under an id given earlier in the request, is refused with 422.
          */
         post: operations["post_turns_v1_turns_post"];
         delete?: never;

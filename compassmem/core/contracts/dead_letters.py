@@ -16,8 +16,8 @@ from compassmem.core.models import utc_now
 class DeadLetterStage(StrEnum):
     DECODE = "decode"  # not UTF-8, not JSON, not a JSON object, an unknown control header
     VALIDATE = "validate"  # a JSON object that breaks the message schema (the reason names the field)
-    ROUTE = "route"  # a valid turn on the wrong key or partition (its order could not be guaranteed), or of a
-    # redacted turn id
+    ROUTE = "route"  # a valid turn on the wrong key or partition (its order could not be guaranteed), of a
+    # redacted turn id, or under an id its conversation has for another turn
     PROCESS = "process"  # the processors raised on this turn; its conversation goes on without it
     CONTROL = "control"  # a malformed control-topic command, or a redaction of a turn no store holds
     STORE = "store"  # a store kept refusing this conversation's writes; the rest of the batch went on
@@ -39,6 +39,7 @@ class DeadLetterReason(StrEnum):
     UNKNOWN_TURN = "unknown_turn"  # a redaction of a turn the stores do not hold: refused, nothing blocked
     UNKNOWN_CONVERSATION = "unknown_conversation"  # a redaction of a conversation with no memory at all
     REDACTED_TURN = "redacted_turn"  # a turn whose id was redacted before it came: dropped
+    DUPLICATE_TURN = "duplicate_turn"  # a turn under an id its conversation has for another turn: refused
 
 
 class DeadLetter(BaseModel):

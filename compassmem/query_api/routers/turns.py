@@ -9,7 +9,8 @@ from fastapi import APIRouter, Body, HTTPException, Request, status
 from pydantic import Discriminator, Field, Tag
 
 from compassmem.core.contracts.limits import MAX_TURNS_PER_REQUEST
-from compassmem.core.contracts.records import TurnsAccepted
+from compassmem.core.contracts.records import FieldError, TurnsAccepted
+from compassmem.core.errors import BadRequest
 from compassmem.core.models import Turn
 from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import (
@@ -45,7 +46,10 @@ TurnsBody = Annotated[
                          "producers use. Each is validated, then produced keyed by tenant/conversation_id; 202 "
                          "means the broker acknowledged them. They become queryable once the worker has "
                          "processed them. A list is all or nothing at validation; a failed produce may have "
-                         "written some, and retrying is safe because every write downstream is idempotent.",
+                         "written some, and retrying is safe because every write downstream is idempotent. A "
+                         "turn id names one turn of its conversation: a turn memory has, sent again unchanged, is "
+                         "not produced again (`accepted` counts the others); another turn under such an id, or "
+                         "under an id given earlier in the request, is refused with 422.",
              responses={**UNAVAILABLE, **AUTH_ERRORS, **INVALID, **TOO_LARGE})
 def post_turns(turns: Annotated[TurnsBody, Body()], request: Request, services: Services) -> TurnsAccepted:
     batch = [turns] if isinstance(turns, Turn) else turns
@@ -56,11 +60,22 @@ def post_turns(turns: Annotated[TurnsBody, Body()], request: Request, services: 
                             detail="this API process has no turns topic to produce to "
                                    "(set COMPASSMEM_KAFKA_BOOTSTRAP, or run compassmem dev)")
     try:
-        services.turn_publisher.publish_turns(batch)
+        fresh = services.memory.new_turns(batch)
+    except BadRequest as error:
+        # The validation errors' shape. A turn id reused by a turn still on its way is the worker's to refuse.
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+                            detail=[_in_body(e, isinstance(turns, Turn)).model_dump() for e in error.errors]) from error
+    try:
+        services.turn_publisher.publish_turns(fresh)
     except RecordTooLargeError as error:
         raise HTTPException(413, detail=f"a turn record is over the Kafka record size limit (the producer's "
                                         f"max_request_size, 1048576 bytes by default): {error}") from error
     except PublishError as error:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                             detail=f"the turns were not acknowledged, retry later: {error}") from error
-    return TurnsAccepted(accepted=len(batch))
+    return TurnsAccepted(accepted=len(fresh))
+
+
+def _in_body(error: FieldError, one_turn: bool) -> FieldError:
+    """A field of a body of one turn is named without the list's index, as its validation errors are."""
+    return error.model_copy(update={"field": error.field.removeprefix("[0].")}) if one_turn else error
