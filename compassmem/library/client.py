@@ -84,6 +84,8 @@ def _query(request: QueryRequest | str, fields: dict[str, Any]) -> _Call[QueryRe
         if given:
             raise TypeError(f"give either a QueryRequest or a question with its fields, not both ({', '.join(given)})")
         body = request.model_dump(mode="json", exclude_none=True)
+        if body.get("explain") is False:
+            del body["explain"]  # the default: left out, as before the field (a server without it takes the body)
     else:
         body = {"question": request, **to_jsonable_python(given)}
     return _Call("POST", "/v1/query", QueryResponse, body=body)
@@ -189,12 +191,13 @@ class Client:
     def query(self, request: QueryRequest | str, *, conversation_id: str | None = None,
               conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
               all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
-              max_hops: int | None = None) -> QueryResponse:
-        """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``."""
+              max_hops: int | None = None, explain: bool | None = None) -> QueryResponse:
+        """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``;
+        ``explain=True`` asks for ``explanation`` (why each turn ranks where it does)."""
         return self._send(_query(request, {
             "conversation_id": conversation_id, "conversation_ids": conversation_ids, "subject_id": subject_id,
             "all_conversations": all_conversations, "tenant": tenant, "budget_turns": budget_turns,
-            "max_hops": max_hops}))
+            "max_hops": max_hops, "explain": explain}))
 
     def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (GET /v1/events/{id})."""
@@ -262,12 +265,14 @@ class AsyncClient:
     async def query(self, request: QueryRequest | str, *, conversation_id: str | None = None,
                     conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
                     all_conversations: bool | None = None, tenant: str | None = None,
-                    budget_turns: int | None = None, max_hops: int | None = None) -> QueryResponse:
-        """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``."""
+                    budget_turns: int | None = None, max_hops: int | None = None,
+                    explain: bool | None = None) -> QueryResponse:
+        """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``;
+        ``explain=True`` asks for ``explanation`` (why each turn ranks where it does)."""
         return await self._send(_query(request, {
             "conversation_id": conversation_id, "conversation_ids": conversation_ids, "subject_id": subject_id,
             "all_conversations": all_conversations, "tenant": tenant, "budget_turns": budget_turns,
-            "max_hops": max_hops}))
+            "max_hops": max_hops, "explain": explain}))
 
     async def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (GET /v1/events/{id})."""

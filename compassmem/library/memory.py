@@ -322,16 +322,19 @@ class Memory:
     def query(self, request: QueryRequest | str, *, conversation_id: str | None = None,
               conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
               all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
-              max_hops: int | None = None, deadline_s: float | None = None) -> QueryResponse:
+              max_hops: int | None = None, explain: bool | None = None,
+              deadline_s: float | None = None) -> QueryResponse:
         """Answer a question with ranked source turns and the evidence events that hold them.
 
         Pass a ``QueryRequest``, or the question and its fields (exactly one scope: ``conversation_id``,
-        ``conversation_ids``, ``subject_id`` or ``all_conversations=True``). NotFound when the scope holds no
-        memory at all; Unavailable when ``deadline_s`` passed while gathering evidence."""
+        ``conversation_ids``, ``subject_id`` or ``all_conversations=True``). With ``explain=True`` the response
+        also holds ``explanation``: why each turn ranks where it does (channels, feature contributions, score,
+        path) and what the question was taken to ask. NotFound when the scope holds no memory at all; Unavailable
+        when ``deadline_s`` passed while gathering evidence."""
         fields: dict[str, Any] = {name: value for name, value in (
             ("conversation_id", conversation_id), ("conversation_ids", conversation_ids),
             ("subject_id", subject_id), ("all_conversations", all_conversations), ("tenant", tenant),
-            ("budget_turns", budget_turns), ("max_hops", max_hops)) if value is not None}
+            ("budget_turns", budget_turns), ("max_hops", max_hops), ("explain", explain)) if value is not None}
         if isinstance(request, QueryRequest):
             if fields:
                 raise TypeError(f"give either a QueryRequest or a question with its fields, not both "

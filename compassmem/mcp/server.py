@@ -31,12 +31,12 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, StrictBool, ValidationError
 
 from compassmem import __version__
 from compassmem.core.api_keys import TenantKeys
 from compassmem.core.config import ENV_PREFIX, Settings
-from compassmem.core.contracts.query import QueryResponse
+from compassmem.core.contracts.query import QueryExplanation, QueryResponse
 from compassmem.core.contracts.limits import (
     MAX_TURNS_PER_REQUEST,
     BudgetTurns,
@@ -106,6 +106,11 @@ class Recall(BaseModel):
     answer: str | None = Field(description="An LLM's answer from the evidence when one is configured, else null.")
     turns: list[RecalledTurn] = Field(description="The evidence turns, best first.")
     events: list[RecalledEvent] = Field(description="The events holding them, in order of their best turn.")
+    explanation: QueryExplanation | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="Only with explain=true: why each turn ranks where it does (the channels that found it, each "
+                    "ranking feature's contribution to its score, its event's path) and what the question was taken "
+                    "to ask, as POST /v1/query gives it.")
 
     @classmethod
     def of(cls, response: QueryResponse) -> Recall:
@@ -116,7 +121,7 @@ class Recall(BaseModel):
                                 turn_ids=[turn.turn_id for turn in item.turns],
                                 path=[step.type + (f"/{step.subtype}" if step.subtype else "") for step in item.path])
                   for item in response.evidence]
-        return cls(answer=response.answer, turns=turns, events=events)
+        return cls(answer=response.answer, turns=turns, events=events, explanation=response.explanation)
 
 
 def _as_tool_errors(function: Callable[P, R]) -> Callable[P, R]:
@@ -190,6 +195,10 @@ class TenantChoice:
 TenantArgument = Annotated[str | None, Field(
     description="The tenant whose memory to use; default: the server's (that of the API key, or the pinned one, "
                 "else 'default'). Naming another tenant than the key's or the pinned one is refused.")]
+ExplainArgument = Annotated[StrictBool, Field(
+    description="Also return `explanation`: per turn the channels that found it with its rank and score in each, "
+                "each ranking feature's contribution to its score and its event's relation path; for the question "
+                "its subgoals, shape, time spans and what it asks for.")]
 TurnsArgument = Annotated[list[NewTurn], Field(
     max_length=MAX_TURNS_PER_REQUEST, description=f"The turns, in order; at most {MAX_TURNS_PER_REQUEST} per call.")]
 
@@ -221,15 +230,16 @@ def build_server(memory: Memory, http_url: str | None = None) -> MCPServer:
 
     @server.tool(description="Answer a question from memory with evidence: the supporting turns (speaker, text, "
                              "time) and the events holding them. Give exactly one scope: conversation_id, "
-                             "conversation_ids, subject_id or all_conversations=true.")
+                             "conversation_ids, subject_id or all_conversations=true. explain=true adds why each "
+                             "turn was found and ranked where it is.")
     @_as_tool_errors
     def recall(question: Question, conversation_id: str | None = None, conversation_ids: ScopeIds | None = None,
                subject_id: str | None = None, all_conversations: bool = False, tenant: TenantArgument = None,
-               budget_turns: BudgetTurns = 10) -> Recall:
+               budget_turns: BudgetTurns = 10, explain: ExplainArgument = False) -> Recall:
         response = memory.query(question, conversation_id=conversation_id, conversation_ids=conversation_ids,
                                 subject_id=subject_id, all_conversations=all_conversations or None,
                                 tenant=tenant_of(tenant),
-                                budget_turns=budget_turns,
+                                budget_turns=budget_turns, explain=explain or None,
                                 deadline_s=memory.settings.api_query_deadline_s)
         return Recall.of(response)
 

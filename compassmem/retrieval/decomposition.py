@@ -190,6 +190,36 @@ def asked_categories(question: str) -> list[int]:
     return [s for s in lexicon.senses(lemma)[:CATEGORY_SENSES] if lexicon.depth(s) >= MIN_CATEGORY_DEPTH]
 
 
+# The shape of a question, for reporting recall by shape and for a query's explanation: "When ...?" questions hold
+# up on unseen conversations while questions that name a date, ask how long, ask which year, list instances or
+# relate two events are where recall is lost. The engine does not branch on these labels.
+SHAPES = ("when", "names-a-date", "how-long", "which-year", "list", "two-event", "other")
+_SHAPE_TWO_EVENT = re.compile(
+    r"\bhow (long|many \w+)\b.*\b(before|after|between)\b|\b(before|after) or (before|after)\b"
+    r"|\bwhich (came|happened|was) (first|earlier|later)\b", re.IGNORECASE)
+_SHAPE_HOW_LONG = re.compile(r"^\s*how (long|many (days|weeks|months|years))\b", re.IGNORECASE)
+_SHAPE_WHICH_YEAR = re.compile(r"\b(which|what) (year|month|day|date|week)\b", re.IGNORECASE)
+_SHAPE_WHEN = re.compile(r"^\s*when\b", re.IGNORECASE)
+
+
+def question_shape(question: str, analysis: QuestionAnalysis | None = None) -> str:
+    """The first shape that fits, in the order of SHAPES' specificity: two-event, how-long, which-year,
+    names-a-date, when, list, other. ``analysis``: the question's own, when it is at hand (else analysed here)."""
+    if _SHAPE_TWO_EVENT.search(question):
+        return "two-event"
+    if _SHAPE_HOW_LONG.search(question):
+        return "how-long"
+    if _SHAPE_WHICH_YEAR.search(question):
+        return "which-year"
+    if names_a_time(question):
+        return "names-a-date"
+    if _SHAPE_WHEN.search(question):
+        return "when"
+    if (analysis or analyse(question)).aggregate:
+        return "list"
+    return "other"
+
+
 def with_subgoals(analysis: QuestionAnalysis, extra: list[str]) -> QuestionAnalysis:
     """Add subgoals from another decomposer (an LLM) after the rule-based ones, without repeats, up to
     ``MAX_SUBGOALS`` in all."""

@@ -9,12 +9,20 @@ import re
 import time
 from collections.abc import Callable, Collection, Sequence
 from datetime import date, datetime, timedelta
+from typing import NamedTuple
 
 import numpy as np
 import structlog
 from pydantic import BaseModel, Field
 
-from compassmem.core.contracts.query import EvidenceItem, QueryRequest, QueryResponse, TurnOut, TurnRef
+from compassmem.core.contracts.query import (
+    EvidenceItem,
+    QueryExplanation,
+    QueryRequest,
+    QueryResponse,
+    TurnOut,
+    TurnRef,
+)
 from compassmem.core.contracts.search import SearchScope
 from compassmem.embedding.embedders import Embedder
 from compassmem.core.logging_setup import current_request_id
@@ -25,6 +33,7 @@ from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
 from compassmem.text.time_keys import joined_spans, question_time_keys
 from compassmem.text.time_resolution import is_bare_holiday, resolve_time_expressions
 from compassmem.retrieval.decomposition import QuestionAnalysis, analyse, keyword_query, with_subgoals
+from compassmem.retrieval.explanation import explain_question, explain_turns, explanation
 from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
@@ -223,6 +232,18 @@ class Gathered(BaseModel, arbitrary_types_allowed=True):
     best_subgoal: dict[str, str]
 
 
+class Ranked(NamedTuple):
+    """A question's final order and what it was computed from (what an explanation reads)."""
+
+    refs: list[TurnRef]
+    evidence: list[EvidenceItem]
+    order: np.ndarray
+    features: dict[str, np.ndarray]
+    final: np.ndarray
+    asked: set[str]
+    spans: list[tuple[date, date]]
+
+
 class QueryEngine:
     def __init__(self, embedder: Embedder, vectors: VectorStore, hot: HotTier,
                  config: EngineConfig | None = None,
@@ -261,10 +282,13 @@ class QueryEngine:
         deadline = _Deadline(deadline_s)
         found = self._gather(request, deadline, timings)
         if found.view.empty:
+            explained = self._explained(found, None, timings) if request.explain else None
             timings["total"] = _elapsed(started)
             return QueryResponse(turn_ids=[], evidence=[], subgoals=[s.text for s in found.analysis.subgoals],
-                                 timings_ms=timings)
-        refs, evidence = self._rank(found, request.budget_turns)
+                                 timings_ms=timings, explanation=explained)
+        ranked = self._rank(found, request.budget_turns)
+        refs, evidence = ranked.refs, ranked.evidence
+        explained = self._explained(found, ranked, timings) if request.explain else None
         answer = None
         if self.answerer is not None and not deadline.passed:
             with stage("query.answer") as took:
@@ -272,7 +296,24 @@ class QueryEngine:
             timings["answer"] = took.ms
         timings["total"] = _elapsed(started)
         return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
-                             subgoals=[s.text for s in found.analysis.subgoals], answer=answer, timings_ms=timings)
+                             subgoals=[s.text for s in found.analysis.subgoals], answer=answer, timings_ms=timings,
+                             explanation=explained)
+
+    def _explained(self, found: Gathered, ranked: Ranked | None, timings: dict[str, float]) -> QueryExplanation:
+        """The explanation of a ranking from what it holds (retrieval/explanation.py): no search, no scoring."""
+        with stage("query.explain") as took:
+            view, analysis = found.view, found.analysis
+            if ranked is None:
+                question = explain_question(analysis, found.scored, set(), [], None)
+                result = explanation(question, self.model, 0.0, [])
+            else:
+                question = explain_question(analysis, found.scored, ranked.asked, ranked.spans, view.latest_time())
+                turns = explain_turns(view, ranked.order, found.scored, ranked.features, ranked.final, self.model,
+                                      found.walk_scores, found.event_scores, found.reached, found.best_subgoal,
+                                      ranked.evidence)
+                result = explanation(question, self.model, conversation_shape(view.length_feature), turns)
+        timings["explain"] = took.ms
+        return result
 
     def candidate_features(self, request: QueryRequest) -> tuple[list[TurnRef], dict[str, np.ndarray]]:
         """Every candidate turn of a question with the features the ranking model weighs (what a model is fitted
@@ -408,6 +449,16 @@ class QueryEngine:
         for text, hits in zip(texts, subgoal_results[2::3], strict=True):
             view.take_passage_hits(text, [hit for hit in hits if isinstance(hit, TurnHit)])
         view.time_hits = [(hit.conversation_id, hit.turn_id) for hit in time_hits]
+        # The searches' hits as they came, for an explanation of the ranking (references only).
+        view.search_hits = {
+            "dense": list(zip(texts, subgoal_results[0::3], strict=True)),
+            "passage": list(zip(texts, subgoal_results[2::3], strict=True)),
+            "keyword": [(query_texts[0], hits) for hits, query_texts in zip(keyword_results, by_stems.values(),
+                                                                           strict=True)],
+            "time": [(None, time_hits)],
+            "category": [(None, category_hits)],
+            "wish": [(None, dense_results[-1])] if ranking.wish_candidates else [],
+        }
         top = max((hit.score for hit in category_hits), default=0.0)
         if top > 0:
             view.label({(hit.conversation_id, hit.turn_id): hit.score / top for hit in category_hits
@@ -585,11 +636,12 @@ class QueryEngine:
             event_scores = np.maximum(event_scores, combined)
         return event_scores, walked, reached_all, best_subgoal
 
-    def _rank(self, found: Gathered, budget: int) -> tuple[list[TurnRef], list[EvidenceItem]]:
+    def _rank(self, found: Gathered, budget: int) -> Ranked:
         ranking = self.config.ranking
         view, analysis, scored, event_scores = found.view, found.analysis, found.scored, found.event_scores
         asked = asked_speakers(analysis.question, view.speakers)
-        features = turn_features(view, analysis, scored, event_scores, found.walk_scores, asked)
+        spans = question_spans(analysis.question, view.latest_time())
+        features = turn_features(view, analysis, scored, event_scores, found.walk_scores, asked, spans)
         final = self.model.score(features, view.turn_count)
         speaker_term = self.model.weights.get(SPEAKER, 0.0) * features[SPEAKER]
         unboosted = final - speaker_term if speaker_term.any() else final
@@ -600,7 +652,8 @@ class QueryEngine:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
         order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
         refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
-        return refs, self._evidence(view, order, event_scores, found.reached, found.best_subgoal, analysis)
+        evidence = self._evidence(view, order, event_scores, found.reached, found.best_subgoal, analysis)
+        return Ranked(refs, evidence, order, features, final, asked, spans)
 
     def _evidence(self, view: MemoryView, order: np.ndarray, event_scores: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],
@@ -651,9 +704,10 @@ def shown_span(view: MemoryView, row: int, stems: set[str]) -> tuple[int, int] |
 
 
 def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[SubgoalScores],
-                  event_scores: np.ndarray, walk_scores: np.ndarray, asked: set[str]) -> dict[str, np.ndarray]:
+                  event_scores: np.ndarray, walk_scores: np.ndarray, asked: set[str],
+                  spans: list[tuple[date, date]] | None = None) -> dict[str, np.ndarray]:
     """Per candidate turn, every feature a ranking model weighs (ranking_model.FEATURES), each the most any subgoal
-    gave it."""
+    gave it. ``spans``: the question's ``question_spans`` when already resolved."""
     fused = np.max(np.vstack([s.turns for s in scored]), axis=0)
     context = np.zeros_like(fused)
     context[1:] = np.where(view.same_session_as_previous, fused[:-1], 0.0)
@@ -666,7 +720,8 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     features["asks"] = view.question_share
     features["wish"] = view.standing_wish
     features["temporal_time"] = view.has_time.astype(np.float64) if analysis.temporal else np.zeros_like(fused)
-    spans = question_spans(analysis.question, view.latest_time())
+    if spans is None:
+        spans = question_spans(analysis.question, view.latest_time())
     features["dated"] = view.dated_within(spans).astype(np.float64) if spans else np.zeros_like(fused)
     named = bool(asked) and len(asked) < len(view.speakers)
     features[SPEAKER] = np.isin(view.turn_speakers, sorted(asked)).astype(np.float64) if named else np.zeros_like(fused)

@@ -96,6 +96,10 @@ class MemoryView:
         # The time channel's turns (engine._time_channel), nearest to the question first: one more ranked list.
         self.time_hits: list[TurnKey] = []
         self._window_scores: dict[str, np.ndarray] = {}
+        # What each store search of the query returned, per channel (dense, passage, keyword, time, category, wish):
+        # (the subgoal searched, or None for a search made once per question; its hits, best first), as they came.
+        # Kept by reference for a query's explanation (retrieval/explanation.py); ranking does not read them.
+        self.search_hits: dict[str, list[tuple[str | None, Sequence[object]]]] = {}
         # Per query text, the rows found by a later passage of theirs (text/passages.py): rows, the passages'
         # similarities and indexes; and per row the passage closer than the turn's opening to any subgoal, with its
         # similarity: the passage its evidence shows.
@@ -177,6 +181,10 @@ class MemoryView:
             scores = held.max(axis=1)
         self._window_scores[text] = scores
         return scores
+
+    def scored_windows(self, text: str) -> np.ndarray | None:
+        """``window_scores`` of a text already scored, else None (computes nothing)."""
+        return self._window_scores.get(text)
 
     def label(self, scores: Mapping[TurnKey, float]) -> None:
         """Keep the rows of the turns in ``scores`` that the view holds, with their scores."""

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from compassmem.core.contracts.limits import (
     MAX_QUESTION_CHARS,
@@ -54,6 +55,11 @@ class QueryRequest(BaseModel):
     tenant: str = Field(default=DEFAULT_TENANT, pattern=TENANT_PATTERN, description="The tenant that owns the data.")
     budget_turns: BudgetTurns = Field(default=20, description="How many ranked source turns to return.")
     max_hops: Hops = Field(default=5, description="Graph walk depth from the seed events.")
+    explain: StrictBool = Field(
+        default=False, description="Also return `explanation`: for every ranked turn the channels that found it, "
+                                   "each ranking feature's value and contribution, its score and its event's path; "
+                                   "for the question its subgoals, shape, time spans and what it asks for. Computed "
+                                   "from what the ranking already holds (no second search); `true` or `false` only.")
 
     @field_validator("conversation_id", "subject_id")
     @classmethod
@@ -140,6 +146,128 @@ class EvidenceItem(BaseModel):
     cluster_id: str | None = None
 
 
+Channel = Literal["dense", "passage", "keyword", "time", "category", "wish", "window", "walk"]
+QuestionShape = Literal["when", "names-a-date", "how-long", "which-year", "list", "two-event", "other"]
+
+
+class ChannelHit(BaseModel):
+    """One channel that found or ranked a turn, with its place and score there."""
+
+    channel: Channel = Field(description=(
+        "Which list. Store searches over the whole scope (stage `search`; a turn they return is a candidate): "
+        "`dense` (nearest turns by meaning, per subgoal), `passage` (nearest passage of a long turn, per subgoal), "
+        "`keyword` (sparse keyword search of a subgoal's content words), `time` (turns said at or naming the time "
+        "the question names), `category` (turns labelled with the category an aggregating question asks for), "
+        "`wish` (turns stating a standing instruction or preference). Lists among the candidates (stage `ranking`): "
+        "`window` (BM25 over 3-turn session windows, fused into the turn's score), `walk` (the graph walk reached "
+        "the turn's event through relations)."))
+    stage: Literal["search", "ranking"] = Field(description=(
+        "`search`: a store search returned the turn itself, which made it a candidate; `ranking`: a list over the "
+        "candidates that raised its score."))
+    rank: int = Field(ge=1, description=(
+        "1-based place in that list (the best over the subgoals searched); for `walk`, the place of the turn's event "
+        "among the events the walk reached, by walk score."))
+    score: float = Field(description=(
+        "The channel's own score: cosine similarity (dense, passage, time, wish), the store's keyword score "
+        "(keyword), the label score (category), the best window's BM25 (window), the walk's score of the event "
+        "(walk)."))
+    subgoal: str | None = Field(default=None, description=(
+        "The subgoal whose search or list gave that place; null for the searches made once per question (time, "
+        "category, wish)."))
+
+
+class TurnExplanation(BaseModel):
+    """Why one ranked turn is where it is."""
+
+    conversation_id: str
+    turn_id: str
+    rank: int = Field(ge=1, description="1-based place in `turn_ids`.")
+    score: float = Field(description=(
+        "The ranking model's final score of the turn: the sum of `contributions` (within floating-point rounding)."))
+    score_rank: int = Field(ge=1, description=(
+        "1-based place among all candidates by `score` alone. It differs from `rank` where the final order moved "
+        "the turn: an aggregating question's diversity (a repeat of a turn already taken is lowered), a named "
+        "participant's hedge (the other participant's best turn keeps a top place) or the places kept for each of "
+        "two related events."))
+    candidates: int = Field(ge=1, description="How many candidate turns were ranked.")
+    channels: list[ChannelHit] = Field(description="Every channel that found or ranked the turn, searches first.")
+    found_with_event: bool = Field(description=(
+        "True when no store search returned the turn itself: it was a candidate because its event was (another of "
+        "its turns was found, or the event was one relation away from a candidate)."))
+    features: dict[str, float] = Field(description=(
+        "The ranking features of the turn with a value other than 0 (compassmem/retrieval/ranking_model.py "
+        "describes each: fused, context, event, walk, dense, *_rank, asks, wish, temporal_time, dated, speaker, "
+        "length, user_side, early, and NAME*long, the feature times the conversation's shape); a feature left out "
+        "is 0."))
+    contributions: dict[str, float] = Field(description=(
+        "weight x value of every feature that adds something to `score`, largest magnitude first; they sum to "
+        "`score`."))
+    subgoal: str = Field(description="The subgoal that gave the turn its best fused score.")
+    event_id: str = Field(description="The event holding the turn (its evidence item).")
+    event_score: float = Field(description="The event's score: search and graph walk, as in its evidence item.")
+    path: list[PathStep] = Field(description=(
+        "Relations walked from a seed event to the turn's event (empty when search found the event directly); the "
+        "same path as its evidence item's."))
+
+
+class SubgoalExplanation(BaseModel):
+    text: str = Field(description="The text searched.")
+    keywords: list[str] = Field(description="Its keyword stems.")
+    best_similarity: float = Field(description=(
+        "Cosine similarity of its nearest candidate event; below the engine's threshold (0.45 by default) the "
+        "subgoal was rewritten to its content words and searched again."))
+
+
+class AskedCategory(BaseModel):
+    synset: int = Field(description="WordNet synset offset of a sense of the category noun.")
+    name: str = Field(description="The synset's first lemma, e.g. 'activity'.")
+
+
+class DateSpan(BaseModel):
+    start: date
+    end: date = Field(description="Inclusive.")
+
+
+class QuestionExplanation(BaseModel):
+    """What the question was taken to ask (the engine's question analysis)."""
+
+    subgoals: list[SubgoalExplanation] = Field(description=(
+        "The subgoals searched, in order: the whole question first, then the two events it relates, its clauses, "
+        "each also without the times it names, and an LLM's when one is configured."))
+    shape: QuestionShape = Field(description=(
+        "The question's shape, as the recall benchmark groups questions: two-event, how-long, which-year, "
+        "names-a-date, when, list (gathers instances) or other."))
+    temporal: bool = Field(description="Asks when or how long: turns carrying a time expression are lifted.")
+    causal: bool = Field(description="Asks why or what caused.")
+    aggregate: bool = Field(description=(
+        "Gathers several instances (\"What books has ...\", \"How many ...\"): the order favours distinct turns "
+        "and sessions, and an asked category is searched by label."))
+    categories: list[AskedCategory] = Field(description=(
+        "The senses of the category the question asks for (\"What activities ...\"), most frequent first; empty "
+        "when it names none."))
+    asked_speakers: list[str] = Field(description=(
+        "The participants the question names (or means by \"I\" and \"you\" in a user-assistant chat), whose "
+        "turns are lifted."))
+    entities: list[str] = Field(description="Names the question mentions.")
+    events: list[str] = Field(description="The two events a question relates in time, each also a subgoal; else empty.")
+    time_spans: list[DateSpan] = Field(description=(
+        "The days and periods the question names, resolved against `time_reference`; turns said then or naming a "
+        "day in them get the `dated` feature."))
+    time_reference: datetime | None = Field(description=(
+        "The latest candidate turn's time, against which relative times (\"last month\") are resolved."))
+
+
+class QueryExplanation(BaseModel):
+    """Why the answer holds these turns in this order (``explain: true``)."""
+
+    question: QuestionExplanation
+    model: str = Field(description="Where the ranking model's weights came from.")
+    weights: dict[str, float] = Field(description="The ranking model's weight of each feature it weighs (not 0).")
+    conversation_shape: float = Field(description=(
+        "0 for candidates as short as chat lines, 1 for written answers: the factor of every NAME*long feature."))
+    turns: list[TurnExplanation] = Field(description="One per ranked turn, in the order of `turn_ids`.")
+
+
 class QueryResponse(BaseModel):
     turn_ids: list[str] = Field(description="Ranked source turn ids, at most budget_turns (with several "
                                             "conversations in scope, read them with turn_refs).")
@@ -149,6 +277,10 @@ class QueryResponse(BaseModel):
     subgoals: list[str]
     answer: str | None = None
     timings_ms: dict[str, float]
+    # Absent from the JSON unless asked for: a response without it is byte for byte what it was before the field.
+    explanation: QueryExplanation | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="Present only when the request set `explain: true` (see QueryExplanation).")
 
     def ranked_turns(self) -> list[tuple[TurnOut, EvidenceItem]]:
         """The ranked source turns, best first, each with the evidence event that holds it."""

@@ -37,7 +37,10 @@ router = APIRouter(route_class=TenantRoute)
                          "graph and returns ranked evidence events with their source turns, the relation path "
                          "that reached them and their resolved time anchors; plus an answer when an LLM "
                          "endpoint is configured (null otherwise, when it fails, or when the deadline passed "
-                         "before it). A query still gathering evidence after COMPASSMEM_API_QUERY_DEADLINE_S is "
+                         "before it). With explain=true the response also holds `explanation`: per ranked turn the "
+                         "channels that found it with its rank and score in each, each ranking feature's value and "
+                         "contribution to its final score, its event and relation path; for the question its "
+                         "subgoals, shape, time spans and what it asks for (without it the key is absent). A query still gathering evidence after COMPASSMEM_API_QUERY_DEADLINE_S is "
                          "answered 503.",
              responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID, **TOO_LARGE, **DEADLINE})
 async def query(body: QueryRequest, request: Request, services: Services) -> QueryResponse:
