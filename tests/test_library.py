@@ -225,4 +225,7 @@ def test_a_turn_id_names_one_turn_and_the_same_turn_again_changes_nothing(memory
     assert stored() == before
     memory.add([price, red])
     assert stored() == before
+    # A resend stamped with the time it was sent (as a client or the MCP tool may stamp it) is the same turn.
+    memory.add([red.model_copy(update={"timestamp": red.timestamp.replace(year=2030)})])
+    assert stored() == before
     memory.forget("one-id-one-turn")

@@ -1,7 +1,8 @@
 """One turn id, one turn: what every way in does with a turn whose (tenant, conversation, turn id) was given before.
 
-- The same turn again (same speaker, text with its attachments' captions, timestamp and session: what memory keeps
-  of a turn) is a replay and changes nothing, so a file ingested twice or a producer's retry leaves memory as it is.
+- The same turn again (same speaker, text with its attachments' captions and session: what was said) is a replay
+  and changes nothing, so a file ingested twice or a producer's retry leaves memory as it is. Its timestamp may
+  differ (a client or the MCP tool that stamps a resend with the time it sends it): the first one stays.
 - Another turn under that id is refused, whether memory holds the first or it came earlier in the same input:
   ``Memory.add`` raises BadRequest, ``POST /v1/turns`` answers 422, the worker writes a dead letter
   (``duplicate_turn``), a JSONL file read by ``ingest`` or ``produce`` is refused at the line.
@@ -16,13 +17,11 @@ the stores, and for the worker also its conversation state.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
-
 from compassmem.core.models import IndexedTurn, Observation, Turn
 from compassmem.sinks.vector_store import VectorStore
 
-# What memory keeps of a turn, to tell a replay from another turn under the same id.
-TurnContent = tuple[str, str, datetime, str | None]
+# What was said in a turn, to tell a replay from another turn under the same id.
+TurnContent = tuple[str, str, str | None]
 HeldTurn = Turn | IndexedTurn | Observation
 # The turn of this one's conversation and id that memory held before the input, if any.
 HeldLookup = Callable[[Turn], HeldTurn | None]
@@ -30,7 +29,7 @@ HeldLookup = Callable[[Turn], HeldTurn | None]
 
 def content_of(turn: HeldTurn) -> TurnContent:
     text = turn.indexed_text() if isinstance(turn, Turn) else turn.text
-    return turn.speaker, text, turn.timestamp, turn.session_id
+    return turn.speaker, text, turn.session_id
 
 
 class TurnIdConflict(ValueError):
