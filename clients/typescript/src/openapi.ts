@@ -15,7 +15,7 @@ export interface paths {
         put?: never;
         /**
          * Answer a question from the memory of one conversation, several, a subject's, or all
-         * @description Searches one conversation (conversation_id), several (conversation_ids), every conversation about one subject (subject_id) or the whole tenant (all_conversations); results rank across them and every evidence item names its conversation. Decomposes the question into subgoals (at most 8: the whole question, then its clauses, then an LLM's), seeds each from hybrid search, walks the event graph and returns ranked evidence events with their source turns, the relation path that reached them and their resolved time anchors; plus an answer when an LLM endpoint is configured (null otherwise, when it fails, or when the deadline passed before it). A query still gathering evidence after COMPASSMEM_API_QUERY_DEADLINE_S is answered 503.
+         * @description Searches one conversation (conversation_id), several (conversation_ids), every conversation about one subject (subject_id) or the whole tenant (all_conversations); results rank across them and every evidence item names its conversation. Decomposes the question into subgoals (at most 8: the whole question, then its clauses, then an LLM's), seeds each from hybrid search, walks the event graph and returns ranked evidence events with their source turns, the relation path that reached them and their resolved time anchors; plus an answer when an LLM endpoint is configured (null otherwise, when it fails, or when the deadline passed before it). With explain=true the response also holds `explanation`: per ranked turn the channels that found it with its rank and score in each, each ranking feature's value and contribution to its final score, its event and relation path; for the question its subgoals, shape, time spans and what it asks for (without it the key is absent). A query still gathering evidence after COMPASSMEM_API_QUERY_DEADLINE_S is answered 503.
          */
         post: operations["query_v1_query_post"];
         delete?: never;
@@ -279,6 +279,19 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** AskedCategory */
+        AskedCategory: {
+            /**
+             * Synset
+             * @description WordNet synset offset of a sense of the category noun.
+             */
+            synset: number;
+            /**
+             * Name
+             * @description The synset's first lemma, e.g. 'activity'.
+             */
+            name: string;
+        };
         /**
          * Attachment
          * @description Something shared with a turn, e.g. an image; only its caption is memory.
@@ -300,6 +313,39 @@ export interface components {
              * @description Where it lives: at most 2048 characters, no control characters.
              */
             url?: string | null;
+        };
+        /**
+         * ChannelHit
+         * @description One channel that found or ranked a turn, with its place and score there.
+         */
+        ChannelHit: {
+            /**
+             * Channel
+             * @description Which list. Store searches over the whole scope (stage `search`; a turn they return is a candidate): `dense` (nearest turns by meaning, per subgoal), `passage` (nearest passage of a long turn, per subgoal), `keyword` (sparse keyword search of a subgoal's content words), `time` (turns said at or naming the time the question names), `category` (turns labelled with the category an aggregating question asks for), `wish` (turns stating a standing instruction or preference). Lists among the candidates (stage `ranking`): `window` (BM25 over 3-turn session windows, fused into the turn's score), `walk` (the graph walk reached the turn's event through relations).
+             * @enum {string}
+             */
+            channel: "dense" | "passage" | "keyword" | "time" | "category" | "wish" | "window" | "walk";
+            /**
+             * Stage
+             * @description `search`: a store search returned the turn itself, which made it a candidate; `ranking`: a list over the candidates that raised its score.
+             * @enum {string}
+             */
+            stage: "search" | "ranking";
+            /**
+             * Rank
+             * @description 1-based place in that list (the best over the subgoals searched); for `walk`, the place of the turn's event among the events the walk reached, by walk score.
+             */
+            rank: number;
+            /**
+             * Score
+             * @description The channel's own score: cosine similarity (dense, passage, time, wish), the store's keyword score (keyword), the label score (category), the best window's BM25 (window), the walk's score of the event (walk).
+             */
+            score: number;
+            /**
+             * Subgoal
+             * @description The subgoal whose search or list gave that place; null for the searches made once per question (time, category, wish).
+             */
+            subgoal?: string | null;
         };
         /** ConversationPage */
         ConversationPage: {
@@ -348,6 +394,20 @@ export interface components {
             subject_ids: string[];
             /** Participants */
             participants: string[];
+        };
+        /** DateSpan */
+        DateSpan: {
+            /**
+             * Start
+             * Format: date
+             */
+            start: string;
+            /**
+             * End
+             * Format: date
+             * @description Inclusive.
+             */
+            end: string;
         };
         /** DeleteResult */
         DeleteResult: {
@@ -662,6 +722,35 @@ export interface components {
             adjacency: boolean;
         };
         /**
+         * QueryExplanation
+         * @description Why the answer holds these turns in this order (``explain: true``).
+         */
+        QueryExplanation: {
+            question: components["schemas"]["QuestionExplanation"];
+            /**
+             * Model
+             * @description Where the ranking model's weights came from.
+             */
+            model: string;
+            /**
+             * Weights
+             * @description The ranking model's weight of each feature it weighs (not 0).
+             */
+            weights: {
+                [key: string]: number;
+            };
+            /**
+             * Conversation Shape
+             * @description 0 for candidates as short as chat lines, 1 for written answers: the factor of every NAME*long feature.
+             */
+            conversation_shape: number;
+            /**
+             * Turns
+             * @description One per ranked turn, in the order of `turn_ids`.
+             */
+            turns: components["schemas"]["TurnExplanation"][];
+        };
+        /**
          * QueryRequest
          * @description A question and where to look: exactly one of ``conversation_id``, ``conversation_ids``, ``subject_id`` or
          *     ``all_conversations``, always within one tenant.
@@ -669,7 +758,7 @@ export interface components {
         QueryRequest: {
             /**
              * Conversation Id
-             * @description Search one conversation. 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones).
+             * @description Search one conversation. 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'.
              */
             conversation_id?: string | null;
             /**
@@ -711,6 +800,12 @@ export interface components {
              * @default 5
              */
             max_hops: number;
+            /**
+             * Explain
+             * @description Also return `explanation`: for every ranked turn the channels that found it, each ranking feature's value and contribution, its score and its event's path; for the question its subgoals, shape, time spans and what it asks for. Computed from what the ranking already holds (no second search); `true` or `false` only.
+             * @default false
+             */
+            explain: boolean;
         };
         /** QueryResponse */
         QueryResponse: {
@@ -734,6 +829,70 @@ export interface components {
             timings_ms: {
                 [key: string]: number;
             };
+            /** @description Present only when the request set `explain: true` (see QueryExplanation). */
+            explanation?: components["schemas"]["QueryExplanation"] | null;
+        };
+        /**
+         * QuestionExplanation
+         * @description What the question was taken to ask (the engine's question analysis).
+         */
+        QuestionExplanation: {
+            /**
+             * Subgoals
+             * @description The subgoals searched, in order: the whole question first, then the two events it relates, its clauses, each also without the times it names, and an LLM's when one is configured.
+             */
+            subgoals: components["schemas"]["SubgoalExplanation"][];
+            /**
+             * Shape
+             * @description The question's shape, as the recall benchmark groups questions: two-event, how-long, which-year, names-a-date, when, list (gathers instances) or other.
+             * @enum {string}
+             */
+            shape: "when" | "names-a-date" | "how-long" | "which-year" | "list" | "two-event" | "other";
+            /**
+             * Temporal
+             * @description Asks when or how long: turns carrying a time expression are lifted.
+             */
+            temporal: boolean;
+            /**
+             * Causal
+             * @description Asks why or what caused.
+             */
+            causal: boolean;
+            /**
+             * Aggregate
+             * @description Gathers several instances ("What books has ...", "How many ..."): the order favours distinct turns and sessions, and an asked category is searched by label.
+             */
+            aggregate: boolean;
+            /**
+             * Categories
+             * @description The senses of the category the question asks for ("What activities ..."), most frequent first; empty when it names none.
+             */
+            categories: components["schemas"]["AskedCategory"][];
+            /**
+             * Asked Speakers
+             * @description The participants the question names (or means by "I" and "you" in a user-assistant chat), whose turns are lifted.
+             */
+            asked_speakers: string[];
+            /**
+             * Entities
+             * @description Names the question mentions.
+             */
+            entities: string[];
+            /**
+             * Events
+             * @description The two events a question relates in time, each also a subgoal; else empty.
+             */
+            events: string[];
+            /**
+             * Time Spans
+             * @description The days and periods the question names, resolved against `time_reference`; turns said then or naming a day in them get the `dated` feature.
+             */
+            time_spans: components["schemas"]["DateSpan"][];
+            /**
+             * Time Reference
+             * @description The latest candidate turn's time, against which relative times ("last month") are resolved.
+             */
+            time_reference: string | null;
         };
         /** RedactResult */
         RedactResult: {
@@ -833,6 +992,24 @@ export interface components {
             /** Settings */
             settings: components["schemas"]["SettingInForce"][];
         };
+        /** SubgoalExplanation */
+        SubgoalExplanation: {
+            /**
+             * Text
+             * @description The text searched.
+             */
+            text: string;
+            /**
+             * Keywords
+             * @description Its keyword stems.
+             */
+            keywords: string[];
+            /**
+             * Best Similarity
+             * @description Cosine similarity of its nearest candidate event; below the engine's threshold (0.45 by default) the subgoal was rewritten to its content words and searched again.
+             */
+            best_similarity: number;
+        };
         /** TemporalInfo */
         TemporalInfo: {
             /**
@@ -895,17 +1072,17 @@ export interface components {
             tenant: string;
             /**
              * Conversation Id
-             * @description The conversation: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones).
+             * @description The conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'.
              */
             conversation_id: string;
             /**
              * Turn Id
-             * @description Unique within the conversation: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones).
+             * @description Unique within the conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'.
              */
             turn_id: string;
             /**
              * Speaker
-             * @description Who said it: 1-100 characters, not blank, no control characters and no invisible format characters (zero-width, bidi controls); stored NFKC-normalised.
+             * @description Who said it: 1-100 characters, not blank, no control characters, no invisible characters (zero-width, bidi controls, fillers, variation selectors) and no word mixing Latin, Cyrillic or Greek letters; stored NFKC-normalised with each run of whitespace one space and none at either end.
              */
             speaker: string;
             /**
@@ -921,12 +1098,12 @@ export interface components {
             timestamp: string;
             /**
              * Session Id
-             * @description Optional session: at most 128 characters, no control or invisible format characters; stored NFKC-normalised.
+             * @description Optional session, an id: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'.
              */
             session_id?: string | null;
             /**
              * Subject Id
-             * @description Optional: the customer, user or account the conversation is about, so that memory can be queried across all of that subject's conversations: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones).
+             * @description Optional: the customer, user or account the conversation is about, so that memory can be queried across all of that subject's conversations: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'.
              */
             subject_id?: string | null;
             /**
@@ -941,6 +1118,80 @@ export interface components {
             metadata?: {
                 [key: string]: unknown;
             };
+        };
+        /**
+         * TurnExplanation
+         * @description Why one ranked turn is where it is.
+         */
+        TurnExplanation: {
+            /** Conversation Id */
+            conversation_id: string;
+            /** Turn Id */
+            turn_id: string;
+            /**
+             * Rank
+             * @description 1-based place in `turn_ids`.
+             */
+            rank: number;
+            /**
+             * Score
+             * @description The ranking model's final score of the turn: the sum of `contributions` (within floating-point rounding).
+             */
+            score: number;
+            /**
+             * Score Rank
+             * @description 1-based place among all candidates by `score` alone. It differs from `rank` where the final order moved the turn: an aggregating question's diversity (a repeat of a turn already taken is lowered), a named participant's hedge (the other participant's best turn keeps a top place) or the places kept for each of two related events.
+             */
+            score_rank: number;
+            /**
+             * Candidates
+             * @description How many candidate turns were ranked.
+             */
+            candidates: number;
+            /**
+             * Channels
+             * @description Every channel that found or ranked the turn, searches first.
+             */
+            channels: components["schemas"]["ChannelHit"][];
+            /**
+             * Found With Event
+             * @description True when no store search returned the turn itself: it was a candidate because its event was (another of its turns was found, or the event was one relation away from a candidate).
+             */
+            found_with_event: boolean;
+            /**
+             * Features
+             * @description The ranking features of the turn with a value other than 0 (compassmem/retrieval/ranking_model.py describes each: fused, context, event, walk, dense, *_rank, asks, wish, temporal_time, dated, speaker, length, user_side, early, and NAME*long, the feature times the conversation's shape); a feature left out is 0.
+             */
+            features: {
+                [key: string]: number;
+            };
+            /**
+             * Contributions
+             * @description weight x value of every feature that adds something to `score`, largest magnitude first; they sum to `score`.
+             */
+            contributions: {
+                [key: string]: number;
+            };
+            /**
+             * Subgoal
+             * @description The subgoal that gave the turn its best fused score.
+             */
+            subgoal: string;
+            /**
+             * Event Id
+             * @description The event holding the turn (its evidence item).
+             */
+            event_id: string;
+            /**
+             * Event Score
+             * @description The event's score: search and graph walk, as in its evidence item.
+             */
+            event_score: number;
+            /**
+             * Path
+             * @description Relations walked from a seed event to the turn's event (empty when search found the event directly); the same path as its evidence item's.
+             */
+            path: components["schemas"]["PathStep"][];
         };
         /** TurnOut */
         TurnOut: {
@@ -1153,7 +1404,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description An event id, as returned in evidence: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones). */
+                /** @description An event id, as returned in evidence: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
                 event_id: string;
             };
             cookie?: never;
@@ -1215,7 +1466,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The conversation: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones). */
+                /** @description The conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
                 conversation_id: string;
             };
             cookie?: never;
@@ -1387,7 +1638,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The conversation: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones). */
+                /** @description The conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
                 conversation_id: string;
             };
             cookie?: never;
@@ -1453,7 +1704,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The conversation: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones). */
+                /** @description The conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
                 conversation_id: string;
             };
             cookie?: never;
@@ -1518,7 +1769,7 @@ export interface operations {
                 "last-event-id"?: string | null;
             };
             path: {
-                /** @description The conversation: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones). */
+                /** @description The conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
                 conversation_id: string;
             };
             cookie?: never;
@@ -1571,7 +1822,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description The conversation: 1-128 printable characters (Python str.isprintable; no invisible format characters such as zero-width or bidi controls), not blank, without '/' and other than '.' and '..'; stored NFKC-normalised (fullwidth letters as plain ones). */
+                /** @description The conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
                 conversation_id: string;
                 /** @description The turn id, as the turn was sent. */
                 turn_id: string;
