@@ -27,6 +27,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "examples" / "sample_conversation.jsonl"
 SCREENSHOT = REPO / "results" / "explorer.png"
+EXPLAIN_SCREENSHOT = REPO / "results" / "explain.png"
 DEV_CONVERSATION = "conv-26"
 KEY = "explorer-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -214,6 +215,48 @@ def test_asking_highlights_the_evidence_and_lists_the_ranked_turns_in_order(open
     highlighted = page.evaluate("() => window.compassmemExplorer.graph.cy.nodes('.evidence').length")
     assert highlighted >= 1 and int(page.get_attribute("#graph", "data-highlighted")) >= 1
     assert "total" in page.inner_text("#ask-timings")
+    assert not page.js_errors
+
+
+def test_why_this_turn_shows_its_channels_contributions_and_path(open_page: Any, dev: dict[str, Any]) -> None:
+    """The Ask panel asks with explain: each ranked turn has a collapsed "why this turn?" that opens on the
+    channels with their ranks, the largest feature contributions and the path, as the API explains them. Saves
+    results/explain.png (docs/explain.png is one of these)."""
+    question = "Why was the Atlas launch moved, and when did it finally launch?"
+    page = open_page(conversation="priya-tom")
+    _wait_for_graph(page, "priya-tom")
+    page.click("#tab-ask")
+    page.fill("#question", question)
+    page.fill("#budget", "8")
+    page.click("#ask-button")
+    page.wait_for_selector("#ranked-turns li details.why")
+    answer = httpx.post(f"{dev['url']}/v1/query", headers=AUTH, timeout=30,
+                        json={"conversation_id": "priya-tom", "question": question, "budget_turns": 8,
+                              "explain": True}).json()
+    explained = answer["explanation"]["turns"]
+    listed = page.eval_on_selector_all("#ranked-turns details.why", "items => items.map(i => i.dataset.turnId)")
+    assert listed == answer["turn_ids"] == [t["turn_id"] for t in explained]
+    first = explained[0]
+    why = page.locator(f'#ranked-turns details.why[data-turn-id="{first["turn_id"]}"]')
+    assert why.get_attribute("open") is None and not why.locator(".why-channels").is_visible()
+    why.locator("summary").click()
+    assert why.get_attribute("open") is not None and why.locator(".why-channels").is_visible()
+    channels = why.locator(".why-channels [data-channel]")
+    assert channels.evaluate_all("items => items.map(i => i.dataset.channel)") == [c["channel"]
+                                                                                  for c in first["channels"]]
+    for index, channel in enumerate(first["channels"]):
+        assert f"#{channel['rank']}" in channels.nth(index).inner_text()
+    shown = why.locator(".why-features tbody tr td:first-child").all_inner_texts()
+    assert shown == list(first["contributions"])[:5]
+    assert f"score {first['score']:.3f}" in why.inner_text()
+    assert why.locator(".why-path").count() == 1
+    assert page.locator("#question-why").count() == 1
+    why.scroll_into_view_if_needed()
+    page.wait_for_timeout(400)  # the zoom onto the path
+    EXPLAIN_SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(EXPLAIN_SCREENSHOT))
+    print(f"\nscreenshot: {EXPLAIN_SCREENSHOT}")
+    assert EXPLAIN_SCREENSHOT.stat().st_size > 10_000
     assert not page.js_errors
 
 

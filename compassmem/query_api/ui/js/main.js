@@ -278,7 +278,7 @@ async function ask(event) {
   button.textContent = "Asking…";
   try {
     const response = await state.api.post("/v1/query", { conversation_id: state.conversationId,
-      question: $("question").value, budget_turns: Number($("budget").value) });
+      question: $("question").value, budget_turns: Number($("budget").value), explain: true });
     highlight(response);
   } catch (error) {
     reportError(error);
