@@ -70,35 +70,36 @@ def explain_turns(view: MemoryView, order: np.ndarray, scored: Sequence[Scored],
     if not rows:
         return []
     found = _search_channels(view, rows)
-    names = list(features)
-    values = np.vstack([features[name][rows] for name in names])  # feature x explained turn
-    weighted = [(name, weight) for name, weight in model.weights.items() if weight]
-    weights = np.asarray([weight for _, weight in weighted], dtype=np.float64)
-    contributions = weights[:, None] * np.vstack([features[name][rows] for name, _ in weighted]) if weighted \
+    ranked = _ranking_channels(view, rows, scored, walk_scores, best_subgoal)
+    # Feature x explained turn, only the features some explained turn has (a chat's NAME*long terms are all 0).
+    every = list(features)
+    values = np.vstack([features[name][rows] for name in every])
+    held = np.any(values != 0, axis=1)
+    names = [name for name, kept in zip(every, held.tolist(), strict=True) if kept]
+    values = values[held]
+    weighted = [(name, weight) for name, weight in model.weights.items() if weight and name in set(names)]
+    contributions = (np.asarray([weight for _, weight in weighted])[:, None]
+                     * np.vstack([features[name][rows] for name, _ in weighted])) if weighted \
         else np.zeros((0, len(rows)))
     by_score = np.empty(len(final), dtype=np.int64)
     by_score[np.argsort(-final, kind="stable")] = np.arange(len(final))
-    subgoal_turns = np.vstack([s.turns[rows] for s in scored])
+    best_subgoals = np.argmax(np.vstack([s.turns[rows] for s in scored]), axis=0).tolist()
     paths = {item.event_id: item.path for item in evidence}
-    walked = np.sort(walk_scores[walk_scores > 0])[::-1]
+    value_columns, contribution_columns = values.T.tolist(), contributions.T.tolist()
     explained = []
     for index, row in enumerate(rows):
         event_id = view.turn_event_ids[row]
         event_row = int(view.turn_event[row])
-        channels = found.get(row, [])
-        searched = bool(channels)
-        channels = [*channels, *_ranking_channels(view, row, scored, walk_scores, event_row, walked,
-                                                  best_subgoal.get(event_id))]
-        column = values[:, index].tolist()
-        added = sorted(((name, c) for (name, _), c in zip(weighted, contributions[:, index].tolist(), strict=True)
-                        if c), key=lambda item: -abs(item[1]))
+        searched = found.get(row, [])
+        added = sorted(((name, c) for (name, _), c in zip(weighted, contribution_columns[index], strict=True) if c),
+                       key=lambda item: -abs(item[1]))
         explained.append(TurnExplanation(
             conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row], rank=index + 1,
             score=float(final[row]), score_rank=int(by_score[row]) + 1, candidates=len(final),
-            channels=channels, found_with_event=not searched,
-            features={name: value for name, value in zip(names, column, strict=True) if value},
+            channels=[*searched, *ranked[index]], found_with_event=not searched,
+            features={name: value for name, value in zip(names, value_columns[index], strict=True) if value},
             contributions=dict(added),
-            subgoal=scored[int(np.argmax(subgoal_turns[:, index]))].text,
+            subgoal=scored[best_subgoals[index]].text,
             event_id=event_id,
             event_score=round(float(event_scores[event_row]), 4) if event_row >= 0 else 0.0,
             path=paths[event_id] if event_id in paths else (reached[event_id].path if event_id in reached else [])))
@@ -132,24 +133,34 @@ def _search_channels(view: MemoryView, rows: Sequence[int]) -> dict[int, list[Ch
     return {row: [held[c] for c in SEARCH_CHANNELS if c in held] for row, held in best.items()}
 
 
-def _ranking_channels(view: MemoryView, row: int, scored: Sequence[Scored], walk_scores: np.ndarray, event_row: int,
-                      walked: np.ndarray, walk_subgoal: str | None) -> list[ChannelHit]:
-    """The lists among the candidates that raised a turn's score and no search stands for: the BM25 windows and the
-    graph walk."""
-    channels = []
-    places = [float(s.channels["window_rank"][row]) for s in scored]
-    best = int(np.argmax(places))
-    if places[best] > 0:
-        text = scored[best].text
-        windows = [w for w in (view.scored_windows(text), view.scored_windows(keyword_query(text) or text))
-                   if w is not None]
-        channels.append(ChannelHit(channel="window", stage="ranking", rank=_place(places[best]),
-                                   score=max((float(w[row]) for w in windows), default=0.0), subgoal=text))
-    if event_row >= 0 and walk_scores[event_row] > 0:
-        score = float(walk_scores[event_row])
-        channels.append(ChannelHit(channel="walk", stage="ranking", rank=int(np.sum(walked > score)) + 1,
-                                   score=score, subgoal=walk_subgoal))
-    return channels
+def _ranking_channels(view: MemoryView, rows: Sequence[int], scored: Sequence[Scored], walk_scores: np.ndarray,
+                      best_subgoal: Mapping[str, str]) -> list[list[ChannelHit]]:
+    """Per explained row, the lists among the candidates that raised its score and no search stands for: the BM25
+    windows (the best place over the subgoals) and the graph walk (its event's place among the walked events)."""
+    places = np.vstack([s.channels["window_rank"][rows] for s in scored])  # subgoal x explained turn
+    best = np.argmax(places, axis=0).tolist()
+    windows: dict[int, list[np.ndarray]] = {}
+    walked = np.sort(walk_scores[walk_scores > 0])
+    explained = []
+    for index, row in enumerate(rows):
+        channels = []
+        place = float(places[best[index], index])
+        if place > 0:
+            text = scored[best[index]].text
+            if best[index] not in windows:
+                windows[best[index]] = [w for w in (view.scored_windows(text),
+                                                    view.scored_windows(keyword_query(text) or text)) if w is not None]
+            channels.append(ChannelHit(channel="window", stage="ranking", rank=_place(place),
+                                       score=max((float(w[row]) for w in windows[best[index]]), default=0.0),
+                                       subgoal=text))
+        event_row = int(view.turn_event[row])
+        if event_row >= 0 and walk_scores[event_row] > 0:
+            score = float(walk_scores[event_row])
+            higher = len(walked) - int(np.searchsorted(walked, score, side="right"))
+            channels.append(ChannelHit(channel="walk", stage="ranking", rank=higher + 1, score=score,
+                                       subgoal=best_subgoal.get(view.turn_event_ids[row])))
+        explained.append(channels)
+    return explained
 
 
 def _place(rank_feature: float) -> int:
