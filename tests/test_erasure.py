@@ -117,6 +117,19 @@ def test_compact_purges_what_earlier_erasures_left_on_disk(tmp_path: Path) -> No
         assert memory.conversations().conversations[0].conversation_id == "lisbon"
 
 
+def test_deleting_a_tenant_compacts_too(tmp_path: Path) -> None:
+    """``Memory.delete_tenant`` with COMPASSMEM_COMPACT_AFTER_ERASURE, as ``redact_turn`` and ``forget`` above."""
+    word = canary()
+    settings = library_settings(tmp_path / "data").model_copy(update={"compact_after_erasure": True})
+    with Memory(settings) as memory:
+        memory.add(said("router", f"The router {word} drops the wifi every evening.", tenant="acme"))
+        memory.add(said("lisbon", "We moved the Lisbon trip to May."))
+        assert files_holding(settings.data_dir, word)[word]
+        assert memory.delete_tenant("acme").events_deleted > 0
+        assert files_holding(settings.data_dir, word) == {word: []}
+        assert memory.conversations().conversations[0].conversation_id == "lisbon"
+
+
 # -- an interrupted compaction ----------------------------------------------------------------------------------
 
 
@@ -188,6 +201,27 @@ def test_compaction_on_a_falkordb_server_of_its_own(tmp_path: Path, event_builde
             server.rewrite_aof()  # what the server's own compaction would do: the telemetry keeps the words
             assert files_holding(server.data_dir, word)[word]
             store.compact()
+            assert files_holding(server.data_dir, word)[word] == []
+            assert store.conversation_graph("default", "c2").number_of_nodes() == 1
+        finally:
+            store.close()
+
+
+def test_compaction_rewrites_the_rdb_snapshot_of_a_server_that_keeps_one(
+        tmp_path: Path, event_builder: Callable[..., object]) -> None:
+    """A FalkorDB server with ``save`` points keeps the graph in ``dump.rdb`` too: compaction writes a new one."""
+    word = canary()
+    with EmbeddedFalkorDB(tmp_path / "falkordb") as server:
+        client = server.redis_client()
+        client.config_set("save", "3600 1")
+        store = FalkorDBGraphStore.from_url(server.url)
+        try:
+            store.upsert_events([event_builder("c1", 1, summary=f"about {word}"), event_builder("c2", 1)])
+            client.save()
+            assert word.lower().encode() in (server.data_dir / "dump.rdb").read_bytes().lower()
+            store.delete_conversation("default", "c1")
+            store.compact()
+            assert word.lower().encode() not in (server.data_dir / "dump.rdb").read_bytes().lower()
             assert files_holding(server.data_dir, word)[word] == []
             assert store.conversation_graph("default", "c2").number_of_nodes() == 1
         finally:

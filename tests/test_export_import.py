@@ -28,6 +28,7 @@ from compassmem.processors.relations import make_relation
 from compassmem.sinks import event_payload as layout
 from compassmem.sinks.batching import turn_keyword_vector
 from compassmem.sinks.vector_store import STANDING_WISH_MARK, HitSearch, TurnHit
+from compassmem.transfer.files import reading
 from compassmem.transfer.importer import import_memory
 from compassmem.transfer.records import Counts, ExportFormatError, ImportFailed, ImportRefused
 
@@ -348,6 +349,10 @@ def _repeat_a_turn(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (_edit("turn", _set("session_id", "session 1")), r"turn.session_id: .*U\+0020 \(SPACE\)"),
     (_edit("event", _set("event_id", "e\u200b1")), r"event.event_id: .*U\+200B"),
     (_edit("turn", _set("speaker", "\u0410nn")), "turn.speaker: must not mix letters of the Cyrillic and Latin"),
+    # No string anywhere over what a stored turn may hold (141 KiB).
+    (_edit("event", _set("summary", "x" * 150_000)), "event.summary: is 150000 bytes; the limit is 144544 bytes"),
+    # A turn's event must hold it.
+    (_edit("turn", _set("event_id", "ghost")), "event '.*' holds turn '.*', which line [0-9]+ gives to event 'ghost'"),
 ])
 def test_a_bad_record_anywhere_is_named_and_nothing_is_written(
         trio_file: Path, tmp_path: Path, embedder: Embedder, edit: Any, message: str) -> None:
@@ -449,6 +454,100 @@ def test_an_export_refuses_what_an_import_would_refuse(tmp_path: Path, embedder:
                                                     "which an import would refuse .turn.embedding: holds NaN"):
             memory.export(backup, tenant=OTHER_TENANT)
         assert not backup.exists()
+
+
+@pytest.mark.parametrize(("centroid", "message"), [
+    (lambda c: [float("nan"), *c[1:]], "cluster.centroid: holds NaN"),
+    (lambda c: c[:3], "cluster.centroid: has 3 dimensions; the file's header says 384"),
+    (lambda c: [0.0] * len(c), "cluster.centroid: has norm 0; a topic's centroid has a norm above 0 and at most 1"),
+    (lambda c: [2 * x for x in c], "cluster.centroid: has norm 2; a topic's centroid has a norm above 0 and at most 1"),
+])
+def test_a_topics_centroid_is_finite_of_the_headers_dimension_and_of_norm_above_0_and_at_most_1(
+        exported: dict[str, Path], tmp_path: Path, embedder: Embedder, centroid: Any, message: str) -> None:
+    lines = records_of(exported["default"])
+    cluster = next(line["cluster"] for line in lines if line["kind"] == "cluster")
+    cluster["centroid"] = centroid(cluster["centroid"])
+    with open_memory(tmp_path / "data", embedder) as target:
+        with pytest.raises(ExportFormatError, match=f"line [0-9]+: {message}"):
+            target.import_(as_file(lines))
+        assert target.stores.vectors.count("default") == 0
+
+
+def _twice(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Conversation 'first' again after the others, the end line counting it."""
+    block = lines[1:next(i for i, line in enumerate(lines) if line["kind"] == "conversation") + 1]
+    lines[-1]["conversations"] += 1
+    return [*lines[:-1], *json.loads(json.dumps(block)), lines[-1]]
+
+
+def _event_of_another_conversation(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    lines[in_conversation(lines, "second", "event")]["event"]["event_id"] = \
+        lines[in_conversation(lines, "first", "event")]["event"]["event_id"]
+    return lines
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (_twice, r"conversation 'first' again \(line [0-9]+ closed it\)"),
+    (_event_of_another_conversation, "event '.*' again, in another conversation"),
+])
+def test_an_id_of_another_conversation_or_a_conversation_twice_is_refused(
+        trio_file: Path, tmp_path: Path, embedder: Embedder, edit: Any, message: str) -> None:
+    with open_memory(tmp_path / "data", embedder) as target:
+        with pytest.raises(ExportFormatError, match=f"line [0-9]+: {message}"):
+            target.import_(as_file(edit(records_of(trio_file))))
+        assert stored_of_trio(target) == 0
+
+
+def test_bytes_that_are_not_utf8_are_refused_naming_their_line(trio_file: Path, tmp_path: Path,
+                                                                embedder: Embedder) -> None:
+    lines = trio_file.read_bytes().splitlines(keepends=True)
+    lines[4] = lines[4].replace(b'"', b'"\xff', 1)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(b"".join(lines))
+    with open_memory(tmp_path / "data", embedder) as target:
+        with pytest.raises(ExportFormatError, match="line ([0-9]+) or soon after: not UTF-8 text") as refused:
+            target.import_(broken)
+        assert stored_of_trio(target) == 0
+    # A text stream decodes a block at a time: the line named is the bad byte's or one a little before it.
+    assert 1 <= int(refused.value.args[0].split()[1]) <= 5
+
+
+class _ChangedOnSecondRead(io.StringIO):
+    """A file that another process rewrites between the import's two passes (the import seeks back for the second)."""
+
+    def __init__(self, first: str, second: str) -> None:
+        super().__init__(first)
+        self._second: str | None = second
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        if self._second is not None:
+            text, self._second = self._second, None
+            super().seek(0)
+            self.truncate()
+            self.write(text)
+        return super().seek(position, whence)
+
+
+def test_a_file_that_changes_between_the_two_passes_is_refused(trio_file: Path, tmp_path: Path,
+                                                                embedder: Embedder) -> None:
+    original = trio_file.read_text()
+    lines = records_of(trio_file)
+    lines[in_conversation(lines, "second", "turn")]["turn"]["text"] = "Words the first pass never read."
+    with open_memory(tmp_path / "data", embedder) as target:
+        with pytest.raises(ImportFailed, match="the file changed while it was being imported"):
+            target.import_(_ChangedOnSecondRead(original, as_file(lines).getvalue()))
+        assert stored_of_trio(target) == 0
+
+
+def test_an_import_from_a_pipe_reads_an_unnamed_copy_deleted_when_it_ends() -> None:
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"kind": "header"}\n')
+    os.close(write_end)
+    with open(read_end, encoding="utf-8") as pipe, reading(pipe) as copy:
+        assert not pipe.seekable() and copy is not pipe
+        assert os.fstat(copy.fileno()).st_nlink == 0  # no name in any directory
+        assert copy.read() == '{"kind": "header"}\n'
+    assert copy.closed  # and with its last descriptor closed, its blocks are freed
 
 
 # -- the passages of long turns ------------------------------------------------------------------------------------
