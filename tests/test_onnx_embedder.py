@@ -5,6 +5,7 @@ build their own."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
@@ -214,6 +215,31 @@ def test_the_cache_key_follows_the_weights(tmp_path: Path) -> None:
         handle.write(b"\x00\x01\x02\x03")
     assert cache_file(tmp_path, str(copy), copy) != before
     assert before.name.startswith("my-model-") and before.parent == tmp_path
+
+
+@pytest.mark.parametrize(("config", "modes"), [
+    # sentence-transformers 5 writes one name; before, one flag per mode (none set reads as mean).
+    ({"word_embedding_dimension": 384, "pooling_mode": "mean", "include_prompt": True}, ["mean"]),
+    ({"pooling_mode": ["mean"]}, ["mean"]),
+    ({"pooling_mode_cls_token": False, "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": False}, ["mean"]),
+    ({"word_embedding_dimension": 384}, ["mean"]),
+    # The name wins over flags, as sentence-transformers reads it.
+    ({"pooling_mode": "mean", "pooling_mode_cls_token": True}, ["mean"]),
+    ({"pooling_mode": "cls"}, ["cls"]),
+    ({"pooling_mode": ["mean", "max"]}, ["mean", "max"]),
+    ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, ["cls"]),
+    ({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}, ["max", "mean"]),
+    ({"pooling_mode": "lasttoken"}, ["lasttoken"]),
+])
+def test_the_pooling_config_is_read_in_both_spellings(tmp_path: Path, config: dict, modes: list[str]) -> None:
+    assert sorted(onnx_embedding.pooling_modes(config)) == sorted(modes)
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    if modes == ["mean"]:
+        onnx_embedding.check_mean_pooling(tmp_path)
+    else:
+        with pytest.raises(OnnxModelError, match="mean pooling only.*COMPASSMEM_EMBEDDER=torch"):
+            onnx_embedding.check_mean_pooling(tmp_path)
 
 
 def test_a_model_that_is_no_local_folder_is_refused() -> None:

