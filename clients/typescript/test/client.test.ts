@@ -120,8 +120,11 @@ describe("typed errors", () => {
     assert.match(missing.detail ?? "", /no memory for conversation 'nobody'/);
     await rejection(client.graph("nobody"), NotFound);
     await rejection(client.events("nobody"), NotFound);
-    const odd = await rejection(client.graph("what?#now %2F"), NotFound);
-    assert.match(odd.detail ?? "", /what\?#now %2F/);
+    // The whole id reaches the server ('?' and '#' do not cut the path), which refuses it by the id rule.
+    const odd = await rejection(client.graph("what?#now %2F"), BadRequest);
+    assert.match(JSON.stringify(odd.errors), /'\?' U\+003F \(QUESTION MARK\) at position 4/);
+    const plain = await rejection(client.graph("no+such:id@x"), NotFound);
+    assert.match(plain.detail ?? "", /no\+such:id@x/);
   });
 
   it("an unreachable server and a timeout are Unavailable", async () => {
