@@ -32,9 +32,19 @@ from pydantic import StringConstraints, TypeAdapter, validate_call
 
 from compassmem.core.config import Settings
 from compassmem.core.contracts.commands import Command, ForgetCommand, RedactCommand, SettingValue
-from compassmem.core.contracts.limits import CursorText, GraphNodes, PageSize, SearchText
+from compassmem.core.contracts.limits import (
+    Confidence,
+    CursorText,
+    GraphFocus,
+    GraphNodes,
+    GraphTopics,
+    OverviewLinks,
+    PageSize,
+    SearchText,
+)
 from compassmem.core.contracts.query import QueryRequest, QueryResponse
 from compassmem.core.contracts.records import (
+    ConversationOverview,
     ConversationPage,
     DeleteResult,
     EventOut,
@@ -52,6 +62,7 @@ from compassmem.core.models import (
     DEFAULT_TENANT,
     TENANT_PATTERN,
     Event,
+    RelationType,
     Turn,
     TurnInput,
     check_id,
@@ -62,6 +73,7 @@ from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, P
 from compassmem.write.redaction import redact_stored_turn
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds, stored_lookup
 from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
+from compassmem.retrieval.graph_views import conversation_overview, focused_graph
 from compassmem.retrieval.hot_tier import HotTier
 from compassmem.retrieval.listing import (
     ConversationOrder,
@@ -375,14 +387,38 @@ class Memory:
 
     @validate_call
     def graph(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, max_nodes: GraphNodes | None = None,
-              since: datetime | None = None) -> LimitedConversationGraph:
+              since: datetime | None = None, topics: GraphTopics | None = None, unclustered: bool = False,
+              events: GraphFocus | None = None) -> LimitedConversationGraph:
         """A conversation's event graph: events, topic clusters and every relation (superseded ones marked);
-        ``max_nodes`` keeps the most recent events, ``since`` those that end at or after it."""
+        ``max_nodes`` keeps the most recent events, ``since`` those that end at or after it. Focused (what the
+        explorer draws on demand): with ``topics`` (cluster ids), ``unclustered`` (the events without a topic) or
+        ``events`` (event ids), only those events (the limits apply to the topics' events) and the events named,
+        with every relation touching one of them and the events at their other ends."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
-        graph = conversation_graph(self.stores, tenant, conversation_id, max_nodes=max_nodes, since=since)
+        if topics or unclustered or events:
+            graph = focused_graph(self.stores, tenant, conversation_id, topics=[check_id(t) for t in topics or ()],
+                                  unclustered=unclustered, events=[check_id(e) for e in events or ()],
+                                  max_nodes=max_nodes, since=since)
+        else:
+            graph = conversation_graph(self.stores, tenant, conversation_id, max_nodes=max_nodes, since=since)
         if graph is None:
             raise NotFound(_no_memory(tenant, conversation_id))
         return graph
+
+    @validate_call
+    def overview(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, types: list[RelationType] | None = None,
+                 min_confidence: Confidence = 0.0, links: OverviewLinks = 50) -> ConversationOverview:
+        """What the explorer opens a conversation on: its topics with their event and turn counts (the events
+        without a topic as one more, id None), the relation types with how many the filters keep (``types``: all
+        when None; at least ``min_confidence``), and the strongest ``links`` between topics that the kept active
+        relations make. NotFound when the conversation has no memory."""
+        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
+        overview = conversation_overview(self.stores, tenant, conversation_id,
+                                         types=[t.value for t in types] if types else None,
+                                         min_confidence=min_confidence, links=links)
+        if overview is None:
+            raise NotFound(_no_memory(tenant, conversation_id))
+        return overview
 
     def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (observations), as ``GET /v1/events/{id}`` and ``Client.event`` give it;

@@ -31,7 +31,17 @@ from redis.exceptions import ResponseError
 from compassmem.core.models import TENANT_PATTERN, Cluster, Event, Relation, TimeAnchor
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, rewrite_append_only_file, save_snapshot
-from compassmem.sinks.graph_store import ConversationStats, EventPosition, WalkEdge, GraphStore
+from compassmem.sinks.graph_store import (
+    ConversationStats,
+    EventPosition,
+    GraphStore,
+    HealthCounts,
+    RelationOverview,
+    RelationTypeCount,
+    TopicCount,
+    TopicLinkCount,
+    WalkEdge,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -163,6 +173,61 @@ UNWIND $ids AS id
 MATCH (e:Event {event_id: id})-[:MEMBER_OF]->(c:Cluster)
 RETURN properties(c), collect(e.event_id)
 """
+# The explorer's overview and focused graphs, and the health figures: aggregates computed in the store, so that a
+# conversation of thousands of events is summed without being loaded.
+_TOPIC_COUNTS = f"""
+MATCH (e:Event {{conversation_id: $c}}) WHERE {_exact('e')} AND {_NOT_STUB.format('e')}
+RETURN e.cluster_id, count(e), sum(size(e.turn_ids)), min(e.start_ts), max(e.end_ts)
+"""
+_CLUSTER_LABELS = f"MATCH (c:Cluster {{conversation_id: $c}}) WHERE {_exact('c')} RETURN c.cluster_id, c.label"
+_CLUSTER_LABELS_OF = f"""
+UNWIND $ids AS id
+MATCH (c:Cluster {{cluster_id: id}}) WHERE {_exact('c')}
+RETURN c.cluster_id, c.label
+"""
+_PASSES = "($types IS NULL OR r.type IN $types) AND r.confidence >= $min"
+_RELATION_TYPE_COUNTS = f"""
+MATCH (s:Event {{conversation_id: $c}})-[r:REL]->() WHERE {_exact('s')}
+RETURN r.type, r.superseded_by IS NULL, count(r), sum(CASE WHEN {_PASSES} THEN 1 ELSE 0 END)
+"""
+_TOPIC_LINKS = f"""
+MATCH (s:Event {{conversation_id: $c}})-[r:REL]->(t)
+WHERE {_exact('s')} AND {_NOT_STUB.format('s')} AND {_NOT_STUB.format('t')} AND r.superseded_by IS NULL AND {_PASSES}
+RETURN s.cluster_id, t.cluster_id, r.type, count(r), max(r.confidence), avg(r.confidence)
+"""
+_TOPIC_EVENTS = f"""
+MATCH (e:Event {{conversation_id: $c}})
+WHERE {_exact('e')} AND {_NOT_STUB.format('e')} AND (e.cluster_id IN $topics OR ($unclustered AND e.cluster_id IS NULL))
+  AND ($since IS NULL OR e.end_ts >= $since)
+RETURN properties(e) ORDER BY e.start_ts DESC, e.event_id DESC
+"""
+_EVENTS_BY_ID = f"""
+UNWIND $ids AS id
+MATCH (e:Event {{event_id: id}}) WHERE {_exact('e')} AND {_NOT_STUB.format('e')}
+RETURN properties(e)
+"""
+_RELATIONS_TO = """
+UNWIND $ids AS id
+MATCH (t:Event {event_id: id})<-[r:REL]-(s)
+RETURN s.event_id, t.event_id, properties(r)
+"""
+_HEALTH_EVENTS = f"""
+MATCH (e:Event {{conversation_id: $c}}) WHERE {_exact('e')} AND {_NOT_STUB.format('e')}
+RETURN count(e), sum(size(e.turn_ids)), sum(size(coalesce(e.merged_from, []))), count(DISTINCT e.cluster_id)
+"""
+_HEALTH_RELATIONS = f"""
+MATCH (s:Event {{conversation_id: $c}})-[r:REL]->() WHERE {_exact('s')}
+RETURN sum(CASE WHEN r.superseded_by IS NULL THEN 1 ELSE 0 END),
+       sum(CASE WHEN r.superseded_by IS NULL AND r.evidence IN $adjacency THEN 1 ELSE 0 END),
+       sum(CASE WHEN r.superseded_by IS NULL THEN 0 ELSE 1 END)
+"""
+_SEMANTIC = f"""
+MATCH (s:Event {{conversation_id: $c}})-[r:REL]->()
+WHERE {_exact('s')} AND r.superseded_by IS NULL AND NOT r.evidence IN $adjacency
+"""
+_HEALTH_CONFIDENCE = _SEMANTIC + "RETURN count(r), sum(r.confidence)"
+_HEALTH_RECENT_CONFIDENCE = _SEMANTIC + """WITH r ORDER BY r.created_at DESC, r.relation_id DESC LIMIT $n
+RETURN count(r), sum(r.confidence)"""
 _EVENT_PAGE = f"""
 MATCH (e:Event {{conversation_id: $c}})
 WHERE {_exact('e')} AND {_NOT_STUB.format('e')}
@@ -328,6 +393,73 @@ class FalkorDBGraphStore(GraphStore):
             )
             for conversation_id, events, turns, first_ts, last_ts, subjects, people in rows
         ]
+
+    def topic_counts(self, tenant: str, conversation_id: str) -> list[TopicCount]:
+        params = {"c": conversation_id}
+        labels = {cluster_id: tuple(str(k) for k in label or []) for cluster_id, label
+                  in self._read(tenant, _CLUSTER_LABELS, params)}
+        return [TopicCount(cluster_id, labels.get(cluster_id, ()) if cluster_id is not None else (), int(events),
+                           int(turns or 0), first_ts, last_ts)
+                for cluster_id, events, turns, first_ts, last_ts in self._read(tenant, _TOPIC_COUNTS, params)]
+
+    def relation_overview(self, tenant: str, conversation_id: str, *, types: Sequence[str] | None,
+                          min_confidence: float) -> RelationOverview:
+        params = {"c": conversation_id, "types": list(types) if types is not None else None, "min": min_confidence}
+        active: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        superseded = 0
+        for kind, is_active, count, passing in self._read(tenant, _RELATION_TYPE_COUNTS, params):
+            if is_active:
+                active[kind][0] += int(count)
+                active[kind][1] += int(passing or 0)
+            else:
+                superseded += int(count)
+        links = [TopicLinkCount(source, target, kind, int(count), float(high), float(mean))
+                 for source, target, kind, count, high, mean in self._read(tenant, _TOPIC_LINKS, params)]
+        return RelationOverview([RelationTypeCount(kind, *counts) for kind, counts in sorted(active.items())],
+                                superseded, links)
+
+    def topic_events(self, tenant: str, conversation_id: str, topics: Sequence[str], unclustered: bool, *,
+                     since: datetime | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        query = _TOPIC_EVENTS + (" LIMIT $n" if limit is not None else "")
+        rows = self._read(tenant, query, {"c": conversation_id, "topics": list(topics), "unclustered": unclustered,
+                                          "since": since.timestamp() if since is not None else None, "n": limit})
+        return [_event_view(props) for (props,) in rows]
+
+    def events_by_id(self, tenant: str, conversation_id: str, event_ids: Sequence[str]) -> list[dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(sorted(set(event_ids))):
+            for (props,) in self._read(tenant, _EVENTS_BY_ID, {"c": conversation_id, "ids": chunk}):
+                found[props["event_id"]] = _event_view(props)
+        return list(found.values())
+
+    def relations_touching(self, tenant: str, conversation_id: str, event_ids: Sequence[str]) -> list[Relation]:
+        found: dict[str, Relation] = {}
+        for chunk in _chunks(sorted(set(event_ids))):
+            for query in (_RELATIONS_FROM, _RELATIONS_TO):
+                for source, target, props in self._read(tenant, query, {"ids": chunk}):
+                    # Ids are the tenant's; the conversation is compared exactly, as every conversation read does.
+                    if props.get("conversation_id") == conversation_id and props["relation_id"] not in found:
+                        found[props["relation_id"]] = _relation_from(tenant, source, target, props)
+        return sorted(found.values(), key=lambda r: (r.created_at, r.relation_id))
+
+    def clusters_by_id(self, tenant: str, conversation_id: str, cluster_ids: Sequence[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for chunk in _chunks(sorted(set(cluster_ids))):
+            for cluster_id, label in self._read(tenant, _CLUSTER_LABELS_OF, {"c": conversation_id, "ids": chunk}):
+                found[cluster_id] = [str(k) for k in label or []]
+        return found
+
+    def health_counts(self, tenant: str, conversation_id: str, recent: int) -> HealthCounts:
+        params = {"c": conversation_id, "adjacency": sorted(ADJACENCY_EVIDENCE), "n": recent}
+        [[events, turns, merged, topics]] = self._read(tenant, _HEALTH_EVENTS, params) or [[0, 0, 0, 0]]
+        [[active, adjacency, superseded]] = self._read(tenant, _HEALTH_RELATIONS, params) or [[0, 0, 0]]
+        [[scored, total]] = self._read(tenant, _HEALTH_CONFIDENCE, params) or [[0, 0.0]]
+        [[recent_scored, recent_total]] = self._read(tenant, _HEALTH_RECENT_CONFIDENCE, params) or [[0, 0.0]]
+        return HealthCounts(events=int(events or 0), turns=int(turns or 0), merged_segments=int(merged or 0),
+                            topics=int(topics or 0), relations=int(active or 0), adjacency_relations=int(adjacency or 0),
+                            superseded_relations=int(superseded or 0), scored_relations=int(scored or 0),
+                            confidence_sum=float(total or 0.0), recent_scored=int(recent_scored or 0),
+                            recent_confidence_sum=float(recent_total or 0.0))
 
     def event_page(self, tenant: str, conversation_id: str, after: EventPosition | None,
                    limit: int) -> list[dict[str, Any]]:

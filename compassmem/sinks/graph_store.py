@@ -51,6 +51,60 @@ class ConversationStats(NamedTuple):
     participants: tuple[str, ...]
 
 
+class TopicCount(NamedTuple):
+    """One topic of a conversation as its overview shows it, over its stored (not stub) events; ``cluster_id`` None
+    holds the events without a topic. ``label``: the cluster's keywords (empty for the events without one)."""
+
+    cluster_id: str | None
+    label: tuple[str, ...]
+    events: int
+    turns: int
+    first_ts: float | None
+    last_ts: float | None
+
+
+class RelationTypeCount(NamedTuple):
+    type: str
+    active: int
+    passing: int  # of those, the ones the overview's filters keep
+
+
+class TopicLinkCount(NamedTuple):
+    """Active relations of one type from events of one topic to events (or the cluster) of another; None: the events
+    without a topic."""
+
+    source: str | None
+    target: str | None
+    type: str
+    relations: int
+    max_confidence: float
+    mean_confidence: float
+
+
+class RelationOverview(NamedTuple):
+    types: list[RelationTypeCount]
+    superseded: int
+    links: list[TopicLinkCount]  # every pair of topics (and type) the filtered relations join, within topics too
+
+
+class HealthCounts(NamedTuple):
+    """What a conversation's health figures are made of, over its stored (not stub) events and their relations."""
+
+    events: int
+    turns: int
+    merged_segments: int  # segments folded into an earlier event (the events' merge histories)
+    topics: int
+    relations: int  # active
+    adjacency_relations: int  # active relations that only say two events are adjacent in time
+    superseded_relations: int
+    # Confidence of the active relations that are not adjacency edges: all of them, and the ``recent`` most
+    # recently written (what ``health_counts`` was asked for).
+    scored_relations: int
+    confidence_sum: float
+    recent_scored: int
+    recent_confidence_sum: float
+
+
 class EventPosition(NamedTuple):
     """Where a page of a conversation's events in time order ended: its last event's start and id (ties on the
     start are ordered by id), so the next page starts right after it whatever was written in between."""
@@ -90,6 +144,43 @@ class GraphStore(ABC):
     def conversation_stats(self, tenant: str, query: str | None = None) -> list[ConversationStats]:
         """Every conversation of the tenant with an event, in no particular order; with ``query``, only those with
         an event whose conversation id, subject id, summary or a participant contains it (case-insensitive)."""
+
+    @abstractmethod
+    def topic_counts(self, tenant: str, conversation_id: str) -> list[TopicCount]:
+        """Each topic of the conversation with an event (events, turns, time span) and one row (``cluster_id`` None)
+        for its events without a topic, when it has some."""
+
+    @abstractmethod
+    def relation_overview(self, tenant: str, conversation_id: str, *, types: Sequence[str] | None,
+                          min_confidence: float) -> RelationOverview:
+        """Counts of the conversation's relations: active ones per type (all, and those of ``types`` at or above
+        ``min_confidence``), superseded ones, and the filtered active relations summed per (source topic, target
+        topic, type). ``types`` None: every type."""
+
+    @abstractmethod
+    def topic_events(self, tenant: str, conversation_id: str, topics: Sequence[str], unclustered: bool, *,
+                     since: datetime | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """The (not stub) events of these topics, and those without a topic when ``unclustered``, the most recent
+        first (at most ``limit``; those ending at or after ``since``), as ``conversation_graph`` gives an event
+        node's attributes."""
+
+    @abstractmethod
+    def events_by_id(self, tenant: str, conversation_id: str, event_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The conversation's (not stub) events among these ids, as ``conversation_graph`` gives an event node's
+        attributes; ids of other conversations or of no event are left out."""
+
+    @abstractmethod
+    def relations_touching(self, tenant: str, conversation_id: str, event_ids: Sequence[str]) -> list[Relation]:
+        """Every relation of the conversation (superseded ones too) with an end among these events, each once."""
+
+    @abstractmethod
+    def clusters_by_id(self, tenant: str, conversation_id: str, cluster_ids: Sequence[str]) -> dict[str, list[str]]:
+        """The keywords (label) of these clusters of the conversation, by id; unknown ids are left out."""
+
+    @abstractmethod
+    def health_counts(self, tenant: str, conversation_id: str, recent: int) -> HealthCounts:
+        """The counts behind a conversation's health figures (zeros for a conversation the store does not hold);
+        ``recent``: how many of the most recently written relations the recent confidence is over."""
 
     @abstractmethod
     def event_page(self, tenant: str, conversation_id: str, after: EventPosition | None,

@@ -26,6 +26,14 @@ MAX_QUESTION_CHARS = 1000
 MAX_SCOPE_CONVERSATIONS = 100
 # Most turns one write may carry, over HTTP (POST /v1/turns) and MCP (remember) alike.
 MAX_TURNS_PER_REQUEST = 1000
+# The explorer's focused graphs: topics expanded at once, and events whose every relation is drawn (a selection, an
+# answer's evidence and seeds).
+MAX_GRAPH_TOPICS = 50
+MAX_GRAPH_FOCUS = 100
+# Links between topics one overview returns, the strongest first.
+MAX_OVERVIEW_LINKS = 500
+# Conversations one memory-health report covers, the most recently updated first.
+MAX_HEALTH_CONVERSATIONS = 100
 
 
 def _one_line(text: str) -> str:
@@ -41,3 +49,8 @@ BudgetTurns = Annotated[int, Field(ge=1, le=MAX_BUDGET_TURNS)]
 Hops = Annotated[int, Field(ge=0, le=MAX_HOPS)]
 Question = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_CHARS)]
 ScopeIds = Annotated[list[str], Field(min_length=1, max_length=MAX_SCOPE_CONVERSATIONS)]
+GraphTopics = Annotated[list[str], Field(max_length=MAX_GRAPH_TOPICS)]
+GraphFocus = Annotated[list[str], Field(max_length=MAX_GRAPH_FOCUS)]
+OverviewLinks = Annotated[int, Field(ge=1, le=MAX_OVERVIEW_LINKS)]
+Confidence = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+HealthConversations = Annotated[int, Field(ge=1, le=MAX_HEALTH_CONVERSATIONS)]

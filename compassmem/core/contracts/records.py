@@ -188,3 +188,66 @@ class LimitedConversationGraph(ConversationGraph):
     """A conversation's graph within the limits asked for; ``counts`` describe what is returned."""
 
     limits: GraphLimits
+
+
+class TopicSummary(BaseModel):
+    id: str | None = Field(description="The topic (cluster) id; null for the events without a topic yet (the most "
+                                       "recent ones, before the next reclustering, and an open segment).")
+    label: str = Field(description="Its keywords, joined: what to draw.")
+    keywords: list[str]
+    events: int
+    turns: int
+    first_at: datetime | None
+    last_at: datetime | None
+
+
+class TopicLink(BaseModel):
+    """Active relations of one type between the events of two topics (an event's part-of relation to a topic
+    counts for that topic); source or target null: the events without a topic."""
+
+    source: str | None
+    target: str | None
+    type: str
+    relations: int
+    max_confidence: float
+    mean_confidence: float
+
+
+class RelationTypeSummary(BaseModel):
+    type: str
+    relations: int = Field(description="Active relations of this type.")
+    passing: int = Field(description="Of those, the ones the filters keep (type chosen, confidence at least "
+                                     "min_confidence).")
+
+
+class OverviewFilters(BaseModel):
+    types: list[str] = Field(description="The relation types asked for (all when none was named).")
+    min_confidence: float
+    links: int = Field(description="At most this many links between different topics, the strongest first.")
+
+
+class OverviewCounts(BaseModel):
+    events: int = Field(description="Events, provisional ones included.")
+    turns: int
+    topics: int
+    unclustered_events: int = Field(description="Events without a topic yet, provisional ones included.")
+    relations: int = Field(description="Active relations.")
+    superseded_relations: int
+    passing_relations: int = Field(description="Active relations the filters keep.")
+    links_total: int = Field(description="Links between different topics the filters keep, before the limit.")
+
+
+class ConversationOverview(BaseModel):
+    """What the explorer opens a conversation on: its topics with their counts and the strongest links between
+    them, never its thousands of relations."""
+
+    tenant: str
+    conversation_id: str
+    filters: OverviewFilters
+    counts: OverviewCounts
+    relation_types: list[RelationTypeSummary]
+    topics: list[TopicSummary] = Field(description="In the order of their first event; the events without a topic "
+                                                   "(id null) last.")
+    links: list[TopicLink] = Field(description="Between different topics, the strongest first (highest confidence, "
+                                               "then most relations).")
+    within: list[TopicLink] = Field(description="Relations the filters keep inside each topic, per type.")

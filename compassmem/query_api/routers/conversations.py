@@ -14,18 +14,24 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Path, Query, status
 from fastapi.responses import StreamingResponse
-from pydantic import AfterValidator, AwareDatetime
+from pydantic import AfterValidator, AwareDatetime, Field
 
 from compassmem.core.contracts.limits import (
+    MAX_GRAPH_FOCUS,
     MAX_GRAPH_NODES,
+    MAX_GRAPH_TOPICS,
+    MAX_OVERVIEW_LINKS,
     MAX_PAGE,
     MAX_SEARCH_CHARS,
+    Confidence,
     CursorText,
     GraphNodes,
+    OverviewLinks,
     PageSize,
     SearchText,
 )
 from compassmem.core.contracts.records import (
+    ConversationOverview,
     ConversationPage,
     DeleteResult,
     ErrorResponse,
@@ -34,7 +40,7 @@ from compassmem.core.contracts.records import (
     LimitedConversationGraph,
     RedactResult,
 )
-from compassmem.core.models import check_id
+from compassmem.core.models import ID_PATTERN, ID_RULE, MAX_ID_CHARS, RelationType, check_id
 from compassmem.query_api.auth import TenantRoute
 from compassmem.query_api.dependencies import (
     AUTH_ERRORS,
@@ -56,6 +62,15 @@ Search = Annotated[SearchText | None, Query(description=(
     f"(case-insensitive; at most {MAX_SEARCH_CHARS} characters, no control characters)."
 ))]
 TurnId = Annotated[str, Path(description="The turn id, as the turn was sent."), AfterValidator(check_id)]
+_Id = Annotated[str, Field(json_schema_extra={"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS}),
+                AfterValidator(check_id)]
+Topics = Annotated[list[_Id] | None, Query(max_length=MAX_GRAPH_TOPICS, description=(
+    f"Focus: the events of these topics (cluster ids, at most {MAX_GRAPH_TOPICS}; repeat the parameter), the most "
+    f"recent max_nodes of them, with every relation touching them and the events at their other ends. {ID_RULE}."))]
+Unclustered = Annotated[bool, Query(description="Focus: also the events without a topic yet (and an open segment).")]
+Focus = Annotated[list[_Id] | None, Query(max_length=MAX_GRAPH_FOCUS, description=(
+    f"Focus: these events (at most {MAX_GRAPH_FOCUS}; repeat the parameter) with every relation touching them, "
+    "superseded ones included, and the events at their other ends."))]
 _STREAM_DOC = {200: {"content": {"text/event-stream": {}}, "description": (
     "Server-sent events: `ready` (LiveReady) once the stream follows the change feed, then `change` (LiveChange, "
     "with an id) for each event, topic or relation the worker writes for the conversation; `resync` (LiveNotice) "
@@ -117,8 +132,30 @@ def get_graph(conversation_id: ConversationId, tenant: Tenant, services: Service
               ))] = None,
               since: Annotated[AwareDatetime | None, Query(description=(
                   "Only events that end at or after this ISO 8601 time (with an offset)."))] = None,
+              topic: Topics = None, unclustered: Unclustered = False, event: Focus = None,
               ) -> LimitedConversationGraph:
-    return services.memory.graph(conversation_id, tenant=tenant, max_nodes=max_nodes, since=since)
+    return services.memory.graph(conversation_id, tenant=tenant, max_nodes=max_nodes, since=since, topics=topic,
+                                 unclustered=unclustered, events=event)
+
+
+@router.get("/v1/conversations/{conversation_id}/overview", response_model=ConversationOverview,
+            tags=["explorer"], summary="A conversation's topics and the strongest links between them",
+            description="What the explorer opens a conversation on, whatever its size: each topic (cluster) with "
+                        "its event and turn counts and time span (the events without a topic yet as one more, id "
+                        "null), the active relations per type with how many the filters keep, and the links the "
+                        "kept relations make between topics, summed per pair of topics and type, the strongest "
+                        "first. Read from the graph store's aggregates: no event or relation is loaded.",
+            responses={**NOT_FOUND, **AUTH_ERRORS, **INVALID})
+def get_overview(conversation_id: ConversationId, tenant: Tenant, services: Services,
+                 types: Annotated[list[RelationType] | None, Query(max_length=len(RelationType), description=(
+                     "Only relations of these types (repeat the parameter); all when none is named."))] = None,
+                 min_confidence: Annotated[Confidence, Query(description=(
+                     "Only relations of at least this confidence (0-1)."))] = 0.0,
+                 links: Annotated[OverviewLinks, Query(description=(
+                     f"At most this many links between topics (1-{MAX_OVERVIEW_LINKS}), the strongest."))] = 50,
+                 ) -> ConversationOverview:
+    return services.memory.overview(conversation_id, tenant=tenant, types=types, min_confidence=min_confidence,
+                                    links=links)
 
 
 @router.get("/v1/conversations/{conversation_id}/live", response_class=StreamingResponse, tags=["explorer"],
