@@ -20,19 +20,19 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, print_table, require_data, write_results
 from benchmarks.locomo_baselines import COLUMNS, results_json, table_rows
 from compassmem.core.config import Settings
-from compassmem.core.contracts.query import QueryRequest
 from compassmem.embedding.embedders import Embedder, make_embedder
-from compassmem.evaluation.baselines import TurnCorpus, build_baselines, load_turn_corpus
+from compassmem.evaluation.baselines import TurnCorpus, locomo_session_dates
 from compassmem.evaluation.harness import MethodResult, evaluate_retriever
 from compassmem.evaluation.leave_one_out import LeaveOneOut, candidate_changes, leave_one_out
 from compassmem.evaluation.locomo_questions import Question, load_locomo_questions
-from compassmem.evaluation.question_shapes import SHAPES, question_shape
+from compassmem.evaluation.memory_recall import MemoryRetriever, baseline_results, memory_corpus, memory_result
+from compassmem.evaluation.question_shapes import recall_by_shape as shape_recall
 from compassmem.evaluation.recall import BUDGETS, recall_at
 from compassmem.write.importers import read_turns
 from compassmem.core.logging_setup import configure_logging
@@ -49,37 +49,6 @@ ABILITY_BUDGET = 10
 EMBEDDER_BUDGET = 10
 EMBEDDER_TOGETHER_POINTS = 0.5
 EMBEDDER_CATEGORY_POINTS = 1.0
-
-
-class MemoryRetriever:
-    """The system under test as the evaluation loop sees it; records each query's latency."""
-
-    def __init__(self, memory: Memory, budget: int) -> None:
-        self.memory = memory
-        self.budget = budget
-        self.latencies_ms: list[float] = []
-        # Each query's own step timings (QueryResponse.timings_ms): where a latency goes.
-        self.stages_ms: dict[str, list[float]] = {}
-        self.ranked: dict[tuple[str, str], list[str]] = {}
-        # What the last answer showed of each turn: a long turn's evidence is one passage of it.
-        self.shown: dict[tuple[str, str], str] = {}
-
-    def rank(self, conversation_id: str, question: str) -> list[str]:
-        started = time.perf_counter()
-        response = self.memory.query(QueryRequest(conversation_id=conversation_id, question=question,
-                                                  budget_turns=self.budget))
-        self.latencies_ms.append((time.perf_counter() - started) * 1000)
-        for stage_name, ms in response.timings_ms.items():
-            self.stages_ms.setdefault(stage_name, []).append(ms)
-        self.ranked[(conversation_id, question)] = response.turn_ids
-        self.shown.update({(turn.conversation_id, turn.turn_id): turn.text
-                           for item in response.evidence for turn in item.turns})
-        return response.turn_ids
-
-    def text_shown(self, whole_text: Callable[[str, str], str]) -> Callable[[str, str], str]:
-        """The text of a turn as the last answer showed it (its tokens are what a reader pays for), else whole."""
-        return lambda conversation_id, turn_id: (self.shown.get((conversation_id, turn_id))
-                                                 or whole_text(conversation_id, turn_id))
 
 
 def _without(steps: set[str]) -> EngineConfig:
@@ -110,23 +79,11 @@ ABLATIONS: dict[str, EngineConfig] = {
 }
 
 
-def recall_by_shape(ranked: dict[tuple[str, str], list[str]], questions: Sequence[Question],
+def recall_by_shape(questions: Sequence[Question], result: MethodResult,
                     categories: tuple[int, ...] = (1, 2)) -> dict[str, dict[str, float]]:
-    """Recall@B per question shape (compassmem/evaluation/question_shapes.py) over the given categories."""
-    grouped: dict[str, list[Question]] = {shape: [] for shape in SHAPES}
-    for question in questions:
-        if question.category in categories:
-            grouped[question_shape(question.question)].append(question)
-    table = {}
-    for shape, members in grouped.items():
-        if not members:
-            continue
-        row: dict[str, float] = {"questions": len(members)}
-        for budget in BUDGETS:
-            hits = [recall_at(ranked[(q.conversation_id, q.question)], q.evidence, budget) for q in members]
-            row[f"recall@{budget}"] = 100 * sum(hits) / len(hits)
-        table[shape] = row
-    return table
+    """Recall@B % per question shape (compassmem/evaluation/question_shapes.py) over the given categories."""
+    return {shape: {"questions": entry.questions, **{f"recall@{b}": 100 * r for b, r in entry.recall.items()}}
+            for shape, entry in shape_recall(questions, result, categories).items()}
 
 
 def memory_settings(data_dir: Path, embedder: str) -> Settings:
@@ -142,9 +99,7 @@ def compassmem_with(embedder_name: str, data: Path, questions: Sequence[Question
     with tempfile.TemporaryDirectory() as scratch, \
             Memory(memory_settings(Path(scratch), embedder_name), embedder=embedder) as memory:
         build_memory(data, memory)
-        retriever = MemoryRetriever(memory, budget=max(BUDGETS))
-        return evaluate_retriever(f"compassmem ({embedder_name})", retriever, questions,
-                                  text_of=retriever.text_shown(corpus.text_of))
+        return memory_result(f"compassmem ({embedder_name})", memory, questions, corpus)[0]
 
 
 def print_embedder_comparison(measured: MethodResult, reference: MethodResult) -> None:
@@ -211,7 +166,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level.upper())
     started = time.perf_counter()
     questions, report = load_locomo_questions(data)
-    corpus = load_turn_corpus(data)
     defaults = Settings()
     chosen = args.embedder or defaults.embedder
     embedder = make_embedder(defaults.model_copy(update={"embedder": chosen}))
@@ -223,9 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ingest_seconds = 0.0 if args.reuse else build_memory(data, built)
             # Queries stay offline: an endpoint given for the labels must not also decompose questions.
             memory = built if building is settings else Memory(settings, stores=built.stores, embedder=embedder)
-            retriever = MemoryRetriever(memory, budget=max(BUDGETS))
-            results = [evaluate_retriever("compassmem", retriever, questions,
-                                          text_of=retriever.text_shown(corpus.text_of))]
+            # The baselines rank the same memory's turns (as `compassmem eval` does), dated as the file dates them.
+            corpus = memory_corpus(memory, questions, locomo_session_dates(data))
+            compassmem, retriever = memory_result("compassmem", memory, questions, corpus)
+            results = [compassmem]
             # Each variant reads the same stores with its own engine (and hot tier); only its recall is reported.
             ablation = ([evaluate_retriever(name, MemoryRetriever(
                 Memory(settings, stores=memory.stores, embedder=embedder, engine_config=config),
@@ -234,8 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             held_out = (held_out_recall(memory, settings, embedder, questions) if args.leave_one_out else None)
     compared = compassmem_with(args.compare_embedder, data, questions, corpus) if args.compare_embedder else None
     if not args.no_baselines:
-        baselines = build_baselines(corpus, embedder)
-        results += [evaluate_retriever(name, r, questions, text_of=corpus.text_of) for name, r in baselines.items()]
+        results += baseline_results(corpus, embedder, questions)
     seconds = time.perf_counter() - started
 
     print(f"LoCoMo evidence recall on {data.name} with embedder {chosen}: {len(corpus)} turns, "
@@ -260,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     [[ability, f"{results[0].by_ability[ability]['questions']:.0f}",
                       *(f"{100 * r.by_ability[ability][str(ABILITY_BUDGET)]:.1f}" for r in results)]
                      for ability in abilities])
-    shapes = recall_by_shape(retriever.ranked, questions)
+    shapes = recall_by_shape(questions, results[0])
     print("\ncompassmem recall by question shape, categories 1-2 (%):")
     print_table(["shape", "questions", *(f"r@{b}" for b in BUDGETS)],
                 [[shape, f"{row['questions']:.0f}", *(f"{row[f'recall@{b}']:.1f}" for b in BUDGETS)]

@@ -1,5 +1,5 @@
 """One entry point, ``compassmem <command>``: the parser, ``main``, and the commands ingest, ask, api, openapi,
-build-index and mcp (``streaming.py`` and ``transfer.py`` add the others)."""
+build-index and mcp (``streaming.py``, ``transfer.py`` and ``evaluate.py`` add the others)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from pydantic import ValidationError
 
 from compassmem import __version__
 from compassmem.cli.errors import one_line
+from compassmem.cli.evaluate import add_eval_command
 from compassmem.cli.progress import Progress
+from compassmem.cli.status import add_status_command
 from compassmem.cli.streaming import add_insecure_no_auth, add_streaming_commands
 from compassmem.cli.transfer import add_transfer_commands
 from compassmem.core.config import ENV_PREFIX, Settings, SettingsFileError
@@ -259,8 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="serve HTTP on a --host other than loopback without COMPASSMEM_API_KEYS (refused "
                           "otherwise): anyone who reaches the port may read and delete every tenant's memory")
     mcp.set_defaults(handler=cmd_mcp)
+    add_status_command(commands)
     add_streaming_commands(commands)
     add_transfer_commands(commands)
+    add_eval_command(commands)
     return parser
 
 
@@ -282,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     try:
         configure_tracing(settings, service=f"compassmem-{args.command}")
-        if args.command in _DATA_DIR_COMMANDS | _STORE_COMMANDS:
+        if args.command in _DATA_DIR_COMMANDS | _STORE_COMMANDS or (args.command == "eval" and not args.url):
             from compassmem.sinks.factory import check_data_dir, uses_data_dir
 
             # Before any slow set-up (the embedder; the dev broker, whose log lives there too): fail in a second.

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
@@ -41,9 +42,9 @@ from pydantic import BaseModel
 from compassmem.retrieval.bm25_index import Bm25Index
 from compassmem.embedding.embedders import Embedder
 from compassmem.evaluation.harness import BatchPreparable, Retriever
-from compassmem.evaluation.locomo_questions import Question
+from compassmem.evaluation.locomo_questions import Question, conversation_key
 from compassmem.write.importers import ImportFormatError, read_locomo_turns
-from compassmem.core.models import Turn
+from compassmem.core.models import DEFAULT_TENANT, Turn
 
 log = structlog.get_logger(__name__)
 
@@ -58,17 +59,23 @@ class BaselineTurn(BaseModel):
     turn_id: str
     session_id: str | None
     text: str
+    tenant: str = DEFAULT_TENANT
+
+    @property
+    def conversation_key(self) -> str:
+        return conversation_key(self.tenant, self.conversation_id)
 
 
 class TurnCorpus:
-    """The turns of every conversation of a LoCoMo file, in conversation order, with their indexed text."""
+    """The turns of every conversation (of a LoCoMo file, or read from memory), in conversation order, with their
+    indexed text; conversations are named by their ``conversation_key`` (the id, in the default tenant)."""
 
     def __init__(self, turns: Sequence[BaselineTurn]) -> None:
         self.conversations: dict[str, list[BaselineTurn]] = {}
         self._text: dict[tuple[str, str], str] = {}
         for turn in turns:
-            self.conversations.setdefault(turn.conversation_id, []).append(turn)
-            self._text[(turn.conversation_id, turn.turn_id)] = turn.text
+            self.conversations.setdefault(turn.conversation_key, []).append(turn)
+            self._text[(turn.conversation_key, turn.turn_id)] = turn.text
 
     def __len__(self) -> int:
         return len(self._text)
@@ -99,8 +106,75 @@ def locomo_session_dates(path: Path) -> dict[tuple[str, str], str]:
 
 def baseline_text(turn: Turn, date_time: str | None) -> str:
     """``(date_time) speaker: text [shares caption]``; without a date string, the prefix is left out."""
-    line = f"{turn.speaker}: {turn.indexed_text()}"
+    return baseline_line(turn.speaker, turn.indexed_text(), date_time)
+
+
+def baseline_line(speaker: str, indexed_text: str, date_time: str | None) -> str:
+    line = f"{speaker}: {indexed_text}"
     return f"({date_time}) {line}" if date_time else line
+
+
+def locomo_date_text(moment: datetime) -> str:
+    """A time as LoCoMo writes a session's date_time ('1:56 pm on 8 May, 2023'), in the time's own offset: what
+    the baselines prefix to a turn whose session date no LoCoMo file gives (for every session of the LoCoMo files
+    here it reads as the file's own string, since a session's first turn holds that time)."""
+    meridiem = "am" if moment.hour < 12 else "pm"
+    return f"{moment.hour % 12 or 12}:{moment.minute:02d} {meridiem} on {moment.day} {moment:%B}, {moment.year}"
+
+
+class StoredTurn(Protocol):
+    """A turn as memory keeps it (``IndexedTurn``, or an event's ``Observation`` from the listings): its text is
+    the indexed text (captions included)."""
+
+    turn_id: str
+    speaker: str
+    text: str
+    timestamp: datetime
+    session_id: str | None
+
+
+def _natural(value: str | None) -> tuple[tuple[int, int | str], ...]:
+    """'10' after '9', 's10' after 's9': digit runs compare as numbers."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.findall(r"\d+|\D+", value or ""))
+
+
+def conversation_order(turns: Iterable[StoredTurn]) -> list[StoredTurn]:
+    """A conversation's stored turns in the order a conversation file gives them: sessions by their first turn's
+    time (sessions of the same start by their id, '2' before '10'), each session's turns by time, then id. Memory
+    lists turns by time alone, which interleaves two sessions that start at the same moment (converted chats whose
+    sessions carry a day only)."""
+    sessions: dict[str | None, list[StoredTurn]] = {}
+    for turn in sorted(turns, key=lambda t: (t.timestamp, _natural(t.turn_id))):
+        sessions.setdefault(turn.session_id, []).append(turn)
+    ordered = sorted(sessions.items(), key=lambda item: (item[1][0].timestamp, _natural(item[0])))
+    return [turn for _, session in ordered for turn in session]
+
+
+def stored_turn_corpus(conversations: Mapping[tuple[str, str], Iterable[StoredTurn]],
+                       session_dates: Mapping[tuple[str, str], str] | None = None) -> TurnCorpus:
+    """The baselines' corpus from the turns memory holds, ``(tenant, conversation_id) -> turns``.
+
+    Each turn is indexed as :func:`load_turn_corpus` indexes a LoCoMo file's: its session's date string (from
+    ``session_dates``, ``(conversation_id, session_id) -> date_time``, as :func:`locomo_session_dates` reads a
+    file, else its session's first turn's time written the LoCoMo way; a turn without a session: its own time),
+    the speaker, the text with its captions."""
+    dates = session_dates or {}
+    turns: list[BaselineTurn] = []
+    for (tenant, conversation_id), stored in conversations.items():
+        ordered = conversation_order(stored)
+        starts: dict[str, datetime] = {}
+        for turn in ordered:
+            if turn.session_id is not None:
+                starts.setdefault(turn.session_id, turn.timestamp)
+        for turn in ordered:
+            date_time = dates.get((conversation_id, turn.session_id or "")) or locomo_date_text(
+                starts[turn.session_id] if turn.session_id is not None else turn.timestamp)
+            turns.append(BaselineTurn(tenant=tenant, conversation_id=conversation_id, turn_id=turn.turn_id,
+                                      session_id=turn.session_id,
+                                      text=baseline_line(turn.speaker, turn.text, date_time)))
+    corpus = TurnCorpus(turns)
+    log.info("baseline_corpus_read", turns=len(corpus), conversations=len(corpus.conversations))
+    return corpus
 
 
 def load_turn_corpus(path: Path) -> TurnCorpus:

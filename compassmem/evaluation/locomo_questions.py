@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, Field
 
+from compassmem.core.models import DEFAULT_TENANT, partition_key
 from compassmem.write.importers import ImportFormatError, read_locomo_turns
 
 log = structlog.get_logger(__name__)
@@ -43,17 +44,37 @@ _SEPARATORS = re.compile(r"[;,\s]+")
 _DIA_ID = re.compile(r"^D(\d+):(\d+)$")
 
 
+def conversation_key(tenant: str, conversation_id: str) -> str:
+    """How the evaluation names a conversation to a retriever: its id in the default tenant (LoCoMo's, so the
+    benchmarks' keys are the sample ids), ``tenant/conversation_id`` in any other (ids and tenants hold no '/')."""
+    return conversation_id if tenant == DEFAULT_TENANT else partition_key(tenant, conversation_id)
+
+
+def split_conversation_key(key: str) -> tuple[str, str]:
+    """``(tenant, conversation_id)`` of a :func:`conversation_key`."""
+    tenant, _, conversation_id = key.rpartition("/")
+    return (tenant or DEFAULT_TENANT), conversation_id
+
+
 class Question(BaseModel):
-    """One LoCoMo question with normalised gold evidence (distinct turn ids of its own conversation)."""
+    """One labelled question with normalised gold evidence (distinct turn ids of its own conversation).
+
+    LoCoMo's category is a number 1-5 (:data:`CATEGORY_NAMES`); a team's own questions may label theirs with any
+    number or word (``compassmem eval``)."""
 
     conversation_id: str
     question: str
-    category: int = Field(ge=1, le=5)
+    category: int | str
+    tenant: str = DEFAULT_TENANT
     evidence: list[str] = Field(min_length=1)
     answer: str | None = None
     adversarial_answer: str | None = None
     ability: str | None = Field(None, description="the benchmark's own name for what the question tests, where it "
                                                   "has one (BEAM's abilities); LoCoMo gives only the category")
+
+    @property
+    def conversation_key(self) -> str:
+        return conversation_key(self.tenant, self.conversation_id)
 
 
 class QuestionReport(BaseModel):

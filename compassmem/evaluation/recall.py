@@ -68,21 +68,39 @@ class RecallSummary(BaseModel):
 
 
 def summarise_recall(
-    outcomes: Iterable[tuple[int, Mapping[int, float]]], budgets: Sequence[int] = BUDGETS
+    outcomes: Iterable[tuple[int | str, Mapping[int, float]]], budgets: Sequence[int] = BUDGETS,
+    overall: str | None = None, together: bool = True,
 ) -> RecallSummary:
-    """Aggregate per-question ``(category, {budget: recall})`` into per-category and 1-4 macro means."""
+    """Aggregate per-question ``(category, {budget: recall})`` into per-category and 1-4 macro means.
+
+    ``together=False`` leaves out the 1-4 group (LoCoMo's; a team's own categories are other things);
+    ``overall`` names a last group of every question."""
     groups: dict[str, list[Mapping[int, float]]] = {}
     for category, recalls in outcomes:
         groups.setdefault(str(category), []).append(recalls)
-        if category in TOGETHER_CATEGORIES:
+        if together and category in TOGETHER_CATEGORIES:
             groups.setdefault(TOGETHER, []).append(recalls)
+        if overall is not None:
+            groups.setdefault(overall, []).append(recalls)
     order = [str(c) for c in CATEGORIES] + [TOGETHER]
+    last = [overall] if overall is not None and overall in groups else []
+    keys = [k for k in order if k in groups] + sorted(k for k in groups if k not in order and k not in last) + last
+    return RecallSummary(budgets=list(budgets), categories={key: mean_recall(groups[key], budgets) for key in keys})
+
+
+def mean_recall(recalls: Sequence[Mapping[int, float]], budgets: Sequence[int]) -> CategoryRecall:
+    """The macro mean per budget of some questions' recalls."""
+    return CategoryRecall(questions=len(recalls),
+                          recall={b: sum(r[b] for r in recalls) / len(recalls) for b in budgets})
+
+
+def group_recall(labels: Sequence[str | None], recalls: Sequence[Mapping[int, float]],
+                 budgets: Sequence[int], order: Sequence[str] = ()) -> dict[str, CategoryRecall]:
+    """Mean recall per label: ``labels[i]`` is the group of the question whose recalls are ``recalls[i]`` (None: in
+    no group). Groups come in ``order``, then the others by name."""
+    groups: dict[str, list[Mapping[int, float]]] = {}
+    for label, question_recalls in zip(labels, recalls, strict=True):
+        if label is not None:
+            groups.setdefault(label, []).append(question_recalls)
     keys = [k for k in order if k in groups] + sorted(k for k in groups if k not in order)
-    categories = {
-        key: CategoryRecall(
-            questions=len(groups[key]),
-            recall={b: sum(r[b] for r in groups[key]) / len(groups[key]) for b in budgets},
-        )
-        for key in keys
-    }
-    return RecallSummary(budgets=list(budgets), categories=categories)
+    return {key: mean_recall(groups[key], budgets) for key in keys}

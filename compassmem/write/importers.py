@@ -20,10 +20,10 @@ import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from compassmem.core.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn, check_id
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds
@@ -32,6 +32,9 @@ from compassmem.write.turn_ids import TurnIdConflict, TurnIds
 # The --subject option of the commands that import files (ingest, produce).
 SUBJECT_HELP = ("the customer, user or account the conversations are about, stamped on every turn of a LoCoMo "
                 "file (JSONL turns carry their own subject_id)")
+
+
+Record = TypeVar("Record", bound=BaseModel)
 
 
 class ImportFormatError(ValueError):
@@ -64,6 +67,12 @@ def read_jsonl_turns(path: Path) -> Iterator[Turn]:
 
 
 def _numbered_jsonl_turns(path: Path) -> Iterator[tuple[int, Turn]]:
+    return numbered_jsonl_records(path, Turn)
+
+
+def numbered_jsonl_records(path: Path, model: type[Record]) -> Iterator[tuple[int, Record]]:
+    """Each non-blank line of a JSONL file as a ``model``, with its line number; ImportFormatError naming the line
+    (and the broken fields) at the first line that is not one (``compassmem eval`` reads its questions so too)."""
     with path.open("r", encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -75,7 +84,7 @@ def _numbered_jsonl_turns(path: Path) -> Iterator[tuple[int, Turn]]:
             if not isinstance(record, dict):
                 raise ImportFormatError(f"{path}: line {line_number}: expected a JSON object, got {type(record).__name__}")
             try:
-                yield line_number, Turn.model_validate(record)
+                yield line_number, model.model_validate(record)
             except ValidationError as error:
                 raise ImportFormatError(f"{path}: line {line_number}: {describe_validation_error(error)}") from error
 

@@ -1,0 +1,184 @@
+"""``compassmem eval FILE``: recall@k of a team's own labelled questions on its memory, beside plain dense, BM25
+and RRF search over the same memory's turns (``compassmem/evaluation/``, the core the LoCoMo benchmark shares)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from compassmem.core.config import Settings
+from compassmem.core.contracts.limits import MAX_BUDGET_TURNS
+from compassmem.core.terminal import echo
+
+DEFAULT_K = "5,10,20"
+DEFAULT_BASELINES = "dense,bm25,rrf"
+BASELINE_NAMES = ("dense", "bm25", "rrf", "bm25-window3", "bm25-window3-sliding")
+
+
+class EvalInputError(ValueError):
+    """An option of ``compassmem eval`` that cannot be used; the message says which and why."""
+
+
+def add_eval_command(commands: argparse._SubParsersAction[Any]) -> None:
+    command = commands.add_parser(
+        "eval", help="recall@k of your own labelled questions, beside dense, BM25 and RRF baselines",
+        description="Ask every question of FILE of the memory (the data directory's, in process, or a running API's "
+                    "with --url) and measure recall@k: the share of its evidence turns among the first k turns "
+                    "returned. The baselines rank the same memory's turns. FILE is a LoCoMo JSON file or JSONL, one "
+                    '{"question", "conversation_id", "evidence": [turn ids], "category"?, "tenant"?} a line. '
+                    "See docs/evaluate.md.")
+    command.add_argument("path", metavar="FILE", help="the questions: LoCoMo JSON, or JSONL (.jsonl)")
+    command.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS,
+                         help="the memory to measure, in process (COMPASSMEM_DATA_DIR)")
+    command.add_argument("--url", help="measure the memory of a running API (compassmem api / dev) instead")
+    command.add_argument("--api-key", help="with --url: the key of the questions' tenant (COMPASSMEM_API_KEYS)")
+    command.add_argument("--tenant", help="the tenant of questions that name none (default: default)")
+    command.add_argument("--k", default=DEFAULT_K, metavar="K,K,...",
+                         help=f"the budgets of recall@k, comma-separated (default {DEFAULT_K})")
+    command.add_argument("--baselines", default=DEFAULT_BASELINES, metavar="NAME,...",
+                         help=f"baselines to run beside compassmem (default {DEFAULT_BASELINES}; also "
+                              "bm25-window3, bm25-window3-sliding; 'none' for none)")
+    command.add_argument("--compare", action="append", default=[], metavar="KEY=VALUE",
+                         help="also ask under this runtime setting (e.g. ranking.fitted=false; repeat for several, "
+                              "applied together) and show both and the difference; in process only")
+    command.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
+    command.add_argument("--chart", type=Path, metavar="FILE.png", help="write a PNG bar chart (needs matplotlib)")
+    command.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
+    command.set_defaults(handler=cmd_eval)
+
+
+def parse_budgets(text: str) -> list[int]:
+    try:
+        budgets = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise EvalInputError(f"--k {text!r}: give whole numbers separated by commas, e.g. {DEFAULT_K}") from None
+    if not budgets or any(not 1 <= k <= MAX_BUDGET_TURNS for k in budgets):
+        raise EvalInputError(f"--k {text!r}: each k must be 1 to {MAX_BUDGET_TURNS}")
+    return sorted(set(budgets))
+
+
+def parse_baselines(text: str) -> list[str]:
+    if text.strip() == "none":
+        return []
+    names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [name for name in names if name not in BASELINE_NAMES]
+    if unknown:
+        raise EvalInputError(f"--baselines: unknown baseline {unknown[0]!r}; the baselines are "
+                             f"{', '.join(BASELINE_NAMES)} (or 'none')")
+    return names
+
+
+def parse_compare(pairs: list[str], over_http: bool) -> dict[str, Any]:
+    """KEY=VALUE pairs, each a read-path runtime setting with a value its rule allows."""
+    from compassmem.library.runtime_settings import Scope, spec_of
+
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise EvalInputError(f"--compare {pair!r}: give KEY=VALUE, e.g. ranking.fitted=false")
+        spec = spec_of(key.strip())  # UnknownSettingError lists the keys
+        if spec.scope is not Scope.API:
+            raise EvalInputError(f"--compare {key}: it changes how memory is built ({spec.scope.value}), not how it "
+                                 "is asked; build a second memory with it (compassmem ingest into another "
+                                 "--data-dir) and run compassmem eval on each")
+        values[spec.key] = spec.validate(value.strip())
+    if values and over_http:
+        raise EvalInputError("--compare needs the memory in process (--data-dir): an API answers with the settings "
+                             "in force there, and changing one (PUT /v1/config) would change every client's "
+                             "answers, so eval does not; run it on the data directory, or on a copy of it")
+    return values
+
+
+def compared_memory(memory: Any, values: dict[str, Any]) -> Any:  # noqa: ANN401 - Memory, imported lazily
+    """A second ``Memory`` over the same stores and embedder, with the compared settings applied."""
+    from compassmem.library.memory import Memory
+    from compassmem.library.runtime_settings import overrides
+    from compassmem.retrieval.engine import RankingConfig
+
+    config = memory.engine.config
+    ranking = config.ranking.model_copy(update=overrides(RankingConfig, values))
+    settings = memory.settings.model_copy(update=overrides(Settings, values))
+    return Memory(settings, stores=memory.stores, embedder=memory.embedder,
+                  engine_config=config.model_copy(update={"ranking": ranking}))
+
+
+def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.evaluation.report import chart_available
+    from compassmem.library.runtime_settings import SettingValueError, UnknownSettingError
+
+    try:
+        budgets = parse_budgets(args.k)
+        baselines = parse_baselines(args.baselines)
+        compare = parse_compare(args.compare, over_http=args.url is not None)
+        if args.api_key and not args.url:
+            raise EvalInputError("--api-key goes with --url (in process, the data directory needs no key)")
+        missing_chart = chart_available() if args.chart else None
+        if missing_chart:
+            raise EvalInputError(missing_chart)
+    except (EvalInputError, UnknownSettingError, SettingValueError) as error:
+        echo(f"error: {error}", file=sys.stderr)
+        return 2
+    run = evaluate(args, settings, budgets, baselines, compare)
+    if run is None:
+        return 2
+    from compassmem.evaluation.report import draw_chart, json_report, markdown_report, text_report
+
+    for line in text_report(run):
+        echo(line)
+    if args.chart:
+        draw_chart(run, args.chart)
+        echo(f"chart written to {args.chart}")
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(markdown_report(run, args.chart), encoding="utf-8")
+        echo(f"report written to {args.report}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(json_report(run), indent=2) + "\n", encoding="utf-8")
+        echo(f"figures written to {args.json}")
+    return 0
+
+
+def evaluate(args: argparse.Namespace, settings: Settings, budgets: list[int], baselines: list[str],
+             compare: dict[str, Any]) -> Any:  # noqa: ANN401 - EvalRun, imported lazily
+    """The run, or None after saying in one line why the questions cannot be asked."""
+    from compassmem.evaluation.labelled_questions import Layout, QuestionFileError, check_evidence, load_questions
+    from compassmem.evaluation.memory_recall import baseline_results, memory_corpus, memory_result
+    from compassmem.evaluation.report import OVERALL, SYSTEM, EvalRun, setting_text
+    from compassmem.embedding.embedders import make_embedder
+    from compassmem.library.client import Client
+    from compassmem.library.memory import Memory
+
+    started = time.perf_counter()
+    try:
+        questions = load_questions(Path(args.path), tenant=args.tenant)
+    except QuestionFileError as error:
+        echo(f"error: {error}", file=sys.stderr)
+        return None
+    summary: dict[str, Any] = {"overall": OVERALL, "together": questions.layout is Layout.LOCOMO}
+    source: Memory | Client = Client(args.url, api_key=args.api_key) if args.url else Memory(settings)
+    with source:
+        corpus = memory_corpus(source, questions.questions, questions.session_dates)  # NotFound: one line
+        try:
+            check_evidence(questions, corpus)
+        except QuestionFileError as error:
+            echo(f"error: {error}", file=sys.stderr)
+            return None
+        system, _ = memory_result(SYSTEM, source, questions.questions, corpus, budgets, **summary)
+        compared = None
+        if compare:
+            with compared_memory(source, compare) as other:
+                compared = memory_result(f"{SYSTEM} ({setting_text(compare)})", other, questions.questions, corpus,
+                                         budgets, **summary)[0]
+        embedder = source.embedder if isinstance(source, Memory) else make_embedder(settings)
+        results = baseline_results(corpus, embedder, questions.questions, budgets, baselines, **summary) \
+            if baselines else []
+    where = f"the API at {args.url}" if args.url else f"in process, {settings.data_dir}"
+    return EvalRun(questions=questions, budgets=budgets, memory=where, embedder=settings.embedder, turns=len(corpus),
+                   system=system, baselines=results, compared=compared, compare_settings=compare,
+                   seconds=time.perf_counter() - started)
