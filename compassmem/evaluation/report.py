@@ -224,8 +224,8 @@ def draw_chart(run: EvalRun, path: Path) -> None:
     methods = run.methods
     groups = list(run.by_category(run.system))
     width = 0.8 / len(methods)
-    figure, axes = plt.subplots(len(run.budgets), 1, figsize=(max(6.0, 1.2 * len(groups) * len(methods) / 2 + 3),
-                                                              2.8 * len(run.budgets) + 0.6), squeeze=False)
+    size = (min(14.0, max(7.0, 0.35 * len(groups) * len(methods) + 2)), 2.6 * len(run.budgets) + 1.0)
+    figure, axes = plt.subplots(len(run.budgets), 1, figsize=size, squeeze=False)
     figure.suptitle(f"recall@k by category: {len(run.questions.questions)} questions, {run.questions.path.name}")
     for axis, budget in zip(axes[:, 0], run.budgets, strict=True):
         for index, result in enumerate(methods):
@@ -240,7 +240,7 @@ def draw_chart(run: EvalRun, path: Path) -> None:
     handles, labels = axes[0, 0].get_legend_handles_labels()
     figure.legend(handles, labels, fontsize=8, ncols=min(len(methods), 4), loc="upper center",
                   bbox_to_anchor=(0.5, 0.965))
-    figure.tight_layout(rect=(0, 0, 1, 0.92 if len(methods) <= 4 else 0.89))
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.55 / size[1] - (0.2 if len(methods) <= 4 else 0.35) / size[1]))
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
