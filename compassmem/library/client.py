@@ -23,6 +23,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 
+from compassmem.core.contracts.health import MemoryHealth
 from compassmem.core.contracts.query import QueryRequest, QueryResponse
 from compassmem.core.contracts.records import (
     ConversationPage,
@@ -110,6 +111,11 @@ def _graph(conversation_id: str, tenant: str, max_nodes: int | None,
            since: datetime | None) -> _Call[LimitedConversationGraph]:
     return _Call("GET", f"/v1/conversations/{_segment(conversation_id)}/graph", LimitedConversationGraph,
                  params=_given(tenant=tenant, max_nodes=max_nodes, since=since))
+
+
+def _memory_health(tenant: str, conversation: str | None, limit: int) -> _Call[MemoryHealth]:
+    return _Call("GET", "/v1/health/memory", MemoryHealth,
+                 params=_given(tenant=tenant, conversation=conversation, limit=limit))
 
 
 def _given(**params: object) -> dict[str, str]:
@@ -218,6 +224,12 @@ class Client:
         """A conversation's event graph (GET /v1/conversations/{id}/graph)."""
         return self._send(_graph(conversation_id, tenant, max_nodes, since))
 
+    def memory_health(self, *, tenant: str = DEFAULT_TENANT, conversation: str | None = None,
+                      limit: int = 20) -> MemoryHealth:
+        """The tenant's memory health with the last samples of each figure (GET /v1/health/memory): the
+        conversation named, or the ``limit`` most recently updated ones, and the worker's figures."""
+        return self._send(_memory_health(tenant, conversation, limit))
+
     def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
         """Forget a conversation (DELETE /v1/conversations/{id})."""
         return self._send(_forget(conversation_id, tenant))
@@ -292,6 +304,11 @@ class AsyncClient:
                     since: datetime | None = None) -> LimitedConversationGraph:
         """A conversation's event graph (GET /v1/conversations/{id}/graph)."""
         return await self._send(_graph(conversation_id, tenant, max_nodes, since))
+
+    async def memory_health(self, *, tenant: str = DEFAULT_TENANT, conversation: str | None = None,
+                            limit: int = 20) -> MemoryHealth:
+        """The tenant's memory health with the last samples of each figure (GET /v1/health/memory)."""
+        return await self._send(_memory_health(tenant, conversation, limit))
 
     async def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
         """Forget a conversation (DELETE /v1/conversations/{id})."""

@@ -17,6 +17,7 @@ import hashlib
 import hmac
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -35,7 +36,7 @@ from compassmem.core.contracts.dead_letters import (
     DeadLetterStage,
 )
 from compassmem.core.contracts.query import QueryResponse
-from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig
+from compassmem.monitoring.confidence_drift import ConfidenceDrift, DriftConfig, DriftReading
 from compassmem.processors.conversation_memory import ConversationHealth, MemoryUpdate
 from compassmem.processors.relations import ADJACENCY_EVIDENCE
 
@@ -66,6 +67,17 @@ DEAD_LETTER_KINDS = (
 )
 
 
+@dataclass(frozen=True)
+class WorkerReading:
+    """What a worker in this process has reported, as its metrics hold it (``MemoryMetrics.worker_reading``)."""
+
+    reporting: bool  # whether a worker in this process reported anything at all
+    lag: dict[str, int]  # "topic/partition" -> records not processed yet
+    dead_letters: dict[str, int]  # "stage/reason" -> records dead-lettered, those above 0
+    drift: DriftReading
+    last_batch_at: float | None  # Unix time
+
+
 class MemoryMetrics:
     """The metric objects plus the bookkeeping behind the derived gauges; implements ``PipelineObserver``."""
 
@@ -82,6 +94,8 @@ class MemoryMetrics:
         # Conversation key -> its label value (see conversation_label).
         self._labelled: OrderedDict[str, str] = OrderedDict()
         self._protected: dict[str, bytes] = {}
+        # Set by the worker's calls: a process without a worker (``compassmem api``) has none of its figures.
+        self._worker_reporting = False
         r = self.registry
 
         # -- ingestion ---------------------------------------------------------------------------------------------
@@ -251,6 +265,7 @@ class MemoryMetrics:
     # -- worker ------------------------------------------------------------------------------------------------------
 
     def consumed(self, records: int) -> None:
+        self._worker_reporting = True
         self.stage_turns.labels("consume").inc(records)
 
     def turns_searchable(self, produced_at: Iterable[float], now: float) -> None:
@@ -259,6 +274,7 @@ class MemoryMetrics:
             self.freshness_seconds.observe(max(0.0, now - timestamp))
 
     def batch_done(self, seconds: float) -> None:
+        self._worker_reporting = True
         self.stage("batch", seconds)
         self.last_batch.set_to_current_time()
 
@@ -269,10 +285,12 @@ class MemoryMetrics:
         self.store_retries.inc()
 
     def dead_lettered(self, letters: Iterable[DeadLetter]) -> None:
+        self._worker_reporting = True
         for letter in letters:
             self.dead_letters.labels(letter.stage.value, letter.reason_code).inc()
 
     def set_lag(self, topic: str, lags: Mapping[int, int]) -> None:
+        self._worker_reporting = True
         for partition, lag in lags.items():
             self.consumer_lag.labels(topic, str(partition)).set(max(0, lag))
 
@@ -283,6 +301,7 @@ class MemoryMetrics:
 
     def conversations_changed(self, health: Mapping[str, ConversationHealth | None]) -> None:
         """New counts for conversations a batch touched (None: forgotten)."""
+        self._worker_reporting = True
         for key, counts in health.items():
             if counts is None:
                 self._health.pop(key, None)
@@ -300,10 +319,23 @@ class MemoryMetrics:
 
     def conversations_owned(self, health: Mapping[str, ConversationHealth]) -> None:
         """Every conversation this worker owns now, read from its table: replaces what the gauges cover."""
+        self._worker_reporting = True
         for key in [k for k in self._labelled if k not in health]:
             self.conversation_degree.remove(self._labelled.pop(key))
         self._health = dict(health)
         self._publish_health()
+
+    def worker_reading(self) -> WorkerReading:
+        """The worker's lag, dead letters, confidence drift and last batch as this process's metrics hold them (the
+        memory-health report's worker figures)."""
+        lag = {f"{s.labels['topic']}/{s.labels['partition']}": int(s.value)
+               for metric in self.consumer_lag.collect() for s in metric.samples}
+        letters = {f"{s.labels['stage']}/{s.labels['reason']}": int(s.value)
+                   for metric in self.dead_letters.collect() for s in metric.samples
+                   if s.name.endswith("_total") and s.value > 0}
+        last = next((s.value for metric in self.last_batch.collect() for s in metric.samples), 0.0)
+        return WorkerReading(reporting=self._worker_reporting, lag=lag, dead_letters=letters,
+                             drift=self._drift.reading(), last_batch_at=last or None)
 
     # -- query API ---------------------------------------------------------------------------------------------------
 

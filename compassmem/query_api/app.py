@@ -11,6 +11,7 @@ Endpoints are plain ``def``: FastAPI runs them on its thread pool, which the CPU
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -25,15 +26,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from compassmem import __version__
 from compassmem.core.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
 from compassmem.core.errors import NotFound, Unavailable
+from compassmem.monitoring.memory_health import MemoryHealthMonitor
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
 from compassmem.query_api.body_limit import BodyLimitMiddleware
-from compassmem.query_api.dependencies import ApiServices
+from compassmem.query_api.dependencies import ApiServices, health_monitor
 from compassmem.query_api.explorer.live import LiveFeeds
 from compassmem.query_api.explorer.ui import mount_ui
 from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.request_id import install_request_ids
-from compassmem.query_api.routers import config, conversations, events, operations, query, tenants, turns
+from compassmem.query_api.routers import config, conversations, events, health, operations, query, tenants, turns
 from compassmem.query_api.server_spans import ServerSpanMiddleware
 
 log = structlog.get_logger(__name__)
@@ -133,14 +135,29 @@ def _document_place(path: str) -> int:
 
 
 @asynccontextmanager
-async def _stop_live_feeds(app: FastAPI) -> AsyncIterator[None]:
-    yield
-    app.state.live.stop()
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    sampler = asyncio.create_task(_sample_memory_health(health_monitor(app)))
+    try:
+        yield
+    finally:
+        sampler.cancel()
+        app.state.live.stop()
+
+
+async def _sample_memory_health(monitor: MemoryHealthMonitor) -> None:
+    """The memory-health trends grow between two looks: the worker and the tenants asked about lately, sampled on the
+    thread pool (store reads) every sample_every_s."""
+    while True:
+        await asyncio.sleep(monitor.sample_every_s)
+        try:
+            await asyncio.to_thread(monitor.sample_background)
+        except Exception as error:  # noqa: BLE001 - the next round tries again
+            log.warning("memory_health.sampler_failed", error=repr(error))
 
 
 def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(
-        lifespan=_stop_live_feeds,
+        lifespan=_lifespan,
         title="compassmem query API",
         version=__version__,
         description="Event-graph long-term memory for LLM agents: ask a question about a conversation and get "
@@ -151,6 +168,8 @@ def create_app(services: ApiServices) -> FastAPI:
     app.state.authorizer = Authorizer(services.settings.tenant_keys())
     # The explorer's live streams (stopped with the app); the deletions purge what it keeps of what they delete.
     app.state.live = LiveFeeds(services.settings)
+    # GET /v1/health/memory: the figures and their trends (made on first use), sampled while the app runs.
+    app.state.health = services.health
 
     # Inside the measuring middleware below, so refused bodies are counted too.
     app.add_middleware(BodyLimitMiddleware, max_bytes=services.settings.api_max_body_bytes)
@@ -185,7 +204,7 @@ def create_app(services: ApiServices) -> FastAPI:
                                                                "see the server log"})
 
     for router in (query.router, turns.router, conversations.router, events.router, tenants.router,
-                   operations.router, config.router):
+                   operations.router, config.router, health.router):
         app.include_router(router)
     _in_document_order(app)
     mount_ui(app)

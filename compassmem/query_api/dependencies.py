@@ -22,6 +22,7 @@ from compassmem.core.models import (
     TENANT_PATTERN,
     check_id,
 )
+from compassmem.monitoring.memory_health import MemoryHealthMonitor
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.publish.publisher import TurnPublisher
 from compassmem.query_api.auth import Authorizer
@@ -40,6 +41,8 @@ class ApiServices:
     # In `compassmem dev` the worker's own: one /metrics shows both.
     metrics: MemoryMetrics
     turn_publisher: TurnPublisher | None = None
+    # GET /v1/health/memory's figures and trends; None: create_app makes one over the memory's stores and metrics.
+    health: MemoryHealthMonitor | None = None
 
 
 # The dependencies are coroutines although they do no I/O: FastAPI runs a plain function on its thread pool, and each
@@ -59,8 +62,23 @@ async def live_feeds(request: Request) -> LiveFeeds:
     return live
 
 
+def health_monitor(app: Any) -> MemoryHealthMonitor:  # noqa: ANN401 - the FastAPI app
+    """The app's memory-health monitor: the services' own, else one over the memory's stores and the metrics, made
+    on first use (the OpenAPI document's app has no memory)."""
+    monitor: MemoryHealthMonitor | None = app.state.health
+    if monitor is None:
+        services: ApiServices = app.state.services
+        monitor = app.state.health = MemoryHealthMonitor(services.memory.stores, services.metrics)
+    return monitor
+
+
+async def memory_health(request: Request) -> MemoryHealthMonitor:
+    return health_monitor(request.app)
+
+
 Services = Annotated[ApiServices, Depends(api_services)]
 Live = Annotated[LiveFeeds, Depends(live_feeds)]
+Health = Annotated[MemoryHealthMonitor, Depends(memory_health)]
 
 
 def authorize(request: Request, tenant: str) -> None:

@@ -16,9 +16,13 @@ import type {
   EventOut,
   EventPage,
   EventsOptions,
+  ConversationOverview,
   GraphNode,
   GraphOptions,
   LimitedConversationGraph,
+  MemoryHealth,
+  MemoryHealthOptions,
+  OverviewOptions,
   QueryInput,
   QueryOptions,
   QueryResponse,
@@ -41,7 +45,7 @@ export interface ClientOptions {
   fetch?: typeof globalThis.fetch | undefined;
 }
 
-type Params = Record<string, string | number | boolean | Date | null | undefined>;
+type Params = Record<string, string | number | boolean | Date | readonly (string | number)[] | null | undefined>;
 
 interface Call {
   method: "GET" | "POST" | "DELETE";
@@ -128,6 +132,22 @@ export class Client {
     });
   }
 
+  /** What the explorer opens a conversation on (`GET /v1/conversations/{id}/overview`): its topics with their counts
+   * and the strongest links between them, for the relation `types` and `min_confidence` asked for. */
+  overview(conversationId: string, options: OverviewOptions = {}): Promise<ConversationOverview> {
+    return this.#send({
+      method: "GET",
+      path: `/v1/conversations/${segment(conversationId)}/overview`,
+      params: options,
+    });
+  }
+
+  /** The tenant's memory health with the last samples of each figure (`GET /v1/health/memory`): the
+   * `conversation` named or the `limit` most recently updated ones, and the worker's figures. */
+  memoryHealth(options: MemoryHealthOptions = {}): Promise<MemoryHealth> {
+    return this.#send({ method: "GET", path: "/v1/health/memory", params: options });
+  }
+
   /** Forget a conversation (`DELETE /v1/conversations/{id}`). */
   forget(conversationId: string, options: TenantOption = {}): Promise<DeleteResult> {
     return this.#send({ method: "DELETE", path: `/v1/conversations/${segment(conversationId)}`, params: options });
@@ -200,7 +220,9 @@ function segment(value: string): string {
 function queryString(params: Params | undefined): string {
   const search = new URLSearchParams();
   for (const [name, value] of Object.entries(params ?? {})) {
-    if (value !== undefined && value !== null) {
+    if (Array.isArray(value)) {
+      for (const item of value) search.append(name, String(item)); // a list parameter: one per item
+    } else if (value !== undefined && value !== null) {
       search.set(name, value instanceof Date ? value.toISOString() : String(value));
     }
   }

@@ -235,6 +235,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/conversations/{conversation_id}/overview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A conversation's topics and the strongest links between them
+         * @description What the explorer opens a conversation on, whatever its size: each topic (cluster) with its event and turn counts and time span (the events without a topic yet as one more, id null), the active relations per type with how many the filters keep, and the links the kept relations make between topics, summed per pair of topics and type, the strongest first. Read from the graph store's aggregates: no event or relation is loaded.
+         */
+        get: operations["get_overview_v1_conversations__conversation_id__overview_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/config": {
         parameters: {
             query?: never;
@@ -268,6 +288,26 @@ export interface paths {
          * @description Checks the key and value, then records the change on the control topic and answers once the broker acknowledged it. Every worker applies a write-path key at the change's marker in each turns partition (turns before it keep the old value, so a replay rebuilds the same memory); every API process applies a read-path key as it reads the control topic.
          */
         put: operations["set_config_v1_config__key__put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/health/memory": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A tenant's memory health, with trends
+         * @description Per conversation (the one named, or the most recently updated ones): events, relations, average degree, duplicate rate and relation-confidence drift, read from the stores; the tenant's totals; and the worker's lag, dead letters and confidence drift when this API process runs one (compassmem dev; they cover every tenant it serves). Each figure comes with its last samples, kept in this process (at most one per sample_every_s, samples_kept of them): the tenants asked about are sampled in the background for 15 minutes after each request.
+         */
+        get: operations["get_memory_health_v1_health_memory_get"];
+        put?: never;
         post?: never;
         delete?: never;
         options?: never;
@@ -346,6 +386,116 @@ export interface components {
              * @description The subgoal whose search or list gave that place; null for the searches made once per question (time, category, wish).
              */
             subgoal?: string | null;
+        };
+        /** ConversationHealthReport */
+        ConversationHealthReport: {
+            /** Conversation Id */
+            conversation_id: string;
+            /**
+             * Last At
+             * @description Its latest turn.
+             */
+            last_at: string | null;
+            /**
+             * Events
+             * @description Closed events in the graph store.
+             */
+            events: number;
+            /**
+             * Provisional Events
+             * @description An open segment being streamed (the vector store's).
+             */
+            provisional_events: number;
+            /** Turns */
+            turns: number;
+            /** Topics */
+            topics: number;
+            /**
+             * Relations
+             * @description Active relations.
+             */
+            relations: number;
+            /**
+             * Semantic Relations
+             * @description Active relations that are not adjacency edges.
+             */
+            semantic_relations: number;
+            /** Superseded Relations */
+            superseded_relations: number;
+            /**
+             * Average Degree
+             * @description 2 x active relations / events (compassmem_conversation_average_degree).
+             */
+            average_degree: number;
+            /**
+             * Semantic Degree
+             * @description The same without adjacency edges.
+             */
+            semantic_degree: number;
+            /**
+             * Segments
+             * @description Segments closed: events plus the segments merged into them.
+             */
+            segments: number;
+            /** Merged Segments */
+            merged_segments: number;
+            /**
+             * Duplicate Rate
+             * @description Merged segments / segments (compassmem_event_duplicate_ratio).
+             */
+            duplicate_rate: number;
+            /**
+             * Confidence Mean
+             * @description Mean confidence of the semantic relations; null: none.
+             */
+            confidence_mean: number | null;
+            /**
+             * Confidence Recent Mean
+             * @description Of the most recently written ones (the recent window of compassmem_relation_confidence_mean).
+             */
+            confidence_recent_mean: number | null;
+            /**
+             * Confidence Drift
+             * @description Recent mean minus the mean of the ones before them; null until there are relations before the recent window.
+             */
+            confidence_drift: number | null;
+            /**
+             * Warnings
+             * @description The figures past an alert rule's threshold, each as a sentence.
+             */
+            warnings: string[];
+            /** @description events, relations, average_degree, duplicate_rate, confidence_drift. */
+            trend: components["schemas"]["HealthTrend"];
+        };
+        /**
+         * ConversationOverview
+         * @description What the explorer opens a conversation on: its topics with their counts and the strongest links between
+         *     them, never its thousands of relations.
+         */
+        ConversationOverview: {
+            /** Tenant */
+            tenant: string;
+            /** Conversation Id */
+            conversation_id: string;
+            filters: components["schemas"]["OverviewFilters"];
+            counts: components["schemas"]["OverviewCounts"];
+            /** Relation Types */
+            relation_types: components["schemas"]["RelationTypeSummary"][];
+            /**
+             * Topics
+             * @description In the order of their first event; the events without a topic (id null) last.
+             */
+            topics: components["schemas"]["TopicSummary"][];
+            /**
+             * Links
+             * @description Between different topics, the strongest first (highest confidence, then most relations).
+             */
+            links: components["schemas"]["TopicLink"][];
+            /**
+             * Within
+             * @description Relations the filters keep inside each topic, per type.
+             */
+            within: components["schemas"]["TopicLink"][];
         };
         /** ConversationPage */
         ConversationPage: {
@@ -662,6 +812,19 @@ export interface components {
             };
         };
         /**
+         * HealthTrend
+         * @description The last samples of an entity's figures, oldest first: ``at`` the time of each, ``series`` one list per
+         *     figure with a value per sample (null where the figure had none).
+         */
+        HealthTrend: {
+            /** At */
+            at: string[];
+            /** Series */
+            series: {
+                [key: string]: (number | null)[];
+            };
+        };
+        /**
          * LimitedConversationGraph
          * @description A conversation's graph within the limits asked for; ``counts`` describe what is returned.
          */
@@ -676,6 +839,35 @@ export interface components {
             edges: components["schemas"]["GraphEdge"][];
             counts: components["schemas"]["GraphCounts"];
             limits: components["schemas"]["GraphLimits"];
+        };
+        /** MemoryHealth */
+        MemoryHealth: {
+            /** Tenant */
+            tenant: string;
+            /**
+             * Sampled At
+             * Format: date-time
+             */
+            sampled_at: string;
+            /**
+             * Sample Every S
+             * @description At most one sample per figure per this many seconds is kept.
+             */
+            sample_every_s: number;
+            /**
+             * Samples Kept
+             * @description How many samples of each figure this process keeps (a ring).
+             */
+            samples_kept: number;
+            /** Conversations Total */
+            conversations_total: number;
+            totals: components["schemas"]["TenantHealthTotals"];
+            /**
+             * Conversations
+             * @description The conversation asked for, or the most recently updated ones (limit).
+             */
+            conversations: components["schemas"]["ConversationHealthReport"][];
+            worker: components["schemas"]["WorkerHealth"];
         };
         /**
          * Observation
@@ -702,6 +894,55 @@ export interface components {
          * @enum {string}
          */
         Origin: "default" | "environment" | "runtime";
+        /** OverviewCounts */
+        OverviewCounts: {
+            /**
+             * Events
+             * @description Events, provisional ones included.
+             */
+            events: number;
+            /** Turns */
+            turns: number;
+            /** Topics */
+            topics: number;
+            /**
+             * Unclustered Events
+             * @description Events without a topic yet, provisional ones included.
+             */
+            unclustered_events: number;
+            /**
+             * Relations
+             * @description Active relations.
+             */
+            relations: number;
+            /** Superseded Relations */
+            superseded_relations: number;
+            /**
+             * Passing Relations
+             * @description Active relations the filters keep.
+             */
+            passing_relations: number;
+            /**
+             * Links Total
+             * @description Links between different topics the filters keep, before the limit.
+             */
+            links_total: number;
+        };
+        /** OverviewFilters */
+        OverviewFilters: {
+            /**
+             * Types
+             * @description The relation types asked for (all when none was named).
+             */
+            types: string[];
+            /** Min Confidence */
+            min_confidence: number;
+            /**
+             * Links
+             * @description At most this many links between different topics, the strongest first.
+             */
+            links: number;
+        };
         /** PathStep */
         PathStep: {
             /** Type */
@@ -919,6 +1160,26 @@ export interface components {
             redaction_published: boolean;
         };
         /**
+         * RelationType
+         * @enum {string}
+         */
+        RelationType: "causal" | "temporal" | "part_of" | "conditional" | "motivational" | "same_participant" | "same_entity" | "follow_up";
+        /** RelationTypeSummary */
+        RelationTypeSummary: {
+            /** Type */
+            type: string;
+            /**
+             * Relations
+             * @description Active relations of this type.
+             */
+            relations: number;
+            /**
+             * Passing
+             * @description Of those, the ones the filters keep (type chosen, confidence at least min_confidence).
+             */
+            passing: number;
+        };
+        /**
          * Scope
          * @description Which processes a key changes.
          * @enum {string}
@@ -1038,6 +1299,20 @@ export interface components {
              */
             forget_published: boolean;
         };
+        /** TenantHealthTotals */
+        TenantHealthTotals: {
+            /** Conversations */
+            conversations: number;
+            /**
+             * Events
+             * @description Events, provisional ones included.
+             */
+            events: number;
+            /** Turns */
+            turns: number;
+            /** @description conversations, events, turns. */
+            trend: components["schemas"]["HealthTrend"];
+        };
         /**
          * TimeAnchor
          * @description A time expression resolved against the timestamp of the turn that said it.
@@ -1058,6 +1333,48 @@ export interface components {
             granularity: components["schemas"]["Granularity"];
             /** Turn Id */
             turn_id?: string | null;
+        };
+        /**
+         * TopicLink
+         * @description Active relations of one type between the events of two topics (an event's part-of relation to a topic
+         *     counts for that topic); source or target null: the events without a topic.
+         */
+        TopicLink: {
+            /** Source */
+            source: string | null;
+            /** Target */
+            target: string | null;
+            /** Type */
+            type: string;
+            /** Relations */
+            relations: number;
+            /** Max Confidence */
+            max_confidence: number;
+            /** Mean Confidence */
+            mean_confidence: number;
+        };
+        /** TopicSummary */
+        TopicSummary: {
+            /**
+             * Id
+             * @description The topic (cluster) id; null for the events without a topic yet (the most recent ones, before the next reclustering, and an open segment).
+             */
+            id: string | null;
+            /**
+             * Label
+             * @description Its keywords, joined: what to draw.
+             */
+            label: string;
+            /** Keywords */
+            keywords: string[];
+            /** Events */
+            events: number;
+            /** Turns */
+            turns: number;
+            /** First At */
+            first_at: string | null;
+            /** Last At */
+            last_at: string | null;
         };
         /**
          * Turn
@@ -1239,6 +1556,67 @@ export interface components {
         ValidationErrorResponse: {
             /** Detail */
             detail: components["schemas"]["FieldError"][];
+        };
+        /**
+         * WorkerHealth
+         * @description The streaming worker's figures, when this API process runs one (``compassmem dev``); a separate
+         *     ``compassmem api`` has none of its own: they are on the workers' /metrics. They cover every tenant the worker
+         *     serves, not only the one asked about.
+         */
+        WorkerHealth: {
+            /**
+             * In Process
+             * @description Whether this process runs a worker that has reported.
+             */
+            in_process: boolean;
+            /** Note */
+            note: string;
+            /**
+             * Lag Records
+             * @description Turns records not processed yet, over the assigned partitions (compassmem_consumer_lag_records).
+             */
+            lag_records: number | null;
+            /**
+             * Lag Partitions
+             * @description By topic/partition.
+             */
+            lag_partitions: {
+                [key: string]: number;
+            };
+            /**
+             * Dead Letters
+             * @description Records dead-lettered since the worker started (compassmem_dead_letters_total).
+             */
+            dead_letters: number | null;
+            /**
+             * Dead Letters By Reason
+             * @description stage/reason -> count, those above 0.
+             */
+            dead_letters_by_reason: {
+                [key: string]: number;
+            };
+            /** Relations Seen */
+            relations_seen: number | null;
+            /** Confidence Recent Mean */
+            confidence_recent_mean: number | null;
+            /** Confidence Reference Mean */
+            confidence_reference_mean: number | null;
+            /**
+             * Confidence Drift
+             * @description compassmem_relation_confidence_drift.
+             */
+            confidence_drift: number | null;
+            /**
+             * Confidence Trend Per 1000
+             * @description compassmem_relation_confidence_trend.
+             */
+            confidence_trend_per_1000: number | null;
+            /** Last Batch At */
+            last_batch_at: string | null;
+            /** Warnings */
+            warnings: string[];
+            /** @description lag_records, dead_letters, confidence_drift. */
+            trend: components["schemas"]["HealthTrend"];
         };
     };
     responses: never;
@@ -1699,6 +2077,12 @@ export interface operations {
                 max_nodes?: number | null;
                 /** @description Only events that end at or after this ISO 8601 time (with an offset). */
                 since?: string | null;
+                /** @description Focus: the events of these topics (cluster ids, at most 50; repeat the parameter), the most recent max_nodes of them, with every relation touching them and the events at their other ends. 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
+                topic?: string[] | null;
+                /** @description Focus: also the events without a topic yet (and an open segment). */
+                unclustered?: boolean;
+                /** @description Focus: these events (at most 100; repeat the parameter) with every relation touching them, superseded ones included, and the events at their other ends. */
+                event?: string[] | null;
                 /** @description The tenant that owns the data. */
                 tenant?: string;
             };
@@ -1946,6 +2330,74 @@ export interface operations {
             };
         };
     };
+    get_overview_v1_conversations__conversation_id__overview_get: {
+        parameters: {
+            query?: {
+                /** @description Only relations of these types (repeat the parameter); all when none is named. */
+                types?: components["schemas"]["RelationType"][] | null;
+                /** @description Only relations of at least this confidence (0-1). */
+                min_confidence?: number;
+                /** @description At most this many links between topics (1-500), the strongest. */
+                links?: number;
+                /** @description The tenant that owns the data. */
+                tenant?: string;
+            };
+            header?: never;
+            path: {
+                /** @description The conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
+                conversation_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConversationOverview"];
+                };
+            };
+            /** @description The tenant requires an API key and none was sent. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key is not the tenant's. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No memory for that tenant and conversation. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A field or parameter breaks a rule; each entry names the field and the rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorResponse"];
+                };
+            };
+        };
+    };
     show_config_v1_config_get: {
         parameters: {
             query?: never;
@@ -2043,6 +2495,69 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+        };
+    };
+    get_memory_health_v1_health_memory_get: {
+        parameters: {
+            query?: {
+                /** @description Only this conversation: 1-128 characters, each an ASCII letter or digit or one of . _ ~ : @ + = | - (no space, no '/', nothing invisible or from another script), other than '.' and '..'; fullwidth and other compatibility forms are read as their plain letters (NFKC) first, so 'ｃ１' is the id 'c1'. */
+                conversation?: string | null;
+                /** @description The most recently updated conversations to report (1-100). */
+                limit?: number;
+                /** @description The tenant that owns the data. */
+                tenant?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MemoryHealth"];
+                };
+            };
+            /** @description The tenant requires an API key and none was sent. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description The API key is not the tenant's. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description No memory for that tenant and conversation. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorResponse"];
+                };
+            };
+            /** @description A field or parameter breaks a rule; each entry names the field and the rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ValidationErrorResponse"];
                 };
             };
         };

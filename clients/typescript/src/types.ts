@@ -34,6 +34,13 @@ export type RedactResult = Schemas["RedactResult"];
 export type TenantDeleteResult = Schemas["TenantDeleteResult"];
 export type TurnsAccepted = Schemas["TurnsAccepted"];
 export type FieldError = Schemas["FieldError"];
+export type ConversationOverview = Schemas["ConversationOverview"];
+export type TopicSummary = Schemas["TopicSummary"];
+export type TopicLink = Schemas["TopicLink"];
+export type MemoryHealth = Schemas["MemoryHealth"];
+export type ConversationHealthReport = Schemas["ConversationHealthReport"];
+export type WorkerHealth = Schemas["WorkerHealth"];
+export type HealthTrend = Schemas["HealthTrend"];
 
 /** A turn to add: the server fills in the fields it has defaults for (`tenant`: "default"). */
 export type TurnInput = Omit<Turn, "tenant"> & { tenant?: Turn["tenant"] };
@@ -48,9 +55,14 @@ export type QueryInput = QueryOptions & Pick<QueryRequest, "question">;
 export type ConversationsOptions = QueryOf<"/v1/conversations", "get">;
 /** `GET /v1/conversations/{id}/events`: `tenant`, `limit`, `cursor`. */
 export type EventsOptions = QueryOf<"/v1/conversations/{conversation_id}/events", "get">;
-/** `GET /v1/conversations/{id}/graph`: `tenant`, `max_nodes`, `since` (a `Date`, or ISO 8601 with an offset). */
+/** `GET /v1/conversations/{id}/graph`: `tenant`, `max_nodes`, `since` (a `Date`, or ISO 8601 with an offset); focused:
+ * `topic` (topic ids), `unclustered`, `event` (event ids). */
 export type GraphOptions = Omit<QueryOf<"/v1/conversations/{conversation_id}/graph", "get">, "since"> & {
   since?: Date | string | null;
 };
+/** `GET /v1/conversations/{id}/overview`: `tenant`, `types` (relation types), `min_confidence`, `links`. */
+export type OverviewOptions = QueryOf<"/v1/conversations/{conversation_id}/overview", "get">;
+/** `GET /v1/health/memory`: `tenant`, `conversation`, `limit`. */
+export type MemoryHealthOptions = QueryOf<"/v1/health/memory", "get">;
 /** The tenant of a request on one conversation, event or turn ("default" when not given). */
 export type TenantOption = QueryOf<"/v1/events/{event_id}", "get">;

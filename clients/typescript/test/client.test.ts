@@ -80,6 +80,27 @@ describe("reading the sample conversation", () => {
     assert.equal(future.counts.events, 0);
     assert.equal(future.limits.since?.slice(0, 10), "2100-01-01");
   });
+
+  it("opens on the overview and focuses on some events, a list parameter repeated", async () => {
+    const overview = await client.overview("priya-tom", { types: ["temporal", "follow_up"], min_confidence: 0.5 });
+    assert.deepEqual(overview.filters.types, ["follow_up", "temporal"]);
+    assert.equal(overview.counts.events, overview.topics.reduce((sum, topic) => sum + topic.events, 0));
+    const whole = await client.graph("priya-tom");
+    const ids = whole.nodes.filter((node) => node.kind === "event").slice(0, 2).map((node) => node.id);
+    const focused = await client.graph("priya-tom", { event: ids });
+    for (const id of ids) assert.ok(focused.nodes.some((node) => node.id === id));
+    const touching = whole.edges.filter((edge) => ids.includes(edge.source) || ids.includes(edge.target));
+    assert.equal(focused.edges.length, touching.length);
+  });
+
+  it("reports memory health", async () => {
+    const health = await client.memoryHealth({ conversation: "priya-tom" });
+    const [conversation] = health.conversations;
+    assert.equal(conversation?.conversation_id, "priya-tom");
+    assert.ok(conversation !== undefined && health.totals.events >= conversation.events);
+    assert.deepEqual(Object.keys(conversation.trend.series).sort(),
+      ["average_degree", "confidence_drift", "duplicate_rate", "events", "relations"]);
+  });
 });
 
 describe("typed errors", () => {

@@ -7,6 +7,7 @@ conversations.py  GET /v1/conversations; a conversation's events, graph and live
 events.py         GET /v1/events/{event_id}
 tenants.py        DELETE /v1/tenants/{tenant} (admin)
 operations.py     GET /healthz, GET /metrics
+health.py         GET /v1/health/memory: a tenant's memory health with trends
 config.py         GET /v1/config, PUT /v1/config/{key}: runtime settings (admin)
 
 The explorer's page is mounted by ``compassmem/query_api/explorer/ui.py``. Every router takes what it needs through
