@@ -45,6 +45,7 @@ QUESTIONS = [
      "evidence": ["D2:12", "D2:14"]},
 ]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+OTHER_TENANT = "acme"
 
 
 def _turns() -> list[dict[str, Any]]:
@@ -81,7 +82,10 @@ def _one_error_line(code: int, err: str, *fragments: str) -> str:
 @pytest.fixture(scope="module")
 def memory_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("eval-memory")
-    assert main(["--data-dir", str(root / "data"), "ingest", str(_jsonl(root / "turns.jsonl", _turns()))]) == 0
+    turns = _turns()
+    # The same conversation again in a tenant of its own, for questions that name their tenant.
+    turns += [{**turn, "tenant": OTHER_TENANT} for turn in turns]
+    assert main(["--data-dir", str(root / "data"), "ingest", str(_jsonl(root / "turns.jsonl", turns))]) == 0
     return root / "data"
 
 
@@ -150,6 +154,23 @@ def test_compare_runs_the_questions_again_under_a_setting_and_shows_both_columns
         {k: 100 * (theirs[k] - ours[k]) for k in ("1", "5")})
 
 
+def test_questions_name_their_tenant_or_take_the_tenant_option(
+        memory_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    figures = tmp_path / "r.json"
+    named = _jsonl(tmp_path / "named.jsonl", [{**q, "tenant": OTHER_TENANT} for q in QUESTIONS[:2]] + QUESTIONS[2:])
+    code, out, err = _eval(capsys, str(named), "--data-dir", str(memory_dir), "--baselines", "bm25", "--json",
+                           str(figures))
+    assert code == 0, err
+    assert "over 2 conversation(s), 28 turns" in out  # ana-ben of each tenant, each ranked on its own
+    assert json.loads(figures.read_text())["methods"]["bm25"]["recall"]["(all)"]["20"] == 1.0
+    code, out, err = _eval(capsys, str(_jsonl(tmp_path / "q.jsonl", QUESTIONS)), "--data-dir", str(memory_dir),
+                           "--tenant", OTHER_TENANT, "--baselines", "none")
+    assert code == 0, err
+    assert "over 1 conversation(s), 14 turns" in out
+    header = next(line for line in out.splitlines() if line.startswith("recall@5/10/20 %"))
+    assert header.split()[2:] == ["questions", "compassmem"]
+
+
 # --- against a running API ---------------------------------------------------------------------------------------
 
 
@@ -213,9 +234,16 @@ def test_a_bad_jsonl_line_is_refused_naming_its_line_and_field(
     assert out == ""
     typo = _jsonl(tmp_path / "typo.jsonl", [QUESTIONS[0], {**QUESTIONS[1], "evidense": ["D1:4"]}])
     _one_error_line(*_eval(capsys, str(typo), "--data-dir", str(memory_dir))[::2], "line 2: field 'evidense'")
-    (tmp_path / "broken.jsonl").write_text(json.dumps(QUESTIONS[0]) + "\n{not json\n")
+    (tmp_path / "broken.jsonl").write_text(json.dumps(QUESTIONS[0]) + "\n\n{not json\n")
     _one_error_line(*_eval(capsys, str(tmp_path / "broken.jsonl"), "--data-dir", str(memory_dir))[::2],
-                    "line 2: not valid JSON")
+                    "line 3: not valid JSON")
+    # The question, conversation id and tenant by the rules POST /v1/query holds them to.
+    blank = _jsonl(tmp_path / "blank.jsonl", [{**QUESTIONS[0], "question": "   "}])
+    _one_error_line(*_eval(capsys, str(blank), "--data-dir", str(memory_dir))[::2],
+                    "line 1: field 'question'", "must not be blank")
+    spaced = _jsonl(tmp_path / "spaced.jsonl", [QUESTIONS[0], {**QUESTIONS[1], "conversation_id": "ana ben"}])
+    _one_error_line(*_eval(capsys, str(spaced), "--data-dir", str(memory_dir))[::2],
+                    "line 2: field 'conversation_id'", "U+0020")
 
 
 def test_evidence_or_a_conversation_the_memory_lacks_is_refused(

@@ -20,10 +20,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
-from compassmem.core.contracts.query import MAX_QUESTION_CHARS
-from compassmem.core.models import DEFAULT_TENANT, TENANT_PATTERN
+from compassmem.core.contracts.limits import Question as QuestionText
+from compassmem.core.contracts.query import check_question
+from compassmem.core.models import DEFAULT_TENANT, TENANT_PATTERN, check_id
 from compassmem.evaluation.baselines import TurnCorpus, locomo_session_dates
 from compassmem.evaluation.locomo_questions import CATEGORY_NAMES, Question, QuestionReport, load_locomo_questions
 from compassmem.evaluation.recall import TOGETHER
@@ -32,7 +33,8 @@ from compassmem.write.importers import ImportFormatError, numbered_jsonl_records
 JSONL_SUFFIXES = frozenset({".jsonl", ".ndjson"})
 # A question without a category is counted in this group of the category table.
 UNLABELLED = "(none)"
-_Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+_Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
+_Id = Annotated[str, AfterValidator(check_id)]
 
 
 class QuestionFileError(ImportFormatError):
@@ -45,14 +47,15 @@ class Layout(StrEnum):
 
 
 class LabelledQuestion(BaseModel):
-    """One line of a JSONL question file."""
+    """One line of a JSONL question file: the question, conversation and tenant by the rules ``POST /v1/query``
+    holds them to, the evidence by the turn id rule."""
 
     model_config = ConfigDict(extra="forbid")
 
-    question: _Text = Field(max_length=MAX_QUESTION_CHARS)
-    conversation_id: _Text
-    evidence: list[_Text] = Field(min_length=1, description="the turn ids that answer the question")
-    category: int | _Text | None = None
+    question: Annotated[QuestionText, AfterValidator(check_question)]
+    conversation_id: _Id
+    evidence: list[_Id] = Field(min_length=1, description="the turn ids that answer the question")
+    category: int | _Label | None = None
     tenant: Annotated[str, StringConstraints(pattern=TENANT_PATTERN)] | None = None
 
 

@@ -32,6 +32,14 @@ from compassmem.core.models import (
 _ID_SCHEMA = {"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS}
 
 
+def check_question(value: str) -> str:
+    """A question's rule beyond its length: not blank, no control characters but tab, newline and carriage return
+    (``compassmem eval`` holds its question files to it too)."""
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return check_storable(value, multiline=True)
+
+
 class QueryRequest(BaseModel):
     """A question and where to look: exactly one of ``conversation_id``, ``conversation_ids``, ``subject_id`` or
     ``all_conversations``, always within one tenant."""
@@ -74,9 +82,7 @@ class QueryRequest(BaseModel):
     @field_validator("question")
     @classmethod
     def _question(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
-        return check_storable(value, multiline=True)
+        return check_question(value)
 
     @model_validator(mode="after")
     def _one_scope(self) -> QueryRequest:
