@@ -91,6 +91,8 @@ def load_questions(path: Path, tenant: str | None = None) -> QuestionSet:
     except (KeyError, TypeError, ValueError) as error:
         raise QuestionFileError(f"{path}: not a LoCoMo file ({type(error).__name__}: {error}); a question file is "
                                 "LoCoMo JSON, or JSONL named .jsonl") from error
+    if not questions:
+        raise QuestionFileError(f"{path}: holds no question with evidence (LoCoMo's 'qa' of each sample)")
     if tenant is not None:
         questions = [q.model_copy(update={"tenant": tenant}) for q in questions]
     places = [f"question {index} ({q.conversation_id})" for index, q in enumerate(questions, start=1)]
