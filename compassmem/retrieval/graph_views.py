@@ -6,6 +6,8 @@ of events is never loaded whole nor drawn at once.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +31,9 @@ from compassmem.sinks.graph_store import TopicCount, TopicLinkCount
 
 # Keywords of a topic drawn as its label: readable at the opening zoom.
 LABEL_KEYWORDS = 3
+# Summaries of a topic's events its keywords (stems: "radioact", "lopsid") are spelt out from.
+LABEL_SAMPLES = 24
+_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 
 def conversation_overview(stores: Stores, tenant: str, conversation_id: str, *, types: Sequence[str] | None = None,
@@ -36,7 +41,7 @@ def conversation_overview(stores: Stores, tenant: str, conversation_id: str, *, 
     """The conversation's topics (the events without one as one more, id None) with their counts, the relation
     types with how many the filters keep, and the links the filtered active relations make between topics, the
     strongest ``links`` of them. None when the conversation has no memory."""
-    topics = stores.graph.topic_counts(tenant, conversation_id)
+    topics = stores.graph.topic_counts(tenant, conversation_id, summaries=LABEL_SAMPLES)
     opened = stores.vectors.provisional_events(tenant, conversation_id)
     if not topics and not opened:
         return None
@@ -77,7 +82,7 @@ def _topic_summaries(topics: list[TopicCount], opened: list[Event]) -> list[Topi
         if topic.cluster_id is None:
             unclustered = topic
             continue
-        keywords = list(topic.label)
+        keywords = spelt_out(topic.label, topic.summaries)
         summaries.append(TopicSummary(id=topic.cluster_id, label=", ".join(keywords[:LABEL_KEYWORDS]) or "topic",
                                       keywords=keywords, events=topic.events, turns=topic.turns,
                                       first_at=_time(topic.first_ts), last_at=_time(topic.last_ts)))
@@ -93,6 +98,22 @@ def _topic_summaries(topics: list[TopicCount], opened: list[Event]) -> list[Topi
             turns=(unclustered.turns if unclustered else 0) + sum(len(e.observations) for e in opened),
             first_at=min(starts, default=None), last_at=max(ends, default=None)))
     return summaries
+
+
+def spelt_out(stems: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """A topic's keywords (stems, as the clustering keeps them) as the words its events say: each stem as the most
+    frequent word of ``texts`` that starts with it (ties: the shortest), itself when none does; repeats dropped."""
+    counts = Counter(word.lower() for text in texts for word in _WORD.findall(text))
+    words: list[str] = []
+    for stem in stems:
+        stem = stem.lower()
+        # The stemmer writes a final y as i ("scary" -> "scari", "party" -> "parti").
+        starts = (stem, f"{stem[:-1]}y") if stem.endswith("i") else (stem,)
+        found = [w for w in counts if w.startswith(starts)]
+        word = min(found, key=lambda w: (-counts[w], len(w), w)) if found else stem
+        if word not in words:
+            words.append(word)
+    return words
 
 
 def _time(timestamp: float | None) -> datetime | None:

@@ -177,7 +177,7 @@ RETURN properties(c), collect(e.event_id)
 # conversation of thousands of events is summed without being loaded.
 _TOPIC_COUNTS = f"""
 MATCH (e:Event {{conversation_id: $c}}) WHERE {_exact('e')} AND {_NOT_STUB.format('e')}
-RETURN e.cluster_id, count(e), sum(size(e.turn_ids)), min(e.start_ts), max(e.end_ts)
+RETURN e.cluster_id, count(e), sum(size(e.turn_ids)), min(e.start_ts), max(e.end_ts), collect(e.summary)[0..$samples]
 """
 _CLUSTER_LABELS = f"MATCH (c:Cluster {{conversation_id: $c}}) WHERE {_exact('c')} RETURN c.cluster_id, c.label"
 _CLUSTER_LABELS_OF = f"""
@@ -394,13 +394,14 @@ class FalkorDBGraphStore(GraphStore):
             for conversation_id, events, turns, first_ts, last_ts, subjects, people in rows
         ]
 
-    def topic_counts(self, tenant: str, conversation_id: str) -> list[TopicCount]:
-        params = {"c": conversation_id}
+    def topic_counts(self, tenant: str, conversation_id: str, summaries: int = 0) -> list[TopicCount]:
+        params = {"c": conversation_id, "samples": summaries}
         labels = {cluster_id: tuple(str(k) for k in label or []) for cluster_id, label
                   in self._read(tenant, _CLUSTER_LABELS, params)}
         return [TopicCount(cluster_id, labels.get(cluster_id, ()) if cluster_id is not None else (), int(events),
-                           int(turns or 0), first_ts, last_ts)
-                for cluster_id, events, turns, first_ts, last_ts in self._read(tenant, _TOPIC_COUNTS, params)]
+                           int(turns or 0), first_ts, last_ts, tuple(str(s) for s in samples or [] if s))
+                for cluster_id, events, turns, first_ts, last_ts, samples
+                in self._read(tenant, _TOPIC_COUNTS, params)]
 
     def relation_overview(self, tenant: str, conversation_id: str, *, types: Sequence[str] | None,
                           min_confidence: float) -> RelationOverview:

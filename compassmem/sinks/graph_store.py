@@ -61,6 +61,7 @@ class TopicCount(NamedTuple):
     turns: int
     first_ts: float | None
     last_ts: float | None
+    summaries: tuple[str, ...] = ()  # of some of its events, as many as asked for
 
 
 class RelationTypeCount(NamedTuple):
@@ -146,9 +147,10 @@ class GraphStore(ABC):
         an event whose conversation id, subject id, summary or a participant contains it (case-insensitive)."""
 
     @abstractmethod
-    def topic_counts(self, tenant: str, conversation_id: str) -> list[TopicCount]:
-        """Each topic of the conversation with an event (events, turns, time span) and one row (``cluster_id`` None)
-        for its events without a topic, when it has some."""
+    def topic_counts(self, tenant: str, conversation_id: str, summaries: int = 0) -> list[TopicCount]:
+        """Each topic of the conversation with an event (events, turns, time span, the summaries of up to
+        ``summaries`` of its events) and one row (``cluster_id`` None) for its events without a topic, when it has
+        some."""
 
     @abstractmethod
     def relation_overview(self, tenant: str, conversation_id: str, *, types: Sequence[str] | None,

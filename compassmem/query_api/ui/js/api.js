@@ -42,7 +42,11 @@ export class Api {
     const url = new URL(path, window.location.origin);
     url.searchParams.set("tenant", this.tenant);
     for (const [name, value] of Object.entries(params)) {
-      if (value !== null && value !== undefined && value !== "") url.searchParams.set(name, value);
+      if (Array.isArray(value)) {
+        for (const item of value) url.searchParams.append(name, item); // a list parameter: repeated
+      } else if (value !== null && value !== undefined && value !== "") {
+        url.searchParams.set(name, value);
+      }
     }
     return url;
   }

@@ -1,82 +1,102 @@
-// What to draw of a GraphModel under the view's settings (filters, grouping, highlight), as cytoscape elements, and
-// where the timeline puts them. Pure functions: the view diffs their output against what is on screen.
+// What to draw of a GraphModel under the view's settings, as cytoscape elements, and where the timeline puts them.
+// Pure functions: the view draws their output.
+//
+// A topic is one node until it is expanded; its events are drawn one by one when it is, and so are the events the
+// reader asked about (the selected event and its neighbours, an answer's evidence, events that just arrived). Between
+// collapsed topics the overview's strongest links stand for their relations (one edge per pair of topics); the
+// loaded relations of the events drawn one by one are drawn when they pass the filters (relation types, minimum
+// confidence), all of them for the selected event.
 
 import { NO_TOPIC_COLOR, formatPlainDate, relationType, topicColor } from "./format.js";
+import { NO_TOPIC } from "./graph-model.js";
 
-const LANE_HEIGHT = 80;
-const MIN_GAP = 6;
+const LANE_HEIGHT = 90;
+const MIN_GAP = 8;
 const AXIS_Y = -60;
+const EVENT_LABEL_CHARS = 30;
 
 /**
- * view: { grouped, expanded: Set, showSuperseded, hiddenTypes: Set, from: ms|null, to: ms|null, timeline: bool,
- *         highlight: {seeds: Set, evidence: Set, steps: [{source, target, type, order}]} | null }
+ * view: { expanded: Set<topic key>, revealed: Set<event id>, focus: event id | null, focusNeighbours: Set<event id>,
+ *         types: Set<relation type>, minConfidence: number, showSuperseded, from: ms|null, to: ms|null,
+ *         timeline: bool, highlight: {seeds: Set, evidence: Set, events: Set (every event of the path),
+ *                                         steps: [{source, target, type, order}]} | null }
  */
 export function graphElements(model, view) {
   const order = model.topicOrder();
-  const visible = model.orderedEvents().filter((e) => inRange(e, view));
-  const collapsedTopic = (event) =>
-    view.grouped && event.cluster_id && model.topics.has(event.cluster_id) && !view.expanded.has(event.cluster_id)
-      ? event.cluster_id : null;
-  const shownAs = new Map(); // event id -> the node id it is drawn as (itself, or its collapsed topic)
   const nodes = new Map();
-  const collapsedMembers = new Map();
-  for (const event of visible) {
-    const topic = collapsedTopic(event);
-    shownAs.set(event.id, topic ?? event.id);
-    if (topic) {
-      collapsedMembers.set(topic, [...(collapsedMembers.get(topic) ?? []), event]);
-      continue;
+  const shownAs = new Map(); // event id -> the node it is drawn as (itself, or its collapsed topic)
+  for (const event of model.orderedEvents()) {
+    if (!inRange(event.start, event.end, view)) continue;
+    const key = model.topicOf(event);
+    if (view.expanded.has(key) || !model.topics.has(key) || picked(event.id, view)) {
+      shownAs.set(event.id, event.id);
+      nodes.set(event.id, eventNode(event, key, order, view));
+    } else {
+      shownAs.set(event.id, key);
     }
-    nodes.set(event.id, eventNode(event, model, order, view));
   }
-  for (const [topic, members] of collapsedMembers) nodes.set(topic, collapsedNode(topic, members, model, order));
+  for (const [key, topic] of model.topics) {
+    if (!view.expanded.has(key) && inRange(topic.first_at, topic.last_at, view)) {
+      nodes.set(key, topicNode(key, topic, order));
+    }
+  }
+  const collapsed = (id) => nodes.get(id)?.data.kind === "topic";
 
-  const edges = [];
+  const edges = [...topicLinks(model, view, collapsed)];
   const aggregated = new Map();
-  const needed = new Set(); // endpoints that are not events on screen: expanded topics, stubs
   for (const edge of model.edges.values()) {
-    if (view.hiddenTypes.has(edge.type) || (edge.superseded && !view.showSuperseded)) continue;
-    const source = endpoint(edge.source, shownAs, model);
-    const target = endpoint(edge.target, shownAs, model);
+    const focused = view.focus !== null && (edge.source === view.focus || edge.target === view.focus);
+    if (!focused && (edge.superseded && !view.showSuperseded)) continue;
+    if (!focused && !(view.types.has(edge.type) && edge.confidence >= view.minConfidence)) continue;
+    const source = endpoint(edge.source, shownAs, nodes);
+    const target = endpoint(edge.target, shownAs, nodes);
     if (!source || !target || source === target) continue;
-    if (!nodes.has(source)) needed.add(source);
-    if (!nodes.has(target)) needed.add(target);
-    if (source !== edge.source || target !== edge.target) {
-      const key = `agg:${source}|${target}|${edge.type}`;
-      const entry = aggregated.get(key) ?? { source, target, type: edge.type, count: 0 };
-      entry.count += 1;
-      aggregated.set(key, entry);
+    if (collapsed(source) && collapsed(target)) continue; // the overview's links stand for these
+    if (source === edge.source && target === edge.target) {
+      edges.push(relationEdge(edge, focused));
       continue;
     }
-    edges.push(relationEdge(edge));
+    const key = `agg:${source}|${target}|${edge.type}`;
+    const entry = aggregated.get(key) ?? { source, target, type: edge.type, count: 0, focused: false, strongest: 0 };
+    entry.count += 1;
+    entry.strongest = Math.max(entry.strongest, edge.confidence);
+    entry.focused ||= focused;
+    aggregated.set(key, entry);
   }
   for (const [key, entry] of aggregated) edges.push(aggregatedEdge(key, entry));
-  for (const id of needed) {
-    if (model.topics.has(id)) nodes.set(id, topicHub(id, model, order));
-    else if (model.events.has(id)) nodes.set(id, stubNode(id));
-  }
-  if (view.timeline) addLanes(nodes, model, order, view);
+  if (view.timeline) addLanes(nodes, model, order);
+  else addAnchors(nodes, model, order, view);
   if (view.highlight) edges.push(...pathOverlays(view.highlight, edges, shownAs));
   return { nodes: [...nodes.values()], edges, shownAs };
 }
 
-function inRange(event, view) {
-  const start = Date.parse(event.start);
-  const end = Date.parse(event.end);
-  return (view.from === null || end >= view.from) && (view.to === null || start <= view.to);
+/** Events drawn one by one whatever their topic: asked about, part of an answer, or just arrived. */
+function picked(id, view) {
+  return view.revealed.has(id) || id === view.focus || view.focusNeighbours.has(id) ||
+    Boolean(view.highlight && (view.highlight.seeds.has(id) || view.highlight.evidence.has(id) ||
+      view.highlight.events?.has(id)));
 }
 
-function endpoint(id, shownAs, model) {
+function inRange(start, end, view) {
+  const from = end ? Date.parse(end) : null;
+  const to = start ? Date.parse(start) : null;
+  return (view.from === null || from === null || from >= view.from) && (view.to === null || to === null || to <= view.to);
+}
+
+/** A relation end as drawn: an event (or its collapsed topic), or a topic (part-of relations) when collapsed. */
+function endpoint(id, shownAs, nodes) {
   if (shownAs.has(id)) return shownAs.get(id);
-  if (model.topics.has(id)) return id; // a part-of relation to a topic (its collapsed node, or a hub for it)
-  return model.events.get(id)?.stub ? id : null;
+  return nodes.get(id)?.data.kind === "topic" ? id : null;
 }
 
-function eventNode(event, model, order, view) {
-  const topic = event.cluster_id && model.topics.has(event.cluster_id) ? event.cluster_id : null;
+function eventNode(event, key, order, view) {
   const turns = event.turn_ids.length;
   const classes = ["event"];
+  const major = event.id === view.focus || Boolean(view.highlight?.seeds.has(event.id) ||
+    view.highlight?.evidence.has(event.id));
+  if (!major) classes.push("minor");
   if (event.provisional) classes.push("provisional");
+  if (view.focusNeighbours.has(event.id)) classes.push("neighbour");
   if (view.highlight) {
     if (view.highlight.seeds.has(event.id)) classes.push("seed");
     if (view.highlight.evidence.has(event.id)) classes.push("evidence");
@@ -85,41 +105,73 @@ function eventNode(event, model, order, view) {
   return {
     group: "nodes",
     data: {
-      id: event.id, kind: "event", label: shortLabel(event.label), turns, size: nodeSize(turns),
-      color: topic ? topicColor(order.get(topic)) : NO_TOPIC_COLOR, topic, turnIds: event.turn_ids,
-      start: event.start, parent: view.timeline && topic && !view.grouped ? lane(topic) : undefined,
+      id: event.id, kind: "event", label: shortLabel(event.label), full: event.label, turns, size: eventSize(turns),
+      color: key === NO_TOPIC ? NO_TOPIC_COLOR : topicColor(order.get(key)), topic: key, turnIds: event.turn_ids,
+      start: event.start, parent: view.timeline && view.expanded.has(key) ? lane(key) : undefined,
+      rank: laneRank(key, order),
     },
     classes: classes.join(" "),
   };
 }
 
-function collapsedNode(topic, members, model, order) {
-  const turns = members.reduce((sum, e) => sum + e.turn_ids.length, 0);
+function topicNode(key, topic, order) {
+  const middle = topic.first_at && topic.last_at
+    ? new Date((Date.parse(topic.first_at) + Date.parse(topic.last_at)) / 2).toISOString() : topic.first_at;
   return {
     group: "nodes",
-    data: { id: topic, kind: "topic", label: `${model.topicLabel(topic)} (${members.length})`, members: members.length,
-      size: Math.min(110, 34 + 9 * Math.sqrt(members.length)), color: topicColor(order.get(topic)), turns,
-      start: members[0].start },
-    classes: "topic collapsed",
+    data: { id: key, kind: "topic", label: `${topic.label} · ${topic.events}`, full: topicTitle(topic),
+      events: topic.events, size: Math.min(56, 22 + 3.5 * Math.sqrt(topic.events)), topic: key,
+      color: key === NO_TOPIC ? NO_TOPIC_COLOR : topicColor(order.get(key)), start: middle,
+      rank: laneRank(key, order) },
+    classes: key === NO_TOPIC ? "topic collapsed unclustered" : "topic collapsed",
   };
 }
 
-function topicHub(topic, model, order) {
-  return { group: "nodes", data: { id: topic, kind: "topic", label: model.topicLabel(topic), size: 22,
-    color: topicColor(order.get(topic)) }, classes: "topic hub" };
+function topicTitle(topic) {
+  const keywords = topic.keywords?.length ? topic.keywords.join(", ") : topic.label;
+  return `${keywords}: ${topic.events} events, ${topic.turns} turns (click to show its events)`;
 }
 
-function stubNode(id) {
-  return { group: "nodes", data: { id, kind: "stub", label: "", size: 10, color: "#fff" }, classes: "stub" };
+/** The overview's links between collapsed topics, one edge per pair (both directions, every type summed). */
+function* topicLinks(model, view, collapsed) {
+  const pairs = new Map();
+  for (const link of model.overview?.links ?? []) {
+    const source = link.source ?? NO_TOPIC;
+    const target = link.target ?? NO_TOPIC;
+    if (source === target || !collapsed(source) || !collapsed(target) || !view.types.has(link.type)) continue;
+    const [a, b] = source < target ? [source, target] : [target, source];
+    const key = `link:${a}|${b}`;
+    const pair = pairs.get(key) ?? { source: a, target: b, relations: 0, strongest: 0, byType: new Map() };
+    pair.relations += link.relations;
+    pair.strongest = Math.max(pair.strongest, link.max_confidence);
+    pair.byType.set(link.type, (pair.byType.get(link.type) ?? 0) + link.relations);
+    pairs.set(key, pair);
+  }
+  for (const [key, pair] of pairs) {
+    const [type] = [...pair.byType].sort((x, y) => y[1] - x[1])[0];
+    const style = relationType(type);
+    const kinds = [...pair.byType].map(([kind, n]) => `${n} ${relationType(kind).label}`).join(", ");
+    yield {
+      group: "edges",
+      data: { id: key, source: pair.source, target: pair.target, type, color: style.color, lineStyle: "solid",
+        arrow: "none", width: Math.min(10, 1.5 + 1.6 * Math.log2(1 + pair.relations)), label: String(pair.relations),
+        title: `${kinds} (strongest ${pair.strongest.toFixed(2)})`, confidence: pair.strongest },
+      classes: "link",
+    };
+  }
 }
 
-function relationEdge(edge) {
+function relationEdge(edge, focused) {
   const style = relationType(edge.type);
+  const classes = ["relation"];
+  if (edge.superseded) classes.push("superseded");
+  if (focused) classes.push("focused");
   return {
     group: "edges",
     data: { id: edge.id, source: edge.source, target: edge.target, type: edge.type, color: style.color,
-      lineStyle: style.style, arrow: style.arrow, width: 1 + 2.5 * edge.confidence, confidence: edge.confidence },
-    classes: edge.superseded ? "relation superseded" : "relation",
+      lineStyle: style.style, arrow: style.arrow, width: 1 + 2.5 * edge.confidence, confidence: edge.confidence,
+      title: `${style.label} ${edge.confidence.toFixed(2)}` },
+    classes: classes.join(" "),
   };
 }
 
@@ -129,8 +181,9 @@ function aggregatedEdge(key, entry) {
     group: "edges",
     data: { id: key, source: entry.source, target: entry.target, type: entry.type, color: style.color,
       lineStyle: style.style, arrow: style.arrow, width: Math.min(9, 1 + Math.log2(1 + entry.count) * 1.5),
-      label: entry.count > 1 ? String(entry.count) : "" },
-    classes: "relation aggregated",
+      label: entry.count > 1 ? String(entry.count) : "", confidence: entry.strongest,
+      title: `${entry.count} ${style.label} (strongest ${entry.strongest.toFixed(2)})` },
+    classes: entry.focused ? "relation aggregated focused" : "relation aggregated",
   };
 }
 
@@ -155,33 +208,51 @@ function pathOverlays(highlight, edges, shownAs) {
   return overlays;
 }
 
-function nodeSize(turns) {
-  return Math.min(64, 16 + 7 * Math.sqrt(turns));
+function eventSize(turns) {
+  return Math.min(44, 14 + 5 * Math.sqrt(turns));
 }
 
 function shortLabel(text) {
-  return text.length > 48 ? `${text.slice(0, 46)}…` : text;
+  return text.length > EVENT_LABEL_CHARS ? `${text.slice(0, EVENT_LABEL_CHARS - 1)}…` : text;
 }
 
 function lane(topic) {
   return `lane:${topic}`;
 }
 
-/** Timeline: topic lanes (boxes, when not grouped) and a time axis of day markers. */
-function addLanes(nodes, model, order, view) {
-  if (view.grouped) return;
+/** Timeline: a box around each expanded topic's events, named by the topic. */
+function addLanes(nodes, model, order) {
   for (const node of [...nodes.values()]) {
     const parent = node.data.parent;
     if (parent && !nodes.has(parent)) {
       const topic = node.data.topic;
       nodes.set(parent, { group: "nodes", data: { id: parent, kind: "lane", label: model.topicLabel(topic),
-        color: topicColor(order.get(topic)) }, classes: "lane", selectable: false });
+        color: topic === NO_TOPIC ? NO_TOPIC_COLOR : topicColor(order.get(topic)) }, classes: "lane",
+      selectable: false });
     }
   }
 }
 
+/** Force layout: the name of each expanded topic over its events (the view puts it above their disc). */
+function addAnchors(nodes, model, order, view) {
+  const shown = new Map();
+  for (const node of nodes.values()) {
+    if (node.data.kind === "event" && view.expanded.has(node.data.topic)) {
+      shown.set(node.data.topic, (shown.get(node.data.topic) ?? 0) + 1);
+    }
+  }
+  // One group alone (a conversation without topics yet) needs no name over it.
+  if (shown.size === 1 && ![...nodes.values()].some((node) => node.data.kind === "topic")) return;
+  for (const [key, count] of shown) {
+    nodes.set(`anchor:${key}`, { group: "nodes", data: { id: `anchor:${key}`, kind: "anchor", topic: key, count,
+      label: `${model.topicLabel(key)} (${count})`, rank: laneRank(key, order),
+      color: key === NO_TOPIC ? NO_TOPIC_COLOR : topicColor(order.get(key)) }, classes: "anchor", selectable: false,
+    grabbable: false });
+  }
+}
+
 /**
- * Positions for the timeline: x follows time (packed so that nodes in a lane never overlap), y the topic lane; lanes
+ * Positions for the timeline: x follows time (packed so that nodes in a lane never overlap), y the topic's lane; lanes
  * are spread so that the whole fits a panel of the given width/height ratio.
  */
 export function timelinePositions(elements, model, aspect) {
@@ -191,7 +262,7 @@ export function timelinePositions(elements, model, aspect) {
   const times = placed.map((n) => Date.parse(n.data.start));
   const first = Math.min(...times);
   const span = Math.max(1, Math.max(...times) - first);
-  const laneOf = (n) => (n.data.kind === "topic" ? n.data.id : n.data.topic);
+  const laneOf = (n) => n.data.topic;
   const lanes = [...new Set(placed.map(laneOf))].sort((a, b) => laneRank(a, order) - laneRank(b, order));
   const sorted = placed.map((n, i) => ({ n, t: times[i] }))
     .sort((a, b) => a.t - b.t || a.n.data.id.localeCompare(b.n.data.id));
@@ -213,13 +284,14 @@ export function timelinePositions(elements, model, aspect) {
   const positions = new Map([...xs].map(([id, { x, laneIndex }]) => [id, { x, y: laneIndex * laneHeight }]));
   for (const node of elements.nodes) {
     if (!positions.has(node.data.id) && node.data.kind !== "lane") {
-      positions.set(node.data.id, { x: -80, y: lanes.length * laneHeight }); // stubs and hubs: off to the side
+      positions.set(node.data.id, { x: -80, y: lanes.length * laneHeight }); // anything without a time: aside
     }
   }
   return positions;
 }
 
 function laneRank(topic, order) {
+  if (topic === NO_TOPIC) return Number.MAX_SAFE_INTEGER - 1;
   return topic && order.has(topic) ? order.get(topic) : Number.MAX_SAFE_INTEGER;
 }
 
@@ -228,7 +300,7 @@ export function axisMarkers(elements, positions) {
   const days = new Map();
   for (const node of elements.nodes) {
     const at = positions.get(node.data.id);
-    if (!at || !node.data.start || node.data.kind === "stub") continue;
+    if (!at || !node.data.start || node.data.kind !== "event") continue;
     const day = node.data.start.slice(0, 10);
     if (!days.has(day) || days.get(day) > at.x) days.set(day, at.x);
   }

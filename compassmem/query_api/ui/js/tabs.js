@@ -1,7 +1,9 @@
 // The side panel's tabs (WAI-ARIA tabs: arrow keys move between them, the chosen one shows its panel).
 
 export class Tabs {
-  constructor(list) {
+  /** onShow(tabId) after a tab is shown. */
+  constructor(list, { onShow = () => {} } = {}) {
+    this.onShow = onShow;
     this.tabs = [...list.querySelectorAll("[role=tab]")];
     list.addEventListener("click", (event) => {
       const tab = event.target.closest("[role=tab]");
@@ -24,5 +26,10 @@ export class Tabs {
       tab.tabIndex = chosen ? 0 : -1;
       document.getElementById(tab.getAttribute("aria-controls")).hidden = !chosen;
     }
+    this.onShow(id);
+  }
+
+  shown() {
+    return this.tabs.find((tab) => tab.getAttribute("aria-selected") === "true")?.id ?? null;
   }
 }
