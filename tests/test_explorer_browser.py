@@ -326,3 +326,20 @@ def test_a_screenshot_of_an_evidence_path(open_page: Any, dev: dict[str, Any]) -
     page.screenshot(path=str(SCREENSHOT))
     print(f"\nscreenshot: {SCREENSHOT}")
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def test_the_health_tab_shows_the_memory_and_the_worker_of_compassmem_dev(open_page: Any, dev: dict[str, Any]) -> None:
+    """In `compassmem dev` the API and the worker share their metrics: the Health tab shows the worker's figures
+    beside each conversation's, as GET /v1/health/memory gives them."""
+    page = open_page(conversation="priya-tom")
+    _wait_for_graph(page, "priya-tom")
+    page.click("#tab-health")
+    page.wait_for_selector('#health-conversations [data-conversation="priya-tom"]')
+    report = httpx.get(f"{dev['url']}/v1/health/memory", headers=AUTH, timeout=30).json()
+    assert report["worker"]["in_process"] and report["worker"]["lag_records"] is not None
+    page.wait_for_selector('#health-worker [data-figure="lag_records"]')
+    card = page.locator('#health-conversations [data-conversation="priya-tom"]')
+    shown = next(c for c in report["conversations"] if c["conversation_id"] == "priya-tom")
+    assert card.locator('[data-figure="relations"] .value').inner_text() == f"{shown['relations']:,}"
+    assert card.locator('[data-figure="average_degree"] .value').inner_text() == f"{shown['average_degree']:.2f}"
+    assert not page.js_errors
