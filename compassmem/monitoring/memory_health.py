@@ -220,7 +220,8 @@ class MemoryHealthMonitor:
             warnings.append(f"{lag} turns records wait to be processed (the alert fires above {GROWING_LAG} and "
                             "growing)")
         if letters:
-            warnings.append(f"{letters} records were dead-lettered: see the dead-letter topic")
+            warnings.append(f"{letters} record{' was' if letters == 1 else 's were'} dead-lettered: see the dead-letter "
+                            "topic")
         if has_reference and drift.drift < FALLING_CONFIDENCE:
             warnings.append(f"relation confidence drift {drift.drift:+.3f} is below {FALLING_CONFIDENCE}")
         self.history.record(_WORKER_KEY, {"lag_records": float(lag), "dead_letters": float(letters),
