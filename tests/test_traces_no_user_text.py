@@ -182,6 +182,11 @@ def drive_every_endpoint(client: httpx.Client) -> set[tuple[str, str]]:
     call("GET", "/v1/events/{event_id}", f"/v1/events/{events.json()['events'][0]['id']}", params=tenant)
     call("GET", "/v1/conversations/{conversation_id}/graph", f"/v1/conversations/{CONVERSATION}/graph",
          params=tenant)
+    call("GET", "/v1/conversations/{conversation_id}/graph", f"/v1/conversations/{CONVERSATION}/graph",
+         params={**tenant, "unclustered": "true", "event": events.json()["events"][0]["id"]})
+    call("GET", "/v1/conversations/{conversation_id}/overview", f"/v1/conversations/{CONVERSATION}/overview",
+         params={**tenant, "types": ["causal", "temporal"], "min_confidence": 0.5})
+    call("GET", "/v1/health/memory", "/v1/health/memory", params={**tenant, "conversation": CONVERSATION})
     call("GET", "/v1/conversations/{conversation_id}/live", f"/v1/conversations/{CONVERSATION}/live",
          params=tenant)
     assert call("DELETE", "/v1/conversations/{conversation_id}/turns/{turn_id}",
