@@ -207,7 +207,13 @@ def test_the_filters_change_what_is_drawn_and_stay_in_the_url(open_page: Any, se
     page.select_option("#links", "10")
     page.wait_for_function("() => location.hash.includes('links=10') && location.hash.includes('min=0.9')")
     page.wait_for_function("() => document.querySelector('#graph-status').textContent.includes('drawn')")
-    page.wait_for_timeout(500)
+    # The status may still say 'drawn' from before the filters: wait for the redraw they ask for (a loaded machine
+    # takes longer than any fixed pause).
+    page.wait_for_function("""() => {
+        const edges = window.compassmemExplorer.graph.cy.edges();
+        return edges.filter(e => e.hasClass('link')).length <= 10
+            && edges.every(e => e.data('confidence') >= 0.9 && e.data('type') !== 'same_entity');
+    }""", timeout=30_000)
     state = _hash(page)
     assert state["min"] == "0.9" and state["links"] == "10"
     assert set(state["types"].split(",")) == DEFAULT_TYPES - {"same_entity"}
