@@ -1,5 +1,5 @@
-"""docs/security.md names the test beside each promise (``tests/test_x.py::test_name``): every name must be a test
-that exists, so that the names cannot go stale when a test is renamed, moved or deleted."""
+"""docs/security.md names the test beside each promise (a test file and a test function, joined by ``::``): every
+name must be a test that exists, so that the names cannot go stale when a test is renamed, moved or deleted."""
 
 from __future__ import annotations
 
