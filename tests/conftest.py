@@ -10,6 +10,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -691,3 +692,26 @@ def fake_llm():  # noqa: ANN201 - Iterator[tuple[FakeChatServer, str]]
 
     with serving_fake_chat() as served:
         yield served
+
+
+# --- a real browser for the explorer's pages: Debian's chromium driven by Playwright (its own download cannot work) --
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Debian chromium, one per test module."""
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`make tools`, or apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is missing: pip install -e '.[test]'")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+        try:
+            yield launched
+        finally:
+            launched.close()

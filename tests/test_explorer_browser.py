@@ -23,7 +23,6 @@ from dev_process import FAST_STREAM_ENV, free_port, running_dev
 
 from compassmem.write.importers import read_turns
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "examples" / "sample_conversation.jsonl"
 SCREENSHOT = REPO / "results" / "explorer.png"
@@ -83,23 +82,6 @@ def dev_conversation(dev: dict[str, Any]) -> str:
         pytest.skip(f"LoCoMo data not found: set LOCOMO_DATA to a LoCoMo JSON file holding {DEV_CONVERSATION} "
                     "(the repository does not ship it; see docs/benchmarks.md)")
     return DEV_CONVERSATION
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not CHROMIUM.is_file():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`make tools`, or apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is missing: pip install -e '.[test]'")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture
