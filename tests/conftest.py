@@ -715,3 +715,27 @@ def browser() -> Iterator[Any]:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture
+def new_tab(browser: Any) -> Iterator[Callable[[str, str | None], Any]]:
+    """``new_tab(url, key)``: a 1280x800 tab opened on ``url``, the key (for tenant ``default``) in its session
+    storage when given, the page's errors collected in ``page.js_errors``; closed after the test."""
+    contexts = []
+
+    def opened(url: str, key: str | None) -> Any:
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        contexts.append(context)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.js_errors = errors
+        if key is not None:
+            page.add_init_script("sessionStorage.setItem('compassmem.tenant', 'default');"
+                                 f"sessionStorage.setItem('compassmem.key', {_json.dumps(key)});")
+        page.goto(url)
+        return page
+
+    yield opened
+    for context in contexts:
+        context.close()

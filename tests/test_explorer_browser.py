@@ -85,26 +85,13 @@ def dev_conversation(dev: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-def open_page(browser: Any, dev: dict[str, Any]) -> Iterator[Any]:
-    """``open_page(key=..., conversation=...)``: a 1280x800 tab with the key in its session storage."""
-    contexts = []
+def open_page(new_tab: Any, dev: dict[str, Any]) -> Any:
+    """``open_page(key=..., conversation=...)``: a tab with the key in its session storage."""
 
     def opened(key: str | None = KEY, conversation: str | None = None) -> Any:
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        contexts.append(context)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.js_errors = errors
-        if key is not None:
-            page.add_init_script(f"sessionStorage.setItem('compassmem.tenant', 'default');"
-                                 f"sessionStorage.setItem('compassmem.key', {json.dumps(key)});")
-        page.goto(f"{dev['url']}/ui/" + (f"#conversation={conversation}" if conversation else ""))
-        return page
+        return new_tab(f"{dev['url']}/ui/" + (f"#conversation={conversation}" if conversation else ""), key)
 
-    yield opened
-    for context in contexts:
-        context.close()
+    return opened
 
 
 def _graph(dev: dict[str, Any], conversation_id: str) -> dict[str, Any]:

@@ -83,25 +83,9 @@ def served(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_fal
 
 
 @pytest.fixture
-def open_page(browser: Any, served: Served) -> Iterator[Any]:
-    """``open_page(hash)``: a 1280x800 tab with the key in its session storage, opened on ``/ui/#hash``."""
-    contexts = []
-
-    def opened(fragment: str = "") -> Any:
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        contexts.append(context)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        page.js_errors = errors
-        page.add_init_script("sessionStorage.setItem('compassmem.tenant', 'default');"
-                             f"sessionStorage.setItem('compassmem.key', {json.dumps(KEY)});")
-        page.goto(f"{served.url}/ui/" + (f"#{fragment}" if fragment else ""))
-        return page
-
-    yield opened
-    for context in contexts:
-        context.close()
+def open_page(new_tab: Any, served: Served) -> Any:
+    """``open_page(hash)``: a tab with the key in its session storage, opened on ``/ui/#hash``."""
+    return lambda fragment="": new_tab(f"{served.url}/ui/" + (f"#{fragment}" if fragment else ""), KEY)
 
 
 def _api(served: Served, path: str, **params: Any) -> dict[str, Any]:
