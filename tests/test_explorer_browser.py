@@ -270,6 +270,8 @@ def test_the_keyboard_opens_a_conversation_and_walks_its_events(open_page: Any) 
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
     assert page.get_attribute("#tab-events", "aria-selected") == "true"
+    # The Events tab loads its page of events from the API: the keys act on the list once it is there.
+    page.wait_for_function("() => document.querySelectorAll('#event-list [role=option]').length >= 2")
     page.focus("#event-list")
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowDown")
