@@ -76,6 +76,11 @@ ABLATIONS: dict[str, EngineConfig] = {
     "no user-side feature": EngineConfig(model=EngineConfig().ranking_model().without("user_side")),
     "no early feature": EngineConfig(model=EngineConfig().ranking_model().without("early")),
     "hand weights, not the fitted model": EngineConfig(ranking=RankingConfig(fitted=False)),
+    # Issue #51's mechanisms: lists that cover sessions (diversity), and the relevance reranker (where
+    # COMPASSMEM_RERANKER runs one).
+    "no session diversity for lists": EngineConfig(ranking=RankingConfig(aggregate_session_diversity=0.0,
+                                                                         aggregate_redundancy=0.0)),
+    "no reranker": EngineConfig(ranking=RankingConfig(rerank_candidates=0)),
 }
 
 

@@ -87,8 +87,6 @@ def test_the_package_data_carries_every_file_of_the_model() -> None:
     assert PREBUILT_MODEL_FILE in {Path(f).name for f in files}
     missing = [f for f in files if not any(fnmatch(f, pattern) for pattern in patterns["compassmem.embedding"])]
     assert not missing
-    # Under the 60 MB the package may grow by.
-    assert sum((embedding / f).stat().st_size for f in files) < 60e6
 
 
 def test_the_torch_embedder_refuses_it() -> None:

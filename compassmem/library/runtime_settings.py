@@ -142,6 +142,9 @@ SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in (
                 "Hand weight of the neighbouring turns of the same session (with ranking.fitted false)."),
     SettingSpec("ranking.question_penalty", Scope.API, RankingConfig, "question_penalty",
                 "Hand weight: how much a turn that asks is lowered (with ranking.fitted false)."),
+    SettingSpec("ranking.rerank_candidates", Scope.API, RankingConfig, "rerank_candidates",
+                "How many of a query's best turns the reranker reads (COMPASSMEM_RERANKER); 0 reranks none. Its "
+                "cost per query follows this number."),
     SettingSpec("hot_tier.max_turns", Scope.API, Settings, "api_hot_turns",
                 "Most turns the API's hot tier keeps (COMPASSMEM_API_HOT_TURNS); least recently used go first."),
 )}

@@ -26,7 +26,7 @@ from compassmem.core.contracts.query import (
 from compassmem.core.contracts.search import SearchScope
 from compassmem.embedding.embedders import Embedder
 from compassmem.core.logging_setup import current_request_id
-from compassmem.core.models import Granularity, TimeAnchor
+from compassmem.core.models import Granularity, TimeAnchor, search_text
 from compassmem.text.categories import category_term
 from compassmem.text.lexicon import load_in_background
 from compassmem.text.text_features import keyword_stems, sparse_keyword_vector
@@ -37,9 +37,11 @@ from compassmem.retrieval.explanation import explain_question, explain_turns, ex
 from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
+from compassmem.retrieval.reranker import Reranker
 from compassmem.retrieval.ranking_model import (
     BASE_FEATURES,
     RANK_SCALE,
+    RERANK,
     SPEAKER,
     RankingModel,
     conversation_shape,
@@ -142,6 +144,9 @@ class RankingConfig(BaseModel):
     # neighbours keep the context it gives (context_weight uses the unlowered scores). On the LoCoMo development
     # split asking turns are half as common among the evidence as elsewhere (docs/decisions/005-ranking-adjustments.md).
     question_penalty: float = Field(default=0.25, ge=0.0)
+    # The relevance reranker reads the question with each of this many turns, the best of the ranking without it,
+    # and its verdict is one more feature (ranking_model.RERANK); its cost grows with this number, not with memory.
+    rerank_candidates: int = Field(default=20, ge=0, le=200)
     # The final score of a turn: the weights shipped with the package (ranking_model.py: the hand-chosen ones below
     # as they were when it was fitted, plus fitted terms for long turns), or the hand-chosen ones alone
     # (turn_weight, context_weight, question_penalty, time_boost, date_boost, speaker_boost; changing them changes
@@ -248,8 +253,10 @@ class QueryEngine:
     def __init__(self, embedder: Embedder, vectors: VectorStore, hot: HotTier,
                  config: EngineConfig | None = None,
                  answerer: Callable[[str, list[EvidenceItem]], str | None] | None = None,
-                 decomposer: Callable[[str], list[str] | None] | None = None) -> None:
+                 decomposer: Callable[[str], list[str] | None] | None = None,
+                 reranker: Reranker | None = None) -> None:
         self.embedder = embedder
+        self.reranker = reranker
         self.decomposer = decomposer
         self.vectors = vectors
         self.hot = hot
@@ -286,7 +293,7 @@ class QueryEngine:
             timings["total"] = _elapsed(started)
             return QueryResponse(turn_ids=[], evidence=[], subgoals=[s.text for s in found.analysis.subgoals],
                                  timings_ms=timings, explanation=explained)
-        ranked = self._rank(found, request.budget_turns)
+        ranked = self._rank(found, request.budget_turns, timings)
         refs, evidence = ranked.refs, ranked.evidence
         explained = self._explained(found, ranked, timings) if request.explain else None
         answer = None
@@ -324,8 +331,10 @@ class QueryEngine:
         view = found.view
         refs = [TurnRef(conversation_id=c, turn_id=t) for c, t in zip(view.turn_conversations, view.turn_ids,
                                                                      strict=True)]
-        return refs, turn_features(view, found.analysis, found.scored, found.event_scores, found.walk_scores,
-                                   asked_speakers(found.analysis.question, view.speakers))
+        features = turn_features(view, found.analysis, found.scored, found.event_scores, found.walk_scores,
+                                 asked_speakers(found.analysis.question, view.speakers))
+        self._add_rerank(view, found.analysis, features, self.model.score(features, view.turn_count), force=True)
+        return refs, features
 
     def _gather(self, request: QueryRequest, deadline: _Deadline, timings: dict[str, float]) -> Gathered:
         """Subgoals, candidates, their scores per subgoal and the walk's event scores: all but the final order."""
@@ -636,13 +645,15 @@ class QueryEngine:
             event_scores = np.maximum(event_scores, combined)
         return event_scores, walked, reached_all, best_subgoal
 
-    def _rank(self, found: Gathered, budget: int) -> Ranked:
+    def _rank(self, found: Gathered, budget: int, timings: dict[str, float]) -> Ranked:
         ranking = self.config.ranking
         view, analysis, scored, event_scores = found.view, found.analysis, found.scored, found.event_scores
         asked = asked_speakers(analysis.question, view.speakers)
         spans = question_spans(analysis.question, view.latest_time())
         features = turn_features(view, analysis, scored, event_scores, found.walk_scores, asked, spans)
         final = self.model.score(features, view.turn_count)
+        if self._add_rerank(view, analysis, features, final, timings=timings):
+            final = self.model.score(features, view.turn_count)
         speaker_term = self.model.weights.get(SPEAKER, 0.0) * features[SPEAKER]
         unboosted = final - speaker_term if speaker_term.any() else final
         diversity = ranking.aggregate_session_diversity if analysis.aggregate else ranking.session_diversity
@@ -654,6 +665,27 @@ class QueryEngine:
         refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
         evidence = self._evidence(view, order, event_scores, found.reached, found.best_subgoal, analysis)
         return Ranked(refs, evidence, order, features, final, asked, spans)
+
+    def _add_rerank(self, view: MemoryView, analysis: QuestionAnalysis, features: dict[str, np.ndarray],
+                    first: np.ndarray, *, force: bool = False, timings: dict[str, float] | None = None) -> bool:
+        """Fill the ``rerank`` feature: the reranker's verdict on the best ``rerank_candidates`` turns by ``first``
+        (the ranking without it). Skipped where no reranker runs or the model does not weigh it (unless ``force``:
+        the fitting script wants the feature whatever the weights). True when the feature was filled."""
+        count = self.config.ranking.rerank_candidates
+        weighed = any(self.model.weights.get(name, 0.0) for name in (RERANK, f"{RERANK}*long"))
+        if self.reranker is None or not count or not (weighed or force):
+            return False
+        with stage("query.rerank") as took:
+            rows = np.argsort(-first, kind="stable")[:count]
+            stems = set(_search_stems(analysis.question, view.speakers))
+            documents = [_reranked_text(view, int(row), stems) for row in rows]
+            verdict = np.zeros(view.turn_count, dtype=np.float64)
+            verdict[rows] = 1.0 / (1.0 + np.exp(-self.reranker.scores(analysis.question, documents)))
+        features[RERANK] = verdict
+        features[f"{RERANK}*long"] = verdict * conversation_shape(view.length_feature)
+        if timings is not None:
+            timings["rerank"] = took.ms
+        return True
 
     def _evidence(self, view: MemoryView, order: np.ndarray, event_scores: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],
@@ -687,6 +719,14 @@ def _turn_out(view: MemoryView, row: int, stems: set[str]) -> TurnOut:
     return TurnOut(conversation_id=turn.conversation_id, turn_id=turn.turn_id, speaker=turn.speaker,
                    text=turn.text if span is None else turn.text[span[0]: span[1]], timestamp=turn.timestamp,
                    span=span)
+
+
+def _reranked_text(view: MemoryView, row: int, stems: set[str]) -> str:
+    """A turn as the reranker reads it: as it is indexed (day, speaker, text), a long turn by its shown passage."""
+    turn = view.turn(row)
+    span = shown_span(view, row, stems)
+    text = turn.text if span is None else turn.text[span[0]: span[1]]
+    return search_text(turn.speaker, text, turn.timestamp)
 
 
 def shown_span(view: MemoryView, row: int, stems: set[str]) -> tuple[int, int] | None:
@@ -728,6 +768,7 @@ def turn_features(view: MemoryView, analysis: QuestionAnalysis, scored: list[Sub
     features["length"] = view.length_feature
     features["user_side"] = user_side(view, asked)
     features["early"] = earliness(view) if _ASKS_BEGINNING.search(analysis.question) else np.zeros_like(fused)
+    features[RERANK] = np.zeros_like(fused)  # filled after a first ranking (QueryEngine._add_rerank)
     shape = conversation_shape(view.length_feature)
     for name in BASE_FEATURES:
         features[f"{name}*long"] = features[name] * shape

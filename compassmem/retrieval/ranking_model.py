@@ -36,11 +36,14 @@ from pydantic import BaseModel, Field
 #   early     the question asks how things began ("when I first described", "originally", "at the start"): 1 for
 #             the conversation's earliest candidate turn down to 0 for its latest
 #   length    log of the turn's keyword tokens over log of 4,096 (a one-line turn is near 0.2, a long answer near 1)
+#   rerank    how well the relevance reranker (retrieval/reranker.py), reading the question and the turn together,
+#             finds that the turn answers it: the sigmoid of its score, for the first ``rerank_candidates`` turns of
+#             the ranking without it; 0 for the others and where no reranker runs
 #   NAME*long the feature times how long the conversation's turns are (``conversation_shape``): how much each
 #             counts can follow the shape of the conversation (chat lines between people, an assistant's answers)
 BASE_FEATURES: tuple[str, ...] = (
     "fused", "context", "event", "walk", "dense", "dense_rank", "keyword_rank", "window_rank", "time_rank",
-    "label_rank", "asks", "wish", "temporal_time", "dated", "speaker", "length", "user_side", "early",
+    "label_rank", "asks", "wish", "temporal_time", "dated", "speaker", "length", "user_side", "early", "rerank",
 )
 FEATURES: tuple[str, ...] = (*BASE_FEATURES, *(f"{name}*long" for name in BASE_FEATURES))
 # The candidates' mean length feature mapped to 0 for turns of a chat line (20 keyword tokens) and 1 for those of a
@@ -49,6 +52,7 @@ SHORT_TURN_TOKENS = 20
 LONG_TURN_TOKENS = 300
 RANK_SCALE = 10.0
 SPEAKER = "speaker"
+RERANK = "rerank"
 
 
 class RankingModel(BaseModel):

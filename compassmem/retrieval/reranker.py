@@ -1,0 +1,91 @@
+"""The relevance reranker: a cross-encoder that reads a question and a turn together and scores how well the turn
+answers it (the shipped ``relevance-minilm``, trained from the bundled MiniLM by
+training/build_relevance_reranker.py), run through ONNX Runtime with int8 weights.
+
+Each (question, turn) pair runs alone, without padding, on its own thread: int8 activations are quantised per run,
+so a pair's score does not depend on which other candidates came with it, and a query gives the same order however
+many candidates it reranks (the same reason the embedder runs texts alone: docs/decisions/006-embedder-runs.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import structlog
+
+from compassmem.core.config import RERANKER_MODEL
+
+log = structlog.get_logger(__name__)
+
+SHIPPED_RERANKERS = {RERANKER_MODEL: Path(__file__).resolve().parents[1] / "embedding" / "models" / RERANKER_MODEL}
+MODEL_FILE = "model.int8.onnx"
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class Reranker(Protocol):
+    def scores(self, question: str, documents: list[str]) -> np.ndarray:
+        """How well each document answers the question (higher is better; comparable within one question)."""
+        ...
+
+
+@cache
+def shipped_reranker(name: str) -> OnnxReranker:
+    """The shipped reranker of that name, loaded once per process (every Memory of it shares the session: ONNX
+    Runtime runs it from many threads at once)."""
+    return OnnxReranker(SHIPPED_RERANKERS[name])
+
+
+class OnnxReranker:
+    """Scores (question, document) pairs with an int8 ONNX cross-encoder folder (``model.int8.onnx`` whose one
+    output is the score, and its ``tokenizer.json``). ``threads``: pairs scored side by side (0 = one per core)."""
+
+    def __init__(self, folder: Path | str, threads: int = 0, max_length: int = 128) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        folder = Path(folder)
+        self.max_length = max_length
+        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self._tokenizer.no_padding()
+        # A long turn loses its end, never the question.
+        self._tokenizer.enable_truncation(max_length=max_length, strategy="only_second")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(str(folder / MODEL_FILE), options, providers=["CPUExecutionProvider"])
+        unknown = {i.name for i in self._session.get_inputs()} - set(INPUT_NAMES)
+        if unknown or len(self._session.get_outputs()) != 1:
+            raise ValueError(f"{folder} is not a reranker folder (inputs {sorted(unknown)} unknown)")
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self._parallel_runs = threads or os.cpu_count() or 1
+        self._pool = ThreadPoolExecutor(self._parallel_runs, thread_name_prefix="reranker") \
+            if self._parallel_runs > 1 else None
+        run = folder / "training_run.json"
+        self.source = json.loads(run.read_text()).get("command", "") if run.is_file() else ""
+        log.info("reranker_loaded", folder=str(folder), threads=self._parallel_runs, max_length=max_length)
+
+    def _score_one(self, ids: list[int], types: list[int]) -> float:
+        row = np.asarray([ids], dtype=np.int64)
+        feed = {"input_ids": row, "attention_mask": np.ones_like(row),
+                "token_type_ids": np.asarray([types], dtype=np.int64)}
+        return float(self._session.run(None, {name: feed[name] for name in self._inputs})[0].reshape(-1)[0])
+
+    def scores(self, question: str, documents: list[str]) -> np.ndarray:
+        """How well each document answers the question (a logit: higher is better; comparable across documents of
+        one question)."""
+        if not documents:
+            return np.zeros(0, dtype=np.float32)
+        encodings = self._tokenizer.encode_batch([(question, d) for d in documents])
+        if self._pool is None or len(encodings) == 1:
+            values = [self._score_one(e.ids, e.type_ids) for e in encodings]
+        else:
+            values = list(self._pool.map(lambda e: self._score_one(e.ids, e.type_ids), encodings))
+        return np.asarray(values, dtype=np.float32)
