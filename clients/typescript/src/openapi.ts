@@ -1477,7 +1477,7 @@ export interface components {
             found_with_event: boolean;
             /**
              * Features
-             * @description The ranking features of the turn with a value other than 0 (compassmem/retrieval/ranking_model.py describes each: fused, context, event, walk, dense, *_rank, asks, wish, temporal_time, dated, speaker, length, user_side, early, and NAME*long, the feature times the conversation's shape); a feature left out is 0.
+             * @description The ranking features of the turn with a value other than 0 (compassmem/retrieval/ranking_model.py describes each: fused, context, event, walk, dense, *_rank, asks, wish, temporal_time, dated, speaker, length, user_side, early, rerank (the relevance reranker's verdict, where one runs), and NAME*long, the feature times the conversation's shape); a feature left out is 0.
              */
             features: {
                 [key: string]: number;
@@ -2441,7 +2441,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description One of: segmentation.shift_threshold, segmentation.request_threshold, llm.events, ranking.fitted, ranking.turn_weight, ranking.context_weight, ranking.question_penalty, hot_tier.max_turns. */
+                /** @description One of: segmentation.shift_threshold, segmentation.request_threshold, llm.events, ranking.fitted, ranking.turn_weight, ranking.context_weight, ranking.question_penalty, ranking.rerank_candidates, hot_tier.max_turns. */
                 key: string;
             };
             cookie?: never;

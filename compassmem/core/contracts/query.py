@@ -203,7 +203,8 @@ class TurnExplanation(BaseModel):
     features: dict[str, float] = Field(description=(
         "The ranking features of the turn with a value other than 0 (compassmem/retrieval/ranking_model.py "
         "describes each: fused, context, event, walk, dense, *_rank, asks, wish, temporal_time, dated, speaker, "
-        "length, user_side, early, and NAME*long, the feature times the conversation's shape); a feature left out "
+        "length, user_side, early, rerank (the relevance reranker's verdict, where one runs), and NAME*long, the "
+        "feature times the conversation's shape); a feature left out "
         "is 0."))
     contributions: dict[str, float] = Field(description=(
         "weight x value of every feature that adds something to `score`, largest magnitude first; they sum to "
