@@ -13,6 +13,7 @@ from compassmem.library.memory import Memory
 from compassmem.core.models import Granularity, TimeAnchor, Turn
 from compassmem.text.time_keys import question_time_keys, span_keys, turn_time_keys
 from compassmem.retrieval.engine import EngineConfig, RankingConfig, question_spans
+from compassmem.retrieval.ranking_model import shipped_model
 from compassmem.sinks.vector_store import HitSearch, TurnHit
 
 SAID = datetime(2024, 10, 21, 9, 0, tzinfo=UTC)
@@ -206,3 +207,46 @@ def test_a_weekend_asked_about_reaches_what_was_done_on_its_friday(embedder, tmp
         by_day, found = _found_by_day_and_by_query(memory, question, keys)
     assert by_day == ["t30"]
     assert "t30" in found
+
+
+def test_a_month_question_finds_a_last_friday_told_in_the_next_week(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+    # Said on Thursday 1 June 2023: "last Friday" is 26 May. The turn names no month and no injury, the question no
+    # day; the other sessions, in April and July, talk of injuries and share more of the question's words.
+    sessions = [
+        (datetime(2023, 4, 12, 19, 0, tzinfo=UTC), [
+            ("Ann", "I watched a documentary about sports injuries, scary stuff."),
+            ("Bob", "Injuries are why I stopped playing rugby."),
+            ("Ann", "Did you have an injury yourself?"),
+            ("Bob", "A knee injury, years ago, it still aches when it rains.")]),
+        (datetime(2023, 6, 1, 20, 0, tzinfo=UTC), [
+            ("Bob", "How was your week?"),
+            ("Ann", "I sprained my wrist last Friday playing volleyball, it's still blue."),
+            ("Bob", "Ouch, get well soon."),
+            ("Ann", "Thanks, typing is slow.")]),
+        (datetime(2023, 7, 18, 18, 0, tzinfo=UTC), [
+            ("Ann", "My team's injury list is long this season."),
+            ("Bob", "Injuries happen in every sport, Ann."),
+            ("Ann", "Last season we were all fine, now half of us are out."),
+            ("Bob", "Hope they heal soon.")]),
+    ]
+    turns = [Turn(conversation_id="ann-bob", turn_id=f"S{s}:{n}", speaker=speaker, text=text,
+                  timestamp=start + timedelta(minutes=n), session_id=str(s))
+             for s, (start, lines) in enumerate(sessions, start=1) for n, (speaker, text) in enumerate(lines)]
+    question = "What injury did Ann have in May 2023?"
+    # The time channel brings the turn in (its "last Friday" is keyed 26 May); its rank is the ranking's.
+    from compassmem.text.time_resolution import resolve_time_expressions
+
+    told = sessions[1][1][1][1]  # "I sprained my wrist last Friday ..."
+    assert "d:2023-05-26" in turn_time_keys(told, resolve_time_expressions(told, sessions[1][0]))
+    with Memory(Settings(data_dir=tmp_path), embedder=embedder) as memory:
+        memory.add(turns)
+        request = QueryRequest(conversation_id="ann-bob", question=question, budget_turns=5)
+        found = memory.query(request).turn_ids
+        # The time the question names does the work: without the time channel and the dated feature the turn is
+        # not among the first five.
+        undated = Memory(memory.settings, stores=memory.stores, embedder=embedder, engine_config=EngineConfig(
+            ranking=RankingConfig(time_candidates=0), model=shipped_model().without("dated")))
+        without = undated.query(request).turn_ids
+    # Among the first five (Bob's best turn keeps a place there: the speaker hedge).
+    assert "S2:1" in found
+    assert "S2:1" not in without

@@ -46,7 +46,8 @@ DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "dialogue-mini
 # The int8 model file the onnx-int8 embedder loads from a model folder (onnx_embedder.PREBUILT_MODEL_FILE).
 MODEL_FILE = "model.int8.onnx"
 # What of the float model's folder the shipped one keeps (no torch weights: the int8 ONNX file replaces them).
-KEPT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt",
+# (vocab.txt and special_tokens_map.json are not: the embedder reads tokenizer.json alone.)
+KEPT_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json",
               "sentence_bert_config.json", "modules.json", "config_sentence_transformers.json")
 
 

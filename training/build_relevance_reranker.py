@@ -42,8 +42,9 @@ from training.dialogue_corpora import (  # noqa: E402
 
 DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "relevance-minilm"
 MODEL_FILE = "model.int8.onnx"
-# The reranker reads tokenizer.json alone (tokenizers, not transformers).
-KEPT_FILES = ("config.json", "tokenizer.json")
+# The reranker's tokenizer is the base model's (reranker.OnnxReranker reads the bundled model's tokenizer.json),
+# so only the configuration is kept.
+KEPT_FILES = ("config.json",)
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # What training measured, kept in the float model's folder so that --from-float reports it too.
 TRAINING_STATS = "training_stats.json"
@@ -251,8 +252,7 @@ def main(argv: list[str] | None = None) -> None:
                             lr=args.lr, max_length=args.max_length, warmup=args.warmup, seed=args.seed)
         print(f"trained: {trained}")
         if args.out.exists():
-            for name in [MODEL_FILE, *KEPT_FILES, "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-                         "training_run.json"]:
+            for name in [MODEL_FILE, *KEPT_FILES, "training_run.json"]:
                 (args.out / name).unlink(missing_ok=True)
         sizes = export(float_dir, args.out)
         fidelity = check(args.out, float_dir, held_back)

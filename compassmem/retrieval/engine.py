@@ -680,7 +680,10 @@ class QueryEngine:
             stems = set(_search_stems(analysis.question, view.speakers))
             documents = [_reranked_text(view, int(row), stems) for row in rows]
             verdict = np.zeros(view.turn_count, dtype=np.float64)
-            verdict[rows] = 1.0 / (1.0 + np.exp(-self.reranker.scores(analysis.question, documents)))
+            scores = self.reranker.scores(analysis.question, documents).astype(np.float64)
+            # Trained with a softmax over each question's turns, its scores mean something only against each other:
+            # each turn's softmax share over the best one's (1 for the best).
+            verdict[rows] = np.exp(scores - scores.max())
         features[RERANK] = verdict
         features[f"{RERANK}*long"] = verdict * conversation_shape(view.length_feature)
         if timings is not None:

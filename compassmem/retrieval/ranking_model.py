@@ -37,8 +37,9 @@ from pydantic import BaseModel, Field
 #             the conversation's earliest candidate turn down to 0 for its latest
 #   length    log of the turn's keyword tokens over log of 4,096 (a one-line turn is near 0.2, a long answer near 1)
 #   rerank    how well the relevance reranker (retrieval/reranker.py), reading the question and the turn together,
-#             finds that the turn answers it: the sigmoid of its score, for the first ``rerank_candidates`` turns of
-#             the ranking without it; 0 for the others and where no reranker runs
+#             finds that the turn answers it, against the best of the first ``rerank_candidates`` turns of the ranking
+#             without it (exp of its score less the best one's: 1 for the best); 0 for the others and where no
+#             reranker runs
 #   NAME*long the feature times how long the conversation's turns are (``conversation_shape``): how much each
 #             counts can follow the shape of the conversation (chat lines between people, an assistant's answers)
 BASE_FEATURES: tuple[str, ...] = (

