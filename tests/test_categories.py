@@ -105,53 +105,58 @@ def test_a_question_asking_for_a_category_finds_the_turns_naming_its_instances(e
     assert not {"D1:2", "D1:10"} <= set(without)
 
 
-def _pets_found(embedder, data_dir: Path, reranker: str = "none") -> list[str]:  # noqa: ANN001
-    """The first five turns for "What pets does Ann have?" over three sessions, each telling of one pet."""
+def _asked_over_sessions(embedder, data_dir: Path, sessions: list[list[tuple[str, str]]], question: str,  # noqa: ANN001
+                         budget: int, reranker: str = "none") -> list[str]:
+    """The first ``budget`` turns for ``question`` over sessions a week apart (turn ids D<session>:<line>)."""
     start = datetime(2023, 3, 1, 18, 0, tzinfo=UTC)
-    sessions = [
-        [("Ann", "Work was long today, the quarterly report is finally done."),
-         ("Bob", "Well done! Anything fun planned for the weekend?"),
-         ("Ann", "Mostly walks: my dog Rex needs two hours a day or he chews the sofa."),
-         ("Bob", "Ha. I will bake bread, I just bought a new oven.")],
-        [("Bob", "How was the trip to your parents?"),
-         ("Ann", "Lovely, we cooked together and watched old films."),
-         ("Ann", "And I came home with a kitten, a grey cat called Smoke who sleeps on my keyboard."),
-         ("Bob", "That sounds like trouble for your deadlines.")],
-        [("Ann", "I repainted the kitchen yellow this weekend."),
-         ("Bob", "Bold choice. How are the animals?"),
-         ("Ann", "Busy: I also adopted a parrot, Kiwi, who already whistles the phone's ringtone."),
-         ("Bob", "You are running a zoo now.")],
-    ]
     turns = [Turn(conversation_id="ann-bob", turn_id=f"D{s}:{n}", speaker=speaker, text=text,
                   timestamp=start + timedelta(days=7 * s, minutes=n), session_id=str(s))
              for s, lines in enumerate(sessions, start=1) for n, (speaker, text) in enumerate(lines, start=1)]
     with Memory(Settings(data_dir=data_dir, reranker=reranker), embedder=embedder) as memory:
         memory.add(turns)
-        return memory.query(QueryRequest(conversation_id="ann-bob", question="What pets does Ann have?",
-                                         budget_turns=5)).turn_ids
+        return memory.query(QueryRequest(conversation_id="ann-bob", question=question, budget_turns=budget)).turn_ids
+
+
+# Three sessions, each telling of one pet.
+PET_SESSIONS = [
+    [("Ann", "Work was long today, the quarterly report is finally done."),
+     ("Bob", "Well done! Anything fun planned for the weekend?"),
+     ("Ann", "Mostly walks: my dog Rex needs two hours a day or he chews the sofa."),
+     ("Bob", "Ha. I will bake bread, I just bought a new oven.")],
+    [("Bob", "How was the trip to your parents?"),
+     ("Ann", "Lovely, we cooked together and watched old films."),
+     ("Ann", "And I came home with a kitten, a grey cat called Smoke who sleeps on my keyboard."),
+     ("Bob", "That sounds like trouble for your deadlines.")],
+    [("Ann", "I repainted the kitchen yellow this weekend."),
+     ("Bob", "Bold choice. How are the animals?"),
+     ("Ann", "Busy: I also adopted a parrot, Kiwi, who already whistles the phone's ringtone."),
+     ("Bob", "You are running a zoo now.")],
+]
 
 
 # The dog, the cat and the parrot, each told in a session of its own, all in the first five.
 PETS = {"D1:3", "D2:3", "D3:3"}
+PETS_QUESTION = "What pets does Ann have?"
 
 
 @pytest.mark.xfail(strict=True, reason="list questions are not solved with the bundled model (issue #37 item 5): "
                                        "the parrot of the third session ranks sixth, behind turns of sessions whose "
                                        "instance is already in")
 def test_a_list_question_gathers_instances_from_three_sessions(embedder, tmp_path: Path) -> None:  # noqa: ANN001
-    assert PETS <= set(_pets_found(embedder, tmp_path))
+    assert PETS <= set(_asked_over_sessions(embedder, tmp_path, PET_SESSIONS, PETS_QUESTION, 5))
 
 
-def test_with_the_reranker_a_list_question_gathers_instances_from_three_sessions(embedder, tmp_path: Path) -> None:  # noqa: ANN001
+def test_with_the_reranker_a_list_question_gathers_instances_from_three_sessions(embedder,  # noqa: ANN001
+                                                                                tmp_path: Path) -> None:
     # The relevance reranker (docs/decisions/014-relevance-reranker.md) reads "pets" with the parrot's turn.
-    assert PETS <= set(_pets_found(embedder, tmp_path, reranker=RERANKER_MODEL))
+    assert PETS <= set(_asked_over_sessions(embedder, tmp_path, PET_SESSIONS, PETS_QUESTION, 5, RERANKER_MODEL))
 
 
 def test_with_the_dialogue_model_a_list_question_gathers_instances_from_three_sessions(tmp_path: Path) -> None:
     # The model trained on questions and the turns that answer them (docs/decisions/013-dialogue-embedder.md)
     # relates "pets" to the parrot's turn, which shares no word with the question.
     settings = Settings(_env_file=None, data_dir=tmp_path, embedding_model="dialogue-minilm")  # type: ignore[call-arg]
-    assert PETS <= set(_pets_found(make_embedder(settings), tmp_path))
+    assert PETS <= set(_asked_over_sessions(make_embedder(settings), tmp_path, PET_SESSIONS, PETS_QUESTION, 5))
 
 
 # Five sessions, each telling of one hobby Ann took up among other news; the other turns talk about hobbies and
@@ -181,22 +186,13 @@ HOBBY_SESSIONS = [
 HOBBIES = {"D1:3", "D2:3", "D3:2", "D4:3", "D5:2"}
 
 
-def _hobbies_found(embedder, data_dir: Path, reranker: str) -> list[str]:  # noqa: ANN001
-    start = datetime(2023, 3, 1, 18, 0, tzinfo=UTC)
-    turns = [Turn(conversation_id="ann-bob", turn_id=f"D{s}:{n}", speaker=speaker, text=text,
-                  timestamp=start + timedelta(days=9 * s, minutes=n), session_id=str(s))
-             for s, lines in enumerate(HOBBY_SESSIONS, start=1) for n, (speaker, text) in enumerate(lines, start=1)]
-    with Memory(Settings(data_dir=data_dir, reranker=reranker), embedder=embedder) as memory:
-        memory.add(turns)
-        return memory.query(QueryRequest(conversation_id="ann-bob", question="What hobbies has Ann taken up?",
-                                         budget_turns=10)).turn_ids
-
-
 @pytest.mark.parametrize("reranker", [
     pytest.param("none", marks=pytest.mark.xfail(strict=True, reason=(
         "without the reranker the pottery turn ranks 12th: WordNet files pottery under crafts, not hobbies, and "
         "the turns that say 'hobbies' come first (docs/decisions/014-relevance-reranker.md)"))),
     RERANKER_MODEL,
 ])
-def test_a_list_question_gathers_instances_from_five_sessions(embedder, tmp_path: Path, reranker: str) -> None:  # noqa: ANN001
-    assert HOBBIES <= set(_hobbies_found(embedder, tmp_path, reranker))
+def test_a_list_question_gathers_instances_from_five_sessions(embedder, tmp_path: Path,  # noqa: ANN001
+                                                              reranker: str) -> None:
+    found = _asked_over_sessions(embedder, tmp_path, HOBBY_SESSIONS, "What hobbies has Ann taken up?", 10, reranker)
+    assert HOBBIES <= set(found)

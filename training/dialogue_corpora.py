@@ -7,12 +7,15 @@ training/README.md names each corpus's repository, commit and licence.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import json
 import random
 import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from compassmem.core.models import search_text
@@ -158,7 +161,71 @@ def read_molweni_replies(path: Path) -> list[Dialogue]:
     return dialogues
 
 
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--friendsqa", type=Path, action="append", default=[],
+                        help="a FriendsQA file (dat/friendsqa_dev.json, dat/friendsqa_tst.json); repeatable")
+    parser.add_argument("--molweni", type=Path, action="append", default=[],
+                        help="a Molweni MRC file (MRC(withDiscourse)/test.json); repeatable")
+
+
 # --- documents --------------------------------------------------------------------------------------------------
+
+FIRST_DAY = datetime(2019, 1, 1, 12)
+
+
+def dated_questions(dialogues: list[Dialogue], rng: random.Random
+                    ) -> Iterator[tuple[Dialogue, datetime, str, list[int], list[int]]]:
+    """Each question with its dialogue, the dialogue's made-up day (drawn from ``rng`` as the dialogue starts), the
+    utterances answering it and the others."""
+    for dialogue in dialogues:
+        day = FIRST_DAY + timedelta(days=rng.randrange(6 * 365))
+        for question, answers in dialogue.questions:
+            yield dialogue, day, question, answers, [i for i in range(len(dialogue.utterances)) if i not in answers]
+
+
+def batches(count: int, size: int, steps: int, rng: random.Random) -> Iterator[list[int]]:
+    """``steps`` batches of ``size`` indexes below ``count``: passes in an order ``rng`` shuffles, a batch running
+    on into the next pass."""
+    order: list[int] = []
+    for _ in range(steps):
+        if len(order) < size:
+            fresh = list(range(count))
+            rng.shuffle(fresh)
+            order.extend(fresh)
+        yield order[:size]
+        del order[:size]
+
+
+def optimise(loss, model, optimizer, schedule) -> float:  # noqa: ANN001 - torch objects, imported lazily
+    """One optimiser step on ``loss`` (gradient norm clipped at 1); the loss as a number."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad()
+    return float(loss.detach())
+
+
+def report_step(step: int, steps: int, losses: list[float], started: float) -> None:
+    if (step + 1) % 25 == 0 or step + 1 == steps:
+        recent = losses[-25:]
+        print(f"  step {step + 1}/{steps}  loss {sum(recent) / len(recent):.4f}  "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+
+
+def tool_versions(packages: tuple[str, ...]) -> dict[str, str]:
+    import importlib.metadata
+
+    found = {}
+    for package in packages:
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            found[package] = "none"
+    return found
+
 
 def words(text: str) -> set[str]:
     return {w for w in WORD.findall(text.lower()) if w not in STOP}
@@ -173,36 +240,45 @@ def document(utterance: Utterance, day: datetime, form: str, rng: random.Random)
 
 # --- export -----------------------------------------------------------------------------------------------------
 
+def _word_table(model):  # noqa: ANN001, ANN202 - onnx.ModelProto in, (name, initializer, lookups) out
+    """The word-embedding table of an exported model (the largest float32 initializer a Gather reads: the int8
+    quantiser leaves Gather alone) and the Gather nodes that read it; None when there is none."""
+    import numpy as np
+    import onnx
+
+    initializers = {i.name: i for i in model.graph.initializer}
+    gathers = [n for n in model.graph.node if n.op_type == "Gather" and n.input[0] in initializers
+               and initializers[n.input[0]].data_type == onnx.TensorProto.FLOAT]
+    if not gathers:
+        return None
+    name = max((n.input[0] for n in gathers), key=lambda table: np.prod(initializers[table].dims))
+    return name, initializers[name], [n for n in gathers if n.input[0] == name]
+
+
 def float16_word_embeddings(path: Path) -> int:
-    """Store the word-embedding table (the largest initializer, float32: the int8 quantiser leaves Gather alone) as
-    float16 and cast the looked-up rows back to float32. Returns the bytes saved."""
+    """Store the word-embedding table as float16 and cast the looked-up rows back to float32. Returns the bytes
+    saved."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(path))
-    graph = model.graph
-    initializers = {i.name: i for i in graph.initializer}
-    gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in initializers
-               and initializers[n.input[0]].data_type == onnx.TensorProto.FLOAT]
-    if not gathers:
+    found = _word_table(model)
+    if found is None:
         return 0
-    table_name = max((n.input[0] for n in gathers), key=lambda name: np.prod(initializers[name].dims))
-    table = initializers[table_name]
+    table_name, table, lookups = found
     before = len(table.raw_data) or 4 * int(np.prod(table.dims))
     half = numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), table_name)
     table.CopyFrom(half)
-    for node in [n for n in gathers if n.input[0] == table_name]:
+    for node in lookups:
         rows = node.output[0]
         node.output[0] = f"{rows}_float16"
-        position = list(graph.node).index(node)
-        graph.node.insert(position + 1, helper.make_node("Cast", [node.output[0]], [rows], to=onnx.TensorProto.FLOAT,
-                                                         name=f"{node.name or table_name}_to_float32"))
+        position = list(model.graph.node).index(node)
+        model.graph.node.insert(position + 1, helper.make_node(
+            "Cast", [node.output[0]], [rows], to=onnx.TensorProto.FLOAT, name=f"{node.name or table_name}_to_float32"))
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return before - len(half.raw_data)
-
-
 
 
 def int8_word_embeddings(path: Path) -> int:
@@ -214,30 +290,26 @@ def int8_word_embeddings(path: Path) -> int:
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(path))
-    graph = model.graph
-    initializers = {i.name: i for i in graph.initializer}
-    gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] in initializers
-               and initializers[n.input[0]].data_type == onnx.TensorProto.FLOAT]
-    if not gathers:
+    found = _word_table(model)
+    if found is None:
         return 0
-    table_name = max((n.input[0] for n in gathers), key=lambda name: np.prod(initializers[name].dims))
-    table = initializers[table_name]
+    table_name, table, lookups = found
     values = numpy_helper.to_array(table)
     scales = np.maximum(np.abs(values).max(axis=1), 1e-12) / 127.0
     quantised = np.clip(np.round(values / scales[:, None]), -127, 127).astype(np.int8)
     before = values.nbytes
     table.CopyFrom(numpy_helper.from_array(quantised, table_name))
     scale_name = f"{table_name}_row_scale"
-    graph.initializer.append(numpy_helper.from_array(scales.astype(np.float32)[:, None], scale_name))
-    for node in [n for n in gathers if n.input[0] == table_name]:
+    model.graph.initializer.append(numpy_helper.from_array(scales.astype(np.float32)[:, None], scale_name))
+    for node in lookups:
         rows, ids = node.output[0], node.input[1]
         node.output[0] = f"{rows}_int8"
-        position = list(graph.node).index(node)
-        graph.node.insert(position + 1, helper.make_node(
+        position = list(model.graph.node).index(node)
+        model.graph.node.insert(position + 1, helper.make_node(
             "Cast", [node.output[0]], [f"{rows}_unscaled"], to=onnx.TensorProto.FLOAT, name=f"{rows}_cast"))
-        graph.node.insert(position + 2, helper.make_node(
+        model.graph.node.insert(position + 2, helper.make_node(
             "Gather", [scale_name, ids], [f"{rows}_scale"], axis=0, name=f"{rows}_scale_lookup"))
-        graph.node.insert(position + 3, helper.make_node(
+        model.graph.node.insert(position + 3, helper.make_node(
             "Mul", [f"{rows}_unscaled", f"{rows}_scale"], [rows], name=f"{rows}_rescale"))
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
