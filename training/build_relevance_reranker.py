@@ -45,7 +45,6 @@ MODEL_FILE = "model.int8.onnx"
 # The reranker's tokenizer is the base model's (reranker.OnnxReranker reads the bundled model's tokenizer.json),
 # so only the configuration is kept.
 KEPT_FILES = ("config.json",)
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # What training measured, kept in the float model's folder so that --from-float reports it too.
 TRAINING_STATS = "training_stats.json"
 
@@ -116,8 +115,9 @@ def export(float_dir: Path, out: Path) -> dict[str, int]:
     channel, the word-embedding table stored as int8 with a scale per row (12 MB less than float16; the package's
     models must stay small: docs/decisions/014-relevance-reranker.md)."""
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoModelForSequenceClassification
+
+    from compassmem.embedding.onnx_embedder import export_quantised
 
     class Score(torch.nn.Module):
         def __init__(self, model: torch.nn.Module) -> None:
@@ -133,16 +133,7 @@ def export(float_dir: Path, out: Path) -> dict[str, int]:
         str(float_dir), local_files_only=True, attn_implementation="eager").eval()
     out.mkdir(parents=True, exist_ok=True)
     target = out / MODEL_FILE
-    sample = torch.ones((2, 8), dtype=torch.long)
-    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES} | {"score": {0: "batch"}}
-    with tempfile.TemporaryDirectory(dir=out, prefix=".export-") as scratch:
-        float_model = Path(scratch) / "model.onnx"
-        with torch.no_grad():
-            torch.onnx.export(Score(model), (sample, sample, torch.zeros_like(sample)), str(float_model),
-                              input_names=list(INPUT_NAMES), output_names=["score"], dynamic_axes=axes,
-                              opset_version=17, dynamo=False)
-        quantize_dynamic(str(float_model), str(target), weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"])
+    export_quantised(Score(model), target, {"score": {0: "batch"}})
     saved = int8_word_embeddings(target)
     for name in KEPT_FILES:
         if (float_dir / name).is_file():

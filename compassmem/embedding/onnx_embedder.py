@@ -176,7 +176,6 @@ def export_int8(directory: Path, target: Path) -> None:
     """Export the folder's transformer to ONNX (dynamic batch and sequence axes) and quantise it into ``target``."""
     global builds
     import torch
-    from onnxruntime.quantization import QuantType, quantize_dynamic
     from transformers import AutoModel
 
     class LastHiddenState(torch.nn.Module):
@@ -191,17 +190,42 @@ def export_int8(directory: Path, target: Path) -> None:
 
     # Eager attention: the exported graph is plain MatMul/Softmax, which the quantiser and ORT's fusions know.
     model = AutoModel.from_pretrained(str(directory), local_files_only=True, attn_implementation="eager").eval()
+    export_quantised(LastHiddenState(model), target, {"last_hidden_state": {0: "batch", 1: "sequence"}})
+    builds += 1
+
+
+def export_quantised(module: object, target: Path, outputs: dict[str, dict[int, str]]) -> None:
+    """A torch module taking (input_ids, attention_mask, token_type_ids) exported to ONNX (opset 17, dynamic batch
+    and sequence axes; ``outputs``: each output's name and dynamic axes) with its MatMul weights quantised to int8
+    per output channel, into ``target``. The embedder's recipe; training/build_relevance_reranker.py exports the
+    reranker with it too."""
+    import torch
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
     sample = torch.ones((2, 8), dtype=torch.long)
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUT_NAMES, "last_hidden_state")}
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES} | outputs
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as scratch, _quiet_build():
         float_model = Path(scratch) / "model.onnx"
         with torch.no_grad():
-            torch.onnx.export(LastHiddenState(model), (sample, sample, torch.zeros_like(sample)), str(float_model),
-                              input_names=list(INPUT_NAMES), output_names=["last_hidden_state"],
+            torch.onnx.export(module, (sample, sample, torch.zeros_like(sample)), str(float_model),
+                              input_names=list(INPUT_NAMES), output_names=list(outputs),
                               dynamic_axes=axes, opset_version=17, dynamo=False)
         quantize_dynamic(str(float_model), str(target), weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=["MatMul"])
-    builds += 1
+
+
+def one_thread_session(path: Path):  # noqa: ANN201 - onnxruntime.InferenceSession, imported lazily
+    """An ONNX Runtime session whose runs each take one thread: parallelism comes from running texts side by side
+    (docs/decisions/006-embedder-runs.md)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle threads sleep instead of spinning: on a busy machine spinning threads fight each other.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def default_cache_dir() -> Path:
@@ -248,17 +272,7 @@ class OnnxInt8Embedder:
         return self._dim
 
     def _session_for(self, path: Path):  # noqa: ANN202 - onnxruntime.InferenceSession, imported lazily
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        # One thread per run; parallelism comes from running texts side by side (embed). See
-        # docs/decisions/006-embedder-runs.md.
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle threads sleep instead of spinning: on a busy machine spinning threads fight each other.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = one_thread_session(path)
         width = session.get_outputs()[0].shape[-1]
         unknown = {i.name for i in session.get_inputs()} - set(INPUT_NAMES)
         if unknown or (isinstance(width, int) and width != self._dim):

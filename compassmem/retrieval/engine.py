@@ -42,6 +42,7 @@ from compassmem.retrieval.ranking_model import (
     BASE_FEATURES,
     RANK_SCALE,
     RERANK,
+    RERANK_TERMS,
     SPEAKER,
     RankingModel,
     conversation_shape,
@@ -653,7 +654,7 @@ class QueryEngine:
         features = turn_features(view, analysis, scored, event_scores, found.walk_scores, asked, spans)
         final = self.model.score(features, view.turn_count)
         if self._add_rerank(view, analysis, features, final, timings=timings):
-            final = self.model.score(features, view.turn_count)
+            final = final + sum(self.model.weights.get(name, 0.0) * features[name] for name in RERANK_TERMS)
         speaker_term = self.model.weights.get(SPEAKER, 0.0) * features[SPEAKER]
         unboosted = final - speaker_term if speaker_term.any() else final
         diversity = ranking.aggregate_session_diversity if analysis.aggregate else ranking.session_diversity
@@ -672,7 +673,7 @@ class QueryEngine:
         (the ranking without it). Skipped where no reranker runs or the model does not weigh it (unless ``force``:
         the fitting script wants the feature whatever the weights). True when the feature was filled."""
         count = self.config.ranking.rerank_candidates
-        weighed = any(self.model.weights.get(name, 0.0) for name in (RERANK, f"{RERANK}*long"))
+        weighed = any(self.model.weights.get(name, 0.0) for name in RERANK_TERMS)
         if self.reranker is None or not count or not (weighed or force):
             return False
         with stage("query.rerank") as took:
@@ -685,7 +686,7 @@ class QueryEngine:
             # each turn's softmax share over the best one's (1 for the best).
             verdict[rows] = np.exp(scores - scores.max())
         features[RERANK] = verdict
-        features[f"{RERANK}*long"] = verdict * conversation_shape(view.length_feature)
+        features[RERANK_TERMS[1]] = verdict * conversation_shape(view.length_feature)
         if timings is not None:
             timings["rerank"] = took.ms
         return True
@@ -725,11 +726,10 @@ def _turn_out(view: MemoryView, row: int, stems: set[str]) -> TurnOut:
 
 
 def _reranked_text(view: MemoryView, row: int, stems: set[str]) -> str:
-    """A turn as the reranker reads it: as it is indexed (day, speaker, text), a long turn by its shown passage."""
-    turn = view.turn(row)
-    span = shown_span(view, row, stems)
-    text = turn.text if span is None else turn.text[span[0]: span[1]]
-    return search_text(turn.speaker, text, turn.timestamp)
+    """A turn as the reranker reads it: as it is indexed (day, speaker, text), a long turn by the passage its
+    evidence shows."""
+    shown = _turn_out(view, row, stems)
+    return search_text(shown.speaker, shown.text, shown.timestamp)
 
 
 def shown_span(view: MemoryView, row: int, stems: set[str]) -> tuple[int, int] | None:

@@ -54,6 +54,8 @@ LONG_TURN_TOKENS = 300
 RANK_SCALE = 10.0
 SPEAKER = "speaker"
 RERANK = "rerank"
+# The reranker's verdict and its shape term: 0 until QueryEngine._add_rerank fills them.
+RERANK_TERMS = (RERANK, f"{RERANK}*long")
 
 
 class RankingModel(BaseModel):

@@ -9,7 +9,6 @@ many candidates it reranks (the same reason the embedder runs texts alone: docs/
 
 from __future__ import annotations
 
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
@@ -20,12 +19,12 @@ import numpy as np
 import structlog
 
 from compassmem.core.config import RERANKER_MODEL
+from compassmem.embedding.onnx_embedder import INPUT_NAMES, PREBUILT_MODEL_FILE, one_thread_session
 
 log = structlog.get_logger(__name__)
 
 SHIPPED_RERANKERS = {RERANKER_MODEL: Path(__file__).resolve().parents[1] / "embedding" / "models" / RERANKER_MODEL}
-MODEL_FILE = "model.int8.onnx"
-INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+MODEL_FILE = PREBUILT_MODEL_FILE
 
 
 class Reranker(Protocol):
@@ -48,7 +47,6 @@ class OnnxReranker:
     under its size budget. ``threads``: pairs scored side by side (0 = one per core)."""
 
     def __init__(self, folder: Path | str, threads: int = 0, max_length: int = 128) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         folder = Path(folder)
@@ -57,12 +55,7 @@ class OnnxReranker:
         self._tokenizer.no_padding()
         # A long turn loses its end, never the question.
         self._tokenizer.enable_truncation(max_length=max_length, strategy="only_second")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(folder / MODEL_FILE), options, providers=["CPUExecutionProvider"])
+        self._session = one_thread_session(folder / MODEL_FILE)
         unknown = {i.name for i in self._session.get_inputs()} - set(INPUT_NAMES)
         if unknown or len(self._session.get_outputs()) != 1:
             raise ValueError(f"{folder} is not a reranker folder (inputs {sorted(unknown)} unknown)")
@@ -70,8 +63,6 @@ class OnnxReranker:
         self._parallel_runs = threads or os.cpu_count() or 1
         self._pool = ThreadPoolExecutor(self._parallel_runs, thread_name_prefix="reranker") \
             if self._parallel_runs > 1 else None
-        run = folder / "training_run.json"
-        self.source = json.loads(run.read_text()).get("command", "") if run.is_file() else ""
         log.info("reranker_loaded", folder=str(folder), threads=self._parallel_runs, max_length=max_length)
 
     def _score_one(self, ids: list[int], types: list[int]) -> float:
