@@ -14,7 +14,7 @@ import pytest
 import yaml
 from compose_file import COMPOSE_FILE, compose_environment, load_compose
 
-from compassmem.core.config import CONFIG_FILE_VARIABLE, ENV_PREFIX, Settings
+from compassmem.core.config import API_KEY_VARIABLE, CONFIG_FILE_VARIABLE, ENV_PREFIX, Settings
 from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.query_api.server import check_api_topology, check_exposure
 
@@ -22,7 +22,8 @@ ROOT = COMPOSE_FILE.parent
 SERVICES = {"kafka", "qdrant", "falkordb", "worker", "api", "prometheus", "alertmanager", "grafana"}
 STATEFUL = {"kafka", "qdrant", "falkordb", "prometheus", "alertmanager", "grafana"}
 COMPASSMEM = ("worker", "api")
-KNOWN_VARIABLES = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields} | {CONFIG_FILE_VARIABLE}
+KNOWN_VARIABLES = ({f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
+                   | {CONFIG_FILE_VARIABLE, API_KEY_VARIABLE})
 # The worker and the API must read and write the same topics, consumer group, collection and embedding space.
 SHARED = ["kafka_bootstrap", "qdrant_url", "qdrant_collection", "falkordb_url", "embedding_model", "kafka_app_id",
           "kafka_partitions", "turns_topic", "control_topic", "events_topic", "relations_topic", "clusters_topic",

@@ -202,10 +202,12 @@ def in_process_figures(memory_dir: Path, questions: Path, tmp_path: Path) -> dic
 
 def test_eval_against_a_running_api_gives_the_in_process_figures(
         in_process_figures: dict[str, Any], served: str, questions: Path, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     capsys.readouterr()
     figures = tmp_path / "r.json"
-    code, out, err = _eval(capsys, str(questions), "--url", served, "--api-key", "eval-secret-key-00001", "--json",
+    key_file = tmp_path / "key"
+    key_file.write_text("eval-secret-key-00001\n", encoding="utf-8")
+    code, out, err = _eval(capsys, str(questions), "--url", served, "--api-key-file", str(key_file), "--json",
                            str(figures))
     assert code == 0, err
     assert f"memory: the API at {served}" in out and "all questions" in out
@@ -217,8 +219,8 @@ def test_eval_against_a_running_api_gives_the_in_process_figures(
 
     code, _, err = _eval(capsys, str(questions), "--url", served)
     _one_error_line(code, err, "401")
-    code, _, err = _eval(capsys, str(questions), "--url", served, "--api-key", "eval-secret-key-00001",
-                         "--compare", "ranking.fitted=false")
+    monkeypatch.setenv("COMPASSMEM_API_KEY", "eval-secret-key-00001")
+    code, _, err = _eval(capsys, str(questions), "--url", served, "--compare", "ranking.fitted=false")
     _one_error_line(code, err, "--compare needs the memory in process", "PUT /v1/config")
 
 
@@ -264,7 +266,8 @@ def test_evidence_or_a_conversation_the_memory_lacks_is_refused(
     (["--compare", "segmentation.shift_threshold=0.5"], ["changes how memory is built", "second memory"]),
     (["--compare", "ranking.fitted"], ["give KEY=VALUE"]),
     (["--baselines", "dense,bm52"], ["unknown baseline 'bm52'"]),
-    (["--api-key", "k"], ["--api-key goes with --url"]),
+    (["--api-key-file", "key"], ["--api-key-file and --api-key go with --url"]),
+    (["--api-key", "k"], ["--api-key-file and --api-key go with --url"]),
 ])
 def test_bad_options_are_refused_in_one_line(questions: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              options: list[str], fragments: list[str]) -> None:

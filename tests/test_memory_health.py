@@ -242,9 +242,9 @@ def test_status_as_json_one_conversation(served: Served, capsys: pytest.CaptureF
 def test_status_says_what_to_do_when_refused_or_unreachable(served: Served, capsys: pytest.CaptureFixture[str],
                                                             tmp_path: Path) -> None:
     assert main(["status", "--url", served.url, "--tenant", LOCKED]) == 2
-    assert "--key-file names a file holding the tenant's key" in capsys.readouterr().err
+    assert "--api-key-file names a file holding the tenant's key, or set COMPASSMEM_API_KEY" in capsys.readouterr().err
     (tmp_path / "key").write_text(KEY + "\n")
-    assert main(["status", "--url", served.url, "--tenant", LOCKED, "--key-file", str(tmp_path / "key")]) == 0
+    assert main(["status", "--url", served.url, "--tenant", LOCKED, "--api-key-file", str(tmp_path / "key")]) == 0
     assert SAMPLE_ID in capsys.readouterr().out
     assert main(["status", "--url", "http://127.0.0.1:9", "--tenant", TENANT]) == 2
     assert "is compassmem dev or compassmem api running there?" in capsys.readouterr().err

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from compassmem.cli.api_key import ApiKeyError, add_api_key_options, api_key_option_given, resolve_api_key
 from compassmem.core.config import Settings
 from compassmem.core.contracts.limits import MAX_BUDGET_TURNS
 from compassmem.core.terminal import echo
@@ -35,7 +36,7 @@ def add_eval_command(commands: argparse._SubParsersAction[Any]) -> None:
     command.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS,
                          help="the memory to measure, in process (COMPASSMEM_DATA_DIR)")
     command.add_argument("--url", help="measure the memory of a running API (compassmem api / dev) instead")
-    command.add_argument("--api-key", help="with --url: the key of the questions' tenant (COMPASSMEM_API_KEYS)")
+    add_api_key_options(command, whose="the questions' tenant")
     command.add_argument("--tenant", help="the tenant of questions that name none (default: default)")
     command.add_argument("--k", default=DEFAULT_K, metavar="K,K,...",
                          help=f"the budgets of recall@k, comma-separated (default {DEFAULT_K})")
@@ -115,15 +116,17 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         budgets = parse_budgets(args.k)
         baselines = parse_baselines(args.baselines)
         compare = parse_compare(args.compare, over_http=args.url is not None)
-        if args.api_key and not args.url:
-            raise EvalInputError("--api-key goes with --url (in process, the data directory needs no key)")
+        if api_key_option_given(args) and not args.url:
+            raise EvalInputError("--api-key-file and --api-key go with --url (in process, the data directory needs "
+                                 "no key)")
+        api_key = resolve_api_key(args) if args.url else None
         missing_chart = chart_available() if args.chart else None
         if missing_chart:
             raise EvalInputError(missing_chart)
-    except (EvalInputError, UnknownSettingError, SettingValueError) as error:
+    except (EvalInputError, ApiKeyError, UnknownSettingError, SettingValueError) as error:
         echo(f"error: {error}", file=sys.stderr)
         return 2
-    run = evaluate(args, settings, budgets, baselines, compare)
+    run = evaluate(args, settings, budgets, baselines, compare, api_key)
     if run is None:
         return 2
     from compassmem.evaluation.report import draw_chart, json_report, markdown_report, text_report
@@ -145,7 +148,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def evaluate(args: argparse.Namespace, settings: Settings, budgets: list[int], baselines: list[str],
-             compare: dict[str, Any]) -> Any:  # noqa: ANN401 - EvalRun, imported lazily
+             compare: dict[str, Any], api_key: str | None) -> Any:  # noqa: ANN401 - EvalRun, imported lazily
     """The run, or None after saying in one line why the questions cannot be asked."""
     from compassmem.evaluation.labelled_questions import Layout, QuestionFileError, check_evidence, load_questions
     from compassmem.evaluation.memory_recall import baseline_results, memory_corpus, memory_result
@@ -161,7 +164,7 @@ def evaluate(args: argparse.Namespace, settings: Settings, budgets: list[int], b
         echo(f"error: {error}", file=sys.stderr)
         return None
     summary: dict[str, Any] = {"overall": OVERALL, "together": questions.layout is Layout.LOCOMO}
-    source: Memory | Client = Client(args.url, api_key=args.api_key) if args.url else Memory(settings)
+    source: Memory | Client = Client(args.url, api_key=api_key) if args.url else Memory(settings)
     with source:
         corpus = memory_corpus(source, questions.questions, questions.session_dates)  # NotFound: one line
         try:

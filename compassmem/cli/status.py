@@ -10,10 +10,10 @@ import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from compassmem.core.config import Settings
+from compassmem.cli.api_key import ApiKeyError, add_api_key_options, resolve_api_key
+from compassmem.core.config import API_KEY_VARIABLE, Settings
 from compassmem.core.contracts.health import MemoryHealth, WorkerHealth
 from compassmem.core.contracts.limits import MAX_HEALTH_CONVERSATIONS
 from compassmem.core.errors import CompassmemError
@@ -30,7 +30,8 @@ def add_status_command(commands: argparse._SubParsersAction[Any]) -> None:
         description="Asks a running API (compassmem dev or compassmem api) for GET /v1/health/memory and prints, "
                     "per conversation, events, relations, average degree, duplicate rate and relation-confidence "
                     "drift, the tenant's totals and the worker's lag and dead letters (when the API process runs "
-                    "one), each with a sparkline of its last samples. A tenant with a key: --key-file.")
+                    "one), each with a sparkline of its last samples. A tenant with a key: --api-key-file or "
+                    f"{API_KEY_VARIABLE}.")
     status.add_argument("--url", help="the API (default http://COMPASSMEM_API_HOST:COMPASSMEM_API_PORT, "
                                       "http://127.0.0.1:8080)")
     status.add_argument("--tenant", default=DEFAULT_TENANT)
@@ -38,8 +39,7 @@ def add_status_command(commands: argparse._SubParsersAction[Any]) -> None:
     status.add_argument("--limit", type=int, default=20,
                         help=f"the most recently updated conversations to show (1-{MAX_HEALTH_CONVERSATIONS}, "
                              "default 20)")
-    status.add_argument("--key-file", metavar="FILE",
-                        help="a file holding the tenant's API key ('-': read it from stdin), for a tenant with one")
+    add_api_key_options(status, whose="the tenant")
     status.add_argument("--json", action="store_true", help="print the API's answer as JSON")
     status.add_argument("--watch", type=float, metavar="SECONDS",
                         help="print it again every SECONDS until interrupted")
@@ -56,9 +56,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
     url = args.url or api_url(settings)
     try:
-        key = _key(args.key_file)
-    except OSError as error:
-        echo(f"error: --key-file: {error}", file=sys.stderr)
+        key = resolve_api_key(args)
+    except ApiKeyError as error:
+        echo(f"error: {error}", file=sys.stderr)
         return 2
     with Client(url, api_key=key) as client:
         while True:
@@ -67,7 +67,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             except CompassmemError as error:
                 hint = (" (is compassmem dev or compassmem api running there? --url names another address)"
                         if error.status is None else "")
-                hint += " (--key-file names a file holding the tenant's key)" if error.status in (401, 403) else ""
+                hint += (f" (--api-key-file names a file holding the tenant's key, or set {API_KEY_VARIABLE})"
+                         if error.status in (401, 403) else "")
                 echo(f"error: {error.message}{hint}", file=sys.stderr)
                 return 2
             if args.json:
@@ -80,13 +81,6 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             sys.stdout.flush()
             time.sleep(args.watch)
             echo("")
-
-
-def _key(path: str | None) -> str | None:
-    if path is None:
-        return None
-    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    return text.strip() or None
 
 
 def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:

@@ -34,6 +34,9 @@ DIALOGUE_MODEL = "dialogue-minilm"
 RERANKER_MODEL = "relevance-minilm"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
+# The key the CLI sends to a running API (eval --url, status; compassmem/cli/api_key.py): no setting of the
+# process, but a known variable, and one the TypeScript client's example reads too.
+API_KEY_VARIABLE = f"{ENV_PREFIX}API_KEY"
 # In api_allowed_hosts: any Host name is answered.
 ANY_HOST = "*"
 # Kafka's own rule for topic names.
@@ -124,7 +127,9 @@ class Settings(BaseSettings):
     api_admin_keys: list[SecretStr] = Field(
         default_factory=list,
         description='Operator keys as a JSON list, e.g. ["<secret of 16+ characters>"]: only these may delete a whole '
-        "tenant (DELETE /v1/tenants/{tenant}); with none, no one may. Never a tenant's key, never the same twice.",
+        "tenant (DELETE /v1/tenants/{tenant}) and read or change the runtime settings (GET /v1/config, "
+        "PUT /v1/config/{key}); with none, no one may. They unlock no tenant's memory (403 where the tenant has a "
+        "key) and nothing over MCP. Never a tenant's key, never the same twice.",
     )
     cursor_secret: SecretStr | None = Field(
         default=None,
@@ -418,7 +423,7 @@ class SettingsFileError(ValueError):
 
 
 def check_environment(environ: Mapping[str, str]) -> None:
-    known = {f"{ENV_PREFIX}{name}".upper() for name in Settings.model_fields} | {CONFIG_FILE_VARIABLE}
+    known = {f"{ENV_PREFIX}{name}".upper() for name in Settings.model_fields} | {CONFIG_FILE_VARIABLE, API_KEY_VARIABLE}
     unknown = sorted(name for name in environ if name.upper().startswith(ENV_PREFIX) and name.upper() not in known)
     if unknown:
         raise SettingsFileError(f"unknown setting {unknown[0]} in the environment "
