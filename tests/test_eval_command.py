@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from compassmem.cli.main import main
+from compassmem.transfer.reader import MAX_LINE_CHARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONVERSATION = "ana-ben"
@@ -274,6 +276,98 @@ def test_bad_options_are_refused_in_one_line(questions: Path, tmp_path: Path, ca
     code, out, err = _eval(capsys, str(questions), "--data-dir", str(tmp_path / "unused"), *options)
     _one_error_line(code, err, *fragments)
     assert err.strip().count("\n") == 0 and out == ""
+
+
+# --- what it reads and writes ------------------------------------------------------------------------------------
+
+
+def test_a_line_nested_too_deeply_is_refused_naming_the_file_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text(json.dumps(QUESTIONS[0]) + '\n{"category": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    code, out, err = _eval(capsys, str(path), "--data-dir", str(tmp_path / "unused"))
+    _one_error_line(code, err, f"{path}: line 2: not valid JSON: nested too deeply to parse")
+    assert out == ""
+
+
+def test_a_line_longer_than_an_import_line_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(QUESTIONS[0]) + '\n{"question": "' + "x" * (MAX_LINE_CHARS + 1) + '"}\n')
+    code, out, err = _eval(capsys, str(path), "--data-dir", str(tmp_path / "unused"))
+    _one_error_line(code, err, f"{path}: line 2: longer than {MAX_LINE_CHARS:,} characters")
+
+
+def _root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.mark.parametrize(("option", "name", "fragment"), [
+    ("--chart", "recall.md", "--chart {path}: the chart is a PNG; name a .png file"),
+    ("--report", "notes.txt/report.md", "--report {path}: {tmp}/notes.txt is not a directory"),
+    ("--json", "folder", "--json {path}: a directory, not a file"),
+    pytest.param("--report", "locked/new/report.md", "--report {path}: no permission to create files in {tmp}/locked",
+                 marks=pytest.mark.skipif(_root(), reason="root may write in any directory")),
+])
+def test_every_output_is_checked_before_any_question_is_asked(
+        memory_dir: Path, questions: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str,
+        name: str, fragment: str) -> None:
+    (tmp_path / "notes.txt").write_text("a file, not a directory\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "locked").mkdir(mode=0o500)
+    path = tmp_path / name
+    code, out, err = _eval(capsys, str(questions), "--data-dir", str(memory_dir), option, str(path))
+    _one_error_line(code, err, fragment.format(path=path, tmp=tmp_path))
+    assert out == ""  # nothing was asked
+
+
+def test_an_output_over_the_questions_file_or_another_output_is_refused(
+        questions: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    original = questions.read_bytes()
+    os.link(questions, tmp_path / "hard-link.md")
+    (tmp_path / "symbolic-link.md").symlink_to(questions)
+    unused = str(tmp_path / "unused")
+    for options, fragment in (
+            (["--report", str(questions)], f"--report {questions}: the same file as the questions file"),
+            (["--json", str(tmp_path / "hard-link.md")], "the same file as the questions file"),
+            (["--report", str(tmp_path / "symbolic-link.md")], "the same file as the questions file"),
+            (["--report", str(tmp_path / "out.md"), "--json", str(tmp_path / "sub" / ".." / "out.md")],
+             f"--json {tmp_path / 'sub' / '..' / 'out.md'}: the same file as --report"),
+            (["--report", str(tmp_path / "r.md"), "--chart", str(tmp_path / "r.png"), "--json",
+              str(tmp_path / "r.png")], f"--json {tmp_path / 'r.png'}: the same file as --chart")):
+        _one_error_line(*_eval(capsys, str(questions), "--data-dir", unused, *options)[::2], fragment)
+    assert questions.read_bytes() == original
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full, whose every write fails as on a full disk")
+def test_a_write_that_fails_is_a_write_error_naming_the_file(
+        memory_dir: Path, questions: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _eval(capsys, str(questions), "--data-dir", str(memory_dir), "--baselines", "none", "--json",
+                           "/dev/full")
+    line = _one_error_line(code, err, "cannot write the figures to /dev/full: No space left on device")
+    assert "store" not in line
+    assert "all questions" in out  # the figures were printed before
+
+
+def test_the_report_and_chart_show_what_the_user_wrote_without_acting_on_it(
+        memory_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    category = "pets\n# Injected | heading\n<script>alert(1)</script> & `code` $\\frac$"
+    path = _jsonl(tmp_path / "q_`<i>`.jsonl", [{**QUESTIONS[1], "category": category}, QUESTIONS[0]])
+    report, chart = tmp_path / "report.md", tmp_path / "recall chart.png"
+    code, _, err = _eval(capsys, str(path), "--data-dir", str(memory_dir), "--baselines", "bm25", "--report",
+                         str(report), "--chart", str(chart))
+    assert code == 0, err
+    assert chart.read_bytes().startswith(PNG_SIGNATURE)  # the '$...$' is not read as TeX
+    text = report.read_text()
+    assert "<script>" not in text and "<i>" not in text and "\n# Injected" not in text
+    # One line, one cell: the pipe, the tag, the ampersand and the backticks shown as written.
+    assert ("| pets # Injected \\| heading &lt;script&gt;alert(1)&lt;/script&gt; &amp; \\`code\\` $\\\\frac$ | 1 |"
+            in text)
+    assert "/q\\_\\`&lt;i&gt;\\`.jsonl (jsonl)" in text
+    assert "![recall by category](recall%20chart.png)" in text
+    for table in ("## Recall by category", "## Recall by question shape"):
+        rows = text.split(table)[1].split("\n\n")[1].splitlines()
+        cells = {len(re.split(r"(?<!\\)\|", row)) for row in rows}
+        assert len(cells) == 1 and all(row.startswith("|") and row.endswith("|") for row in rows), rows
 
 
 # --- the same figures as the LoCoMo benchmark --------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -23,8 +24,10 @@ from compassmem.evaluation.baselines import (
     session_windows,
 )
 from compassmem.evaluation.harness import Retriever, evaluate_retriever
+from compassmem.evaluation.labelled_questions import QuestionFileError, load_questions
 from compassmem.evaluation.locomo_questions import QuestionReport, load_locomo_questions, normalise_evidence
 from compassmem.evaluation.recall import context_tokens, first_distinct, recall_at, summarise_recall
+from compassmem.transfer.reader import MAX_LINE_CHARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -346,3 +349,27 @@ def test_recall_benchmark_builds_with_llm_labels_and_asks_offline(locomo_file: P
     assert fake.requests
     assert {r["messages"][0]["content"] for r in fake.requests} == {LABELS_SYSTEM_PROMPT}
     assert json.loads(out.read_text())["methods"]["compassmem"]["recall"]["4"]["10"] == 1.0
+
+
+# --- question files that cannot be read ---------------------------------------------------------------------------
+
+
+def test_a_line_past_the_import_limit_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    path = tmp_path / "long.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        out.write('{"question": "' + "x" * (4 * MAX_LINE_CHARS) + '"}\n')
+    tracemalloc.start()
+    try:
+        with pytest.raises(QuestionFileError, match=f"^{path}: line 1: longer than {MAX_LINE_CHARS:,} characters"):
+            load_questions(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * MAX_LINE_CHARS  # the line (4 times the limit) was not read whole
+
+
+def test_a_locomo_file_nested_too_deeply_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(QuestionFileError, match=f"^{path}: line 1: not valid JSON: nested too deeply to parse"):
+        load_questions(path)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from compassmem.core.terminal import echo
 DEFAULT_K = "5,10,20"
 DEFAULT_BASELINES = "dense,bm25,rrf"
 BASELINE_NAMES = ("dense", "bm25", "rrf", "bm25-window3", "bm25-window3-sliding")
+# The files eval writes: option -> its attribute.
+OUTPUT_OPTIONS = {"--report": "report", "--chart": "chart", "--json": "json"}
 
 
 class EvalInputError(ValueError):
@@ -95,6 +99,55 @@ def parse_compare(pairs: list[str], over_http: bool) -> dict[str, Any]:
     return values
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """EvalInputError for an output that could not be written, or that would overwrite the questions file or
+    another output: checked before any question is asked, not after all of them are."""
+    if args.chart is not None and args.chart.suffix.lower() != ".png":
+        raise EvalInputError(f"--chart {args.chart}: the chart is a PNG; name a .png file")
+    named = [("the questions file", Path(args.path))]
+    for option, attribute in OUTPUT_OPTIONS.items():
+        path = getattr(args, attribute)
+        if path is None:
+            continue
+        problem = unwritable(path)
+        if problem:
+            raise EvalInputError(f"{option} {path}: {problem}")
+        for other, earlier in named:
+            if same_file(path, earlier):
+                raise EvalInputError(f"{option} {path}: the same file as {other}, which it would overwrite")
+        named.append((option, path))
+
+
+def unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written (with the directories it lacks created), or None."""
+    if path.is_dir():
+        return "a directory, not a file"
+    if path.exists():
+        return None if os.access(path, os.W_OK) else "not writable"
+    folder = next(parent for parent in path.absolute().parents if parent.exists())
+    if not folder.is_dir():
+        return f"{folder} is not a directory"
+    return None if os.access(folder, os.W_OK | os.X_OK) else f"no permission to create files in {folder}"
+
+
+def same_file(one: Path, other: Path) -> bool:
+    """The same file by resolved path (symbolic links followed) or, where both exist, by device and inode."""
+    return one.resolve() == other.resolve() or (one.exists() and other.exists() and os.path.samefile(one, other))
+
+
+def write_output(path: Path, what: str, write: Callable[[Path], object]) -> bool:
+    """Write one output, or say in one line that it could not be (False)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(path)
+    except OSError as error:
+        # A full disk's error names no file: without this it would read as a store that stopped answering.
+        echo(f"error: cannot write the {what} to {path}: {error.strerror or error}", file=sys.stderr)
+        return False
+    echo(f"{what} written to {path}")
+    return True
+
+
 def compared_memory(memory: Any, values: dict[str, Any]) -> Any:  # noqa: ANN401 - Memory, imported lazily
     """A second ``Memory`` over the same stores and embedder, with the compared settings applied."""
     from compassmem.library.memory import Memory
@@ -123,6 +176,7 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
         missing_chart = chart_available() if args.chart else None
         if missing_chart:
             raise EvalInputError(missing_chart)
+        check_outputs(args)
     except (EvalInputError, ApiKeyError, UnknownSettingError, SettingValueError) as error:
         echo(f"error: {error}", file=sys.stderr)
         return 2
@@ -133,18 +187,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
     for line in text_report(run):
         echo(line)
-    if args.chart:
-        draw_chart(run, args.chart)
-        echo(f"chart written to {args.chart}")
-    if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(markdown_report(run, args.chart), encoding="utf-8")
-        echo(f"report written to {args.report}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(json_report(run), indent=2) + "\n", encoding="utf-8")
-        echo(f"figures written to {args.json}")
-    return 0
+    writes = [(args.chart, "chart", lambda path: draw_chart(run, path)),
+              (args.report, "report", lambda path: path.write_text(markdown_report(run, args.chart), encoding="utf-8")),
+              (args.json, "figures", lambda path: path.write_text(json.dumps(json_report(run), indent=2) + "\n",
+                                                                  encoding="utf-8"))]
+    written = all(write_output(path, what, write) for path, what, write in writes if path is not None)
+    return 0 if written else 2
 
 
 def evaluate(args: argparse.Namespace, settings: Settings, budgets: list[int], baselines: list[str],

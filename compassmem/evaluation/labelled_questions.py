@@ -8,7 +8,9 @@ JSONL, one question per line (blank lines skipped)::
 ``evidence`` is the turn ids that answer the question (at least one, of that conversation); ``category`` (a word
 or a number) and ``tenant`` (the default tenant, or ``--tenant``) are optional. A line that breaks a rule is
 refused with its number and field, as the import files are, and so is evidence that names a turn the memory does
-not hold (:func:`check_evidence`): recall against a turn that cannot be found would be capped without a word.
+not hold (:func:`check_evidence`): recall against a turn that cannot be found would be capped without a word. Lines
+are read as ``compassmem import`` reads its files (UTF-8, at most 16 Mi characters, JSON nested no deeper than the
+parser's stack).
 A LoCoMo file's questions are read as the benchmarks read them (``locomo_questions.py``).
 """
 
@@ -111,8 +113,6 @@ def _jsonl_questions(path: Path, tenant: str | None) -> tuple[list[Question], li
             places.append(f"line {number}")
     except ImportFormatError as error:
         raise QuestionFileError(str(error)) from error
-    except UnicodeDecodeError as error:
-        raise QuestionFileError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from error
     if not questions:
         raise QuestionFileError(f"{path}: holds no question")
     return questions, places

@@ -7,11 +7,14 @@ given in percent in the tables and the report, as a share (0 to 1) in the JSON, 
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from compassmem.evaluation.harness import MethodResult
 from compassmem.evaluation.labelled_questions import Layout, QuestionSet, category_names
@@ -128,9 +131,19 @@ def text_report(run: EvalRun) -> list[str]:
     return lines
 
 
+# What Markdown acts on inside a line: a backslash escape, code, emphasis, links, table cells, strikethrough.
+_MARKDOWN_SIGNS = re.compile(r"([\\`*_\[\]|~])")
+
+
+def markdown_text(text: str) -> str:
+    """Text from the user (a category, a path, a URL) as Markdown that shows it as written: on one line (a newline
+    would end the table row), HTML escaped (no tag or entity acts), and each Markdown sign backslash-escaped."""
+    return _MARKDOWN_SIGNS.sub(r"\\\1", html.escape(" ".join(text.splitlines()), quote=False))
+
+
 def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+        return "| " + " | ".join(markdown_text(cell) for cell in cells) + " |"
 
     return [line(headers), "|" + "|".join("---" for _ in headers) + "|", *(line(row) for row in rows)]
 
@@ -140,20 +153,21 @@ def markdown_report(run: EvalRun, chart: Path | None = None) -> str:
     budgets = "/".join(map(str, run.budgets))
     lines = ["# compassmem recall on your questions", "",
              f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {run.seconds:.1f} s.", "",
-             f"- questions: `{run.questions.path}` ({run.questions.layout.value}), {len(run.questions.questions)} "
-             f"questions over {run.questions.conversations} conversation(s), {run.turns} turns",
-             f"- memory: {run.memory}",
+             f"- questions: {markdown_text(str(run.questions.path))} ({run.questions.layout.value}), "
+             f"{len(run.questions.questions)} questions over {run.questions.conversations} conversation(s), "
+             f"{run.turns} turns",
+             f"- memory: {markdown_text(run.memory)}",
              f"- recall@{budgets}: the share of a question's evidence turns among the first k turns each method "
              "returns, averaged over the questions of a row, in percent",
              f"- baselines over the same memory's turns: {', '.join(r.method for r in run.baselines) or 'none'} "
-             f"(embedder {run.embedder})"]
+             f"(embedder {markdown_text(run.embedder)})"]
     if run.compared:
-        lines.append(f"- compared: compassmem with `{setting_text(run.compare_settings)}` on the same memory; the "
-                     "difference column is that column minus compassmem's, in points")
+        lines.append(f"- compared: compassmem with {markdown_text(setting_text(run.compare_settings))} on the same "
+                     "memory; the difference column is that column minus compassmem's, in points")
     for title, (headers, rows) in breakdowns(run):
         lines += ["", f"## Recall {title}", "", *_markdown_table(headers, rows)]
     if chart is not None:
-        lines += ["", f"![recall by category]({chart.name})"]
+        lines += ["", f"![recall by category]({quote(chart.name)})"]
     lines += ["", "## Reading it", "",
               "Each cell is recall@" + budgets + ". The `all questions` row is the mean over every question. "
               "A row with few questions moves by whole points when one question changes: read it with its count. "
@@ -226,7 +240,9 @@ def draw_chart(run: EvalRun, path: Path) -> None:
     width = 0.8 / len(methods)
     size = (min(14.0, max(7.0, 0.35 * len(groups) * len(methods) + 2)), 2.6 * len(run.budgets) + 1.0)
     figure, axes = plt.subplots(len(run.budgets), 1, figsize=size, squeeze=False)
-    figure.suptitle(f"recall@k by category: {len(run.questions.questions)} questions, {run.questions.path.name}")
+    # parse_math off: a '$' in a file name or a category would be read as TeX, and bad TeX fails the drawing.
+    figure.suptitle(f"recall@k by category: {len(run.questions.questions)} questions, {run.questions.path.name}",
+                    parse_math=False)
     for axis, budget in zip(axes[:, 0], run.budgets, strict=True):
         for index, result in enumerate(methods):
             values = [100 * (entry.recall[budget] if (entry := run.by_category(result).get(group)) else 0.0)
@@ -235,12 +251,11 @@ def draw_chart(run: EvalRun, path: Path) -> None:
                      label=result.method)
         axis.set_ylabel(f"recall@{budget} %")
         axis.set_ylim(0, 100)
-        axis.set_xticks(range(len(groups)), [run.group_name(group) for group in groups], fontsize=8)
+        axis.set_xticks(range(len(groups)), [run.group_name(group) for group in groups], fontsize=8, parse_math=False)
         axis.grid(axis="y", alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     figure.legend(handles, labels, fontsize=8, ncols=min(len(methods), 4), loc="upper center",
                   bbox_to_anchor=(0.5, 0.965))
     figure.tight_layout(rect=(0, 0, 1, 1 - 0.55 / size[1] - (0.2 if len(methods) <= 4 else 0.35) / size[1]))
-    path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -19,7 +19,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from pydantic import ValidationError
 
@@ -245,9 +245,18 @@ def text_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
             return
         number += 1
         if len(text.rstrip("\r\n")) > MAX_LINE_CHARS:
-            raise ExportFormatError(f"line {number}: longer than {MAX_LINE_CHARS:,} characters, the most a line of "
-                                    "an export may hold")
+            raise ExportFormatError(f"line {number}: longer than {MAX_LINE_CHARS:,} characters, the most a line may "
+                                    "hold")
         yield number, text
+
+
+def json_value(text: str) -> Any:  # noqa: ANN401 - any JSON value
+    """``json.loads``; JSON nested deeper than the parser's stack is a ``JSONDecodeError`` like any other bad JSON,
+    not a ``RecursionError`` (which would end the command with a traceback)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to parse", text, 0) from None
 
 
 def _text_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
@@ -282,7 +291,7 @@ def _records(lines: Iterator[tuple[int, str]],
 
 def _parse(number: int, text: str, dim: int | None = None) -> Header | RecordLine | ConversationEnd | End:
     try:
-        return parse_line(json.loads(text), dim)
+        return parse_line(json_value(text), dim)
     except json.JSONDecodeError as error:
         raise ExportFormatError(f"line {number}: not JSON ({error.msg} at column {error.colno})") from None
     except ValidationError as error:

@@ -26,6 +26,8 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ValidationError
 
 from compassmem.core.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn, check_id
+from compassmem.transfer.reader import json_value, text_lines
+from compassmem.transfer.records import ExportFormatError
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds
 
 
@@ -72,21 +74,30 @@ def _numbered_jsonl_turns(path: Path) -> Iterator[tuple[int, Turn]]:
 
 def numbered_jsonl_records(path: Path, model: type[Record]) -> Iterator[tuple[int, Record]]:
     """Each non-blank line of a JSONL file as a ``model``, with its line number; ImportFormatError naming the line
-    (and the broken fields) at the first line that is not one (``compassmem eval`` reads its questions so too)."""
+    (and the broken fields) at the first line that is not one (``compassmem eval`` reads its questions so too). Lines
+    are read as ``compassmem import`` reads them: UTF-8, at most ``MAX_LINE_CHARS`` characters, never read whole past
+    that."""
+    for line_number, line in _text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            record = json_value(line)
+        except json.JSONDecodeError as error:
+            raise ImportFormatError(f"{path}: line {line_number}: not valid JSON: {error.msg}") from error
+        if not isinstance(record, dict):
+            raise ImportFormatError(f"{path}: line {line_number}: expected a JSON object, got {type(record).__name__}")
+        try:
+            yield line_number, model.model_validate(record)
+        except ValidationError as error:
+            raise ImportFormatError(f"{path}: line {line_number}: {describe_validation_error(error)}") from error
+
+
+def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
     with path.open("r", encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ImportFormatError(f"{path}: line {line_number}: not valid JSON: {error.msg}") from error
-            if not isinstance(record, dict):
-                raise ImportFormatError(f"{path}: line {line_number}: expected a JSON object, got {type(record).__name__}")
-            try:
-                yield line_number, model.model_validate(record)
-            except ValidationError as error:
-                raise ImportFormatError(f"{path}: line {line_number}: {describe_validation_error(error)}") from error
+        try:
+            yield from text_lines(handle)
+        except ExportFormatError as error:  # a line too long, or not UTF-8: the same words, naming the file
+            raise ImportFormatError(f"{path}: {error}") from None
 
 
 _LOCOMO_DATE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*([ap]m)\s+on\s+(\d{1,2})\s+([A-Za-z]+),?\s+(\d{4})\s*$", re.I)
@@ -170,7 +181,7 @@ def read_locomo_turns(path: Path, timezone: str = "UTC", tenant: str = DEFAULT_T
     """LoCoMo turns; ``subject_id``, when given, is stamped on every turn."""
     subject_id = check_subject(subject_id)
     try:
-        samples = json.loads(path.read_text(encoding="utf-8"))
+        samples = json_value(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ImportFormatError(f"{path}: line {error.lineno}: not valid JSON: {error.msg}") from error
     if isinstance(samples, dict):
