@@ -22,7 +22,7 @@ from synthetic_graph import LargeConversation, synthetic_turns, write_large_conv
 from compassmem.cli.main import main
 from compassmem.cli.status import sparkline
 from compassmem.core.config import Settings
-from compassmem.core.contracts.health import MemoryHealth
+from compassmem.core.contracts.health import HealthTrend, MemoryHealth
 from compassmem.core.models import Turn
 from compassmem.library.memory import Memory
 from compassmem.monitoring.memory_health import HealthHistory, MemoryHealthMonitor
@@ -51,6 +51,8 @@ class Served:
     metrics: MemoryMetrics
     chat: IngestSummary
     big: LargeConversation
+    # The served app's: its forgets reach the monitor.
+    memory: Memory
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, embedder: Any, embedded_fal
         services = build_services(settings, stores, embedder, metrics)
         services.health = MemoryHealthMonitor(stores, metrics, samples=SAMPLES, sample_every_s=SAMPLE_EVERY_S)
         with BackgroundServer(create_app(services)) as server:
-            yield Served(server.url, stores, services.health, metrics, chat, big)
+            yield Served(server.url, stores, services.health, metrics, chat, big, services.memory)
     finally:
         stores.close()
 
@@ -176,6 +178,28 @@ def test_the_rings_are_bounded() -> None:
     for key in "bcd":
         history.record(key, {"x": 1.0}, now=20.0)
     assert len(history) == 3 and history.trend("a", ("x",)).at == []
+
+
+def test_memory_made_again_under_a_forgotten_id_starts_a_fresh_trend(served: Served) -> None:
+    """A conversation made again after a forget had the forgotten one's samples in its trend, and a tenant made again
+    after its deletion the deleted one's totals: each now starts from its first sample."""
+    tenant = "health-again"
+
+    def reading() -> tuple[HealthTrend, HealthTrend, int]:
+        # Not watched: no background sample lands between the steps.
+        report = served.monitor.report(tenant, conversation=CHAT, watch=False)
+        return report.totals.trend, report.conversations[0].trend, report.conversations[0].events
+
+    for forget, totals_kept in ((lambda: served.memory.forget(CHAT, tenant=tenant), 2),
+                                (lambda: served.memory.delete_tenant(tenant), 1)):
+        served.memory.add(synthetic_turns(CHAT, 2, tenant=tenant))
+        reading()
+        time.sleep(SAMPLE_EVERY_S)  # so that the next reading is a sample of its own
+        forget()
+        served.memory.add(synthetic_turns(CHAT, 1, tenant=tenant))
+        totals, conversation, events = reading()
+        assert conversation.series["events"] == [float(events)]
+        assert len(totals.at) == totals_kept
 
 
 @pytest.fixture(scope="module")

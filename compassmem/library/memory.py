@@ -148,6 +148,9 @@ class Memory:
         self._written = WrittenEvents()
         # One writer at a time: the pipeline's per-conversation state is not thread-safe (queries need no lock).
         self._writing = threading.Lock()
+        # Called with (tenant, conversation_id) after a forget, (tenant, None) after a tenant's deletion: what the
+        # process keeps of that memory beside the stores (the API's health trends) goes with it.
+        self.forget_listeners: list[Callable[[str, str | None], None]] = []
         self._closed = False
 
     # -- writing -------------------------------------------------------------------------------------------------
@@ -221,6 +224,7 @@ class Memory:
             if self._pipeline is not None:
                 # Turns added again later start a new memory, with no relations to the deleted events.
                 self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)
+            self._forgotten(tenant, conversation_id)
             self._erased()
         log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events,
                  forget_published=published)
@@ -268,6 +272,7 @@ class Memory:
             if self._pipeline is not None:
                 for key in [k for k in self._pipeline.memories if k.startswith(f"{tenant}/")]:
                     self._pipeline.memories.pop(key)
+            self._forgotten(tenant, None)
             self._erased()
         log.info("memory.tenant_deleted", tenant=tenant, events=events, forget_published=published)
         return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)
@@ -327,6 +332,10 @@ class Memory:
         False when the vectors live on a Qdrant server, whose files are its operator's to compact."""
         with self._writing:
             return self.stores.compact()
+
+    def _forgotten(self, tenant: str, conversation_id: str | None) -> None:
+        for listener in self.forget_listeners:
+            listener(tenant, conversation_id)
 
     def _erased(self) -> None:
         if self.settings.compact_after_erasure:

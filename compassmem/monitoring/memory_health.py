@@ -10,6 +10,8 @@ Bounded memory: one ring of ``samples`` samples per entity (a conversation, a te
 ``max_series`` entities (the least recently sampled is dropped), at most one sample per ``sample_every_s`` (a newer
 reading within that time replaces the last sample's values). ``sample_background`` samples the worker and the
 tenants asked about in the last ``watch_s`` (at most ``max_watched``), so that trends grow between two looks.
+``forget`` drops the trends of forgotten memory (the API's ``Memory`` calls it after a forget or a tenant's
+deletion), so that a conversation made again under a forgotten id starts a fresh trend.
 """
 
 from __future__ import annotations
@@ -86,6 +88,12 @@ class HealthHistory:
             while len(self._rings) > self._max_series:
                 self._rings.popitem(last=False)
 
+    def drop(self, matches: Callable[[str], bool]) -> None:
+        """Forget the rings of the entities whose key ``matches``."""
+        with self._lock:
+            for key in [k for k in self._rings if matches(k)]:
+                del self._rings[key]
+
     def trend(self, key: str, names: tuple[str, ...]) -> HealthTrend:
         with self._lock:
             ring = list(self._rings.get(key, ()))
@@ -95,6 +103,14 @@ class HealthHistory:
     def __len__(self) -> int:
         with self._lock:
             return len(self._rings)
+
+
+def _tenant_key(tenant: str) -> str:
+    return f"tenant:{tenant}"
+
+
+def _conversation_key(tenant: str, conversation_id: str) -> str:
+    return f"conversation:{tenant}/{conversation_id}"
 
 
 @dataclass
@@ -123,6 +139,17 @@ class MemoryHealthMonitor:
     def sample_every_s(self) -> float:
         return self.history.sample_every_s
 
+    def forget(self, tenant: str, conversation_id: str | None = None) -> None:
+        """Drop the trend of a forgotten conversation, or (None) every trend of a deleted tenant, which is watched no
+        more: memory made again under the same id starts a fresh trend, not the deleted memory's."""
+        if conversation_id is not None:
+            self.history.drop(_conversation_key(tenant, conversation_id).__eq__)
+            return
+        conversations = _conversation_key(tenant, "")
+        self.history.drop(lambda key: key == _tenant_key(tenant) or key.startswith(conversations))
+        with self._lock:
+            self._watched.pop(tenant, None)
+
     def report(self, tenant: str, *, conversation: str | None = None, limit: int = 20,
                watch: bool = True) -> MemoryHealth:
         """The tenant's totals, the figures of ``conversation`` (NotFound when it has no memory) or of the ``limit``
@@ -147,7 +174,7 @@ class MemoryHealthMonitor:
         totals = {"conversations": float(len(last_at)),
                   "events": float(sum(s.events for s in stats) + len(opened)),
                   "turns": float(sum(s.turns for s in stats) + sum(len(e.observations) for e in opened))}
-        self.history.record(f"tenant:{tenant}", totals, now)
+        self.history.record(_tenant_key(tenant), totals, now)
         if conversation is not None:
             if conversation not in last_at:
                 raise NotFound(f"no memory for conversation {conversation!r} of tenant {tenant!r}")
@@ -160,7 +187,7 @@ class MemoryHealthMonitor:
             samples_kept=self.history.samples, conversations_total=len(last_at),
             totals=TenantHealthTotals(conversations=len(last_at), events=int(totals["events"]),
                                       turns=int(totals["turns"]),
-                                      trend=self.history.trend(f"tenant:{tenant}", TENANT_SERIES)),
+                                      trend=self.history.trend(_tenant_key(tenant), TENANT_SERIES)),
             conversations=reports, worker=self.worker(now))
 
     def _conversation(self, tenant: str, conversation_id: str, last_at: datetime | None, opened: list[Event],
@@ -184,7 +211,7 @@ class MemoryHealthMonitor:
                             "(merging is too loose)")
         if drift is not None and drift < FALLING_CONFIDENCE:
             warnings.append(f"relation confidence drift {drift:+.3f} is below {FALLING_CONFIDENCE} (domain drift)")
-        key = f"conversation:{tenant}/{conversation_id}"
+        key = _conversation_key(tenant, conversation_id)
         self.history.record(key, {"events": float(events + len(opened)), "relations": float(counts.relations),
                                   "average_degree": round(degree, 4), "duplicate_rate": round(duplicate_rate, 4),
                                   "confidence_drift": None if drift is None else round(drift, 4)}, now)

@@ -136,10 +136,15 @@ def _document_place(path: str) -> int:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    sampler = asyncio.create_task(_sample_memory_health(health_monitor(app)))
+    monitor = health_monitor(app)
+    sampler = asyncio.create_task(_sample_memory_health(monitor))
+    # A conversation or tenant forgotten here leaves no trend for memory made again under its id.
+    listeners = app.state.services.memory.forget_listeners
+    listeners.append(monitor.forget)
     try:
         yield
     finally:
+        listeners.remove(monitor.forget)
         sampler.cancel()
         app.state.live.stop()
 
