@@ -53,6 +53,16 @@ def test_ask_without_the_embedding_model_is_one_line(tmp_path: Path) -> None:
     _one_error_line(done, "no-model", "COMPASSMEM_EMBEDDER=torch")
 
 
+def test_a_torch_model_path_that_is_not_there_is_named_as_a_setting_not_a_store(tmp_path: Path) -> None:
+    """It was told as "a store stopped answering ... check that Qdrant and FalkorDB are running" (the loader's
+    FileNotFoundError is an OSError, as a store's lost connection is)."""
+    done = _compassmem("ask", "c1", "What happened?", data_dir=tmp_path / "data",
+                       COMPASSMEM_EMBEDDER="torch", COMPASSMEM_EMBEDDING_MODEL=str(tmp_path / "no-model"))
+    line = _one_error_line(done, "COMPASSMEM_EMBEDDER=torch", f"COMPASSMEM_EMBEDDING_MODEL '{tmp_path / 'no-model'}'",
+                           "not found")
+    assert "store" not in line
+
+
 def test_known_errors_are_one_line_and_bugs_keep_their_traceback() -> None:
     from compassmem.sinks.factory import StoreOpenError
 

