@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from test_library import library_settings, sample_turns
 from test_passages import FACT_QUESTION, chat_of_long_answers
 
 from compassmem import Memory, NotFound
+from compassmem.cli.main import main
 from compassmem.core.contracts.query import QueryResponse
 from compassmem.core.contracts.search import SearchScope
 from compassmem.core.models import Cluster, RelationType, Turn, turn_point_id
@@ -754,3 +755,121 @@ def test_an_import_derives_the_mark_a_turn_stored_before_it_lacks(tmp_path: Path
         vectors = new.stores.vectors
         found = vectors.hits(scope, [HitSearch("turn", query, 5, marks=(STANDING_WISH_MARK,))])[0]
         assert [hit.turn_id for hit in found if isinstance(hit, TurnHit)] == ["1"]
+
+
+# -- ids stored before the id rule ----------------------------------------------------------------------------------
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """``compassmem --data-dir DATA ARGS...`` in this process: (exit code, stdout, stderr). An exception main does
+    not turn into one error line (a traceback) fails the test."""
+    monkeypatch.setenv("COMPASSMEM_EMBEDDER_CACHE_DIR", str(library_settings(Path()).embedder_cache_dir))
+
+    def run(data_dir: Path, *args: str) -> tuple[int, str, str]:
+        code = main(["--data-dir", str(data_dir), *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+    return run
+
+
+def test_a_fullwidth_conversation_id_in_a_file_is_refused_naming_it(exported: dict[str, Path], tmp_path: Path,
+                                                                    cli: Cli) -> None:
+    """The closing line read it as 'priya-tom' and the records kept it as it was, so the file was refused as
+    "closes conversation 'priya-tom', which has no records before it"."""
+    fullwidth = "ｐｒｉｙａ-ｔｏｍ"
+    edited = tmp_path / "fullwidth.jsonl"
+    edited.write_text(exported["default"].read_text(encoding="utf-8").replace(f'"{SAMPLE_CONVERSATION}"',
+                                                                              f'"{fullwidth}"'), encoding="utf-8")
+    code, _, err = cli(tmp_path / "data", "import", str(edited))
+    assert code == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: line 2: event.conversation_id: '{fullwidth}' is not in its canonical form "
+                           f"'{SAMPLE_CONVERSATION}'"), last
+    assert "no records before it" not in err
+
+
+LEGACY = "legacy"
+# Stored id -> turn ids as stored (None: the chat's own), and what migrate-ids makes of it (None: left as it is).
+LEGACY_CONVERSATIONS: dict[str, tuple[Callable[[str], str] | None, str | None]] = {
+    "ｇｒｅｅｎｈｏｕｓｅ": (None, "greenhouse"),
+    "shed": (lambda turn_id: chr(ord("０") + int(turn_id)), "shed"),  # fullwidth digits
+    "green house": (None, None),  # no form the rule accepts
+    "ｐｏｔｔｉｎｇ": (None, None),  # its canonical form is the stored 'potting'
+}
+
+
+def legacy_turns(conversation_id: str, turn_ids: Callable[[str], str] | None) -> list[Turn]:
+    """The greenhouse chat as turns were before the id rule: made without validation (``model_construct``), so the
+    write path and its sinks store the ids as they are."""
+    turns = [Turn.model_validate({**turn, "tenant": LEGACY}) for turn in other_tenant_turns()]
+    return [Turn.model_construct(**{**turn.model_dump(), "conversation_id": conversation_id,
+                                    "turn_id": turn_ids(turn.turn_id) if turn_ids else turn.turn_id})
+            for turn in turns]
+
+
+def conversations_of(path: Path) -> list[str]:
+    return [line["conversation_id"] for line in records_of(path) if line["kind"] == "conversation"]
+
+
+def test_ids_stored_before_the_id_rule_are_skipped_by_export_and_rewritten_or_forgotten_by_migrate_ids(
+        tmp_path: Path, embedder: Embedder, cli: Cli) -> None:
+    """A store written before the id rule: `compassmem export --tenant` ended in a pydantic traceback (or refused
+    the whole tenant) and wrote no file, and the conversations could not be forgotten. Export now writes the rest and
+    names what it left out; migrate-ids rewrites the ids to their canonical form, or reports a conversation it
+    cannot rewrite, which --forget then deletes by its stored id."""
+    data = tmp_path / "data"
+    with open_memory(data, embedder) as memory:
+        memory.add([{**turn, "tenant": LEGACY, "conversation_id": "potting"} for turn in other_tenant_turns()])
+        for conversation_id, (turn_ids, _) in LEGACY_CONVERSATIONS.items():
+            memory.add(legacy_turns(conversation_id, turn_ids))
+        with pytest.raises(ValueError, match="must hold only ASCII letters"):
+            memory.forget("green house", tenant=LEGACY)
+    backup = tmp_path / "backup.jsonl"
+
+    code, _, err = cli(data, "export", "--tenant", LEGACY, "--out", str(backup))
+    assert code == 0, err
+    assert conversations_of(backup) == ["potting"]
+    assert "skipped 4 conversation(s) holding ids stored before the id rule" in err
+    for shown in ("'ｇｒｅｅｎｈｏｕｓｅ'", "'green house'", "'ｐｏｔｔｉｎｇ'",
+                  "'shed' (turn ids '１', '２', '３', '４', '５')"):
+        assert shown in err, err
+
+    code, out, _ = cli(data, "migrate-ids", "--tenant", LEGACY, "--dry-run")
+    assert code == 1 and "would rewrite conversation 'ｇｒｅｅｎｈｏｕｓｅ': conversation id -> 'greenhouse'" in out
+    code, out, _ = cli(data, "migrate-ids", "--tenant", LEGACY)
+    assert code == 1, out
+    assert "rewrote conversation 'ｇｒｅｅｎｈｏｕｓｅ': conversation id -> 'greenhouse'" in out
+    assert "rewrote conversation 'shed': " + ", ".join(f"'{chr(ord('０') + i)}' -> '{i}'" for i in range(1, 6)) in out
+    assert "left conversation 'green house': its id has no form the id rule accepts (must hold only ASCII" in out
+    assert ("left conversation 'ｐｏｔｔｉｎｇ': its canonical form 'potting' is the id of another stored "
+            "conversation") in out
+    assert "2 of 4 conversation(s) holding ids that break the id rule rewritten" in out
+    # Forgotten by the stored id, or as the report shows it.
+    for named in ("green house", "'ｐｏｔｔｉｎｇ'"):
+        code, out, err = cli(data, "migrate-ids", "--tenant", LEGACY, "--forget", named)
+        assert code == 0 and out.startswith("forgot conversation "), err
+    code, _, err = cli(data, "migrate-ids", "--tenant", LEGACY, "--forget", "potting")
+    assert code == 2 and "has no conversation 'potting' holding ids that break the id rule" in err
+    code, out, _ = cli(data, "migrate-ids", "--tenant", LEGACY)
+    assert code == 0 and "nothing to rewrite" in out
+
+    code, _, err = cli(data, "export", "--tenant", LEGACY, "--out", str(backup))
+    assert code == 0 and "skipped" not in err
+    assert conversations_of(backup) == ["greenhouse", "potting", "shed"]
+    with open_memory(data, embedder) as memory:
+        held = {conversation_id: stored(memory, LEGACY, conversation_id)
+                for conversation_id in ("greenhouse", "potting", "shed")}
+        ids = {"conversation_id", "event_id", "merged_from"}
+        for conversation_id in ("greenhouse", "shed"):
+            # The same memory as the chat written under valid ids, but for the ids.
+            for kind in ("turns", "events"):
+                assert [record.model_dump(exclude=ids) for record in held[conversation_id][kind]] == \
+                    [record.model_dump(exclude=ids) for record in held["potting"][kind]]
+            assert memory.query("What made the wifi drop?", conversation_id=conversation_id, tenant=LEGACY).turn_ids
+        assert memory.redact_turn("shed", "1", tenant=LEGACY).turn_id == "1"
+        assert memory.forget("greenhouse", tenant=LEGACY).events_deleted == len(held["greenhouse"]["events"])
+        listed = memory.conversations(tenant=LEGACY, order="id").conversations
+        assert [c.conversation_id for c in listed] == ["potting", "shed"]

@@ -125,6 +125,17 @@ def test_upsert_under_the_same_id_replaces(put: Put, open_store: Opener, event_b
     assert stored.version == 2
 
 
+def test_stored_ids_are_each_points_conversation_and_turn_id_as_stored(
+        put: Put, put_turns: Put, open_store: Opener, event_builder: EventBuilder, turn_builder: TurnBuilder) -> None:
+    store = open_store()
+    event = event_builder("c 1", 1)  # an id stored before the id rule, as it was
+    put(store, event, event_builder("c2", 1), event_builder("c1", 1, tenant="other"))
+    put_turns(store, turn_builder("c 1", 1), turn_builder("c 1", 2))
+    assert sorted(store.stored_ids("default"), key=str) == [("c 1", "D1:1"), ("c 1", "D1:2"), ("c 1", None),
+                                                            ("c2", None)]
+    assert sorted(store.stored_ids("default", "c2"), key=str) == [("c2", None)]
+
+
 def test_payload_round_trip_keeps_every_field(put: Put, open_store: Opener, event_builder: EventBuilder) -> None:
     store = open_store()
     event = event_builder("c1", 3, keywords=["pottery", "class"], cluster_id="cl-1")

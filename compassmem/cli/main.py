@@ -306,5 +306,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 # Commands that always write under the data directory (dev broker log, Faust's directory), and commands that
 # open the stores, which need it only for an embedded store.
 _DATA_DIR_COMMANDS = frozenset({"dev", "worker", "broker"})
-_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "compact", "mcp", "export", "import"})
+_STORE_COMMANDS = frozenset({"ingest", "ask", "build-index", "compact", "mcp", "export", "import",
+                             "migrate-ids"})
 

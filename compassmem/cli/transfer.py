@@ -1,4 +1,5 @@
-"""``compassmem export`` and ``compassmem import``: the command-line side of ``Memory.export`` / ``Memory.import_``."""
+"""``compassmem export`` and ``compassmem import``, the command-line side of ``Memory.export`` / ``Memory.import_``,
+and ``compassmem migrate-ids`` (``compassmem/transfer/id_migration.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from compassmem.core.models import DEFAULT_TENANT
 from compassmem.core.terminal import echo
 
 STDIO = "-"
+# Conversations a report names; the rest are counted.
+LISTED = 10
 
 
 def add_transfer_commands(commands: argparse._SubParsersAction[Any]) -> None:
@@ -32,6 +35,18 @@ def add_transfer_commands(commands: argparse._SubParsersAction[Any]) -> None:
     restore.add_argument("--replace", action="store_true",
                          help="replace the stored conversations the file holds (the tenant's others stay)")
     restore.set_defaults(handler=cmd_import)
+    migrate = commands.add_parser(
+        "migrate-ids", help="rewrite ids stored before the id rule, which no command can name, to their canonical form",
+        description="Finds the tenant's conversations whose id or turn ids break the id rule (stored before it, "
+                    "they can be neither forgotten nor exported) in both stores, and rewrites each to the canonical "
+                    "form of its ids (NFKC). One that has none, or whose canonical form another stored conversation "
+                    "(or turn) holds, is reported and left as it is: --forget deletes it. Run it while no worker or "
+                    "API uses the stores (docs/operations.md).")
+    migrate.add_argument("--tenant", default=DEFAULT_TENANT)
+    migrate.add_argument("--dry-run", action="store_true", help="report what would be rewritten; change nothing")
+    migrate.add_argument("--forget", metavar="ID",
+                         help="delete this conversation instead, named as the report shows it (or as stored)")
+    migrate.set_defaults(handler=cmd_migrate_ids)
 
 
 def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
@@ -44,6 +59,12 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     # On stderr: stdout may be the export itself.
     echo(f"exported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
           f"({summary.counts}) to {where}", file=sys.stderr)
+    if summary.skipped:
+        shown = ", ".join(legacy.named for legacy in summary.skipped[:LISTED])
+        more = f" and {len(summary.skipped) - LISTED} more" if len(summary.skipped) > LISTED else ""
+        echo(f"skipped {len(summary.skipped)} conversation(s) holding ids stored before the id rule, which no "
+             f"import would take: {shown}{more}; `compassmem migrate-ids --tenant {summary.tenant}` rewrites them",
+             file=sys.stderr)
     return 0
 
 
@@ -55,3 +76,39 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     echo(f"imported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
           f"({summary.counts}) into {settings.data_dir}")
     return 0
+
+
+def cmd_migrate_ids(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.library.memory import Memory
+    from compassmem.transfer.id_migration import forget_legacy, migrate_ids
+
+    tenant = args.tenant
+    with Memory(settings) as memory:
+        if args.forget is not None:
+            forgotten = forget_legacy(memory.stores, tenant, args.forget)
+            if settings.compact_after_erasure:
+                memory.compact()
+            echo(f"forgot conversation {forgotten.named} of tenant {tenant!r}")
+            return 0
+        found = left = 0
+        for migration in migrate_ids(memory.stores, tenant, vector_space=settings.vector_space,
+                                     dim=memory.embedder.dim, dry_run=args.dry_run):
+            found += 1
+            legacy = migration.legacy
+            if migration.problem is not None:
+                left += 1
+                echo(f"left conversation {legacy.named}: {migration.problem}")
+                continue
+            changes = [f"{old!r} -> {new!r}" for old, new in migration.turn_ids.items()]
+            if migration.conversation_id != legacy.conversation_id:
+                changes.insert(0, f"conversation id -> {migration.conversation_id!r}")
+            echo(f"{'would rewrite' if args.dry_run else 'rewrote'} conversation {legacy.conversation_id!r}: "
+                 f"{', '.join(changes)}")
+    if not found:
+        echo(f"every id of tenant {tenant!r} meets the id rule: nothing to rewrite")
+        return 0
+    echo(f"tenant {tenant!r}: {found - left} of {found} conversation(s) holding ids that break the id rule "
+         f"{'would be ' if args.dry_run else ''}rewritten"
+         + (f"; forget each one left with `compassmem migrate-ids --tenant {tenant} --forget ID`, ID as shown above"
+            if left else ""))
+    return 1 if left else 0

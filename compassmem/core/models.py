@@ -178,6 +178,17 @@ def check_id(value: str, max_chars: int = MAX_ID_CHARS) -> str:
     return value
 
 
+def check_stored_id(value: str) -> str:
+    """An id as the stores hold it: ``check_id``'s form already, not merely one it reads as another id (fullwidth
+    'ｃ１' for 'c1'). Records written as they are read (an export file's) must hold this form: stored otherwise,
+    the id could not be named by any verb, which reads every id it is given as its canonical form."""
+    canonical = check_id(value)
+    if canonical != value:
+        raise ValueError(f"{value!r} is not in its canonical form {canonical!r}: fullwidth and other compatibility "
+                         "forms read as their plain letters (NFKC), and a stored id is that form itself")
+    return value
+
+
 def check_speaker(value: str) -> str:
     """Who said a turn: not blank, at most 100 characters once normalised (``check_name``)."""
     if not value.strip():

@@ -481,7 +481,9 @@ class Memory:
                tenant: str = DEFAULT_TENANT) -> TransferSummary:
         """Write the tenant's memory, or one conversation's, to a path or text stream as JSONL (the format of
         ``compassmem.transfer.records``): turns (with the passages of long ones) and events with their vectors,
-        clusters, relations (superseded ones too). NotFound when ``conversation_id`` has no memory."""
+        clusters, relations (superseded ones too). NotFound when ``conversation_id`` has no memory. Conversations
+        holding ids stored before the id rule are left out and listed in the summary's ``skipped``
+        (``compassmem migrate-ids`` rewrites them)."""
         tenant = _TENANT.validate_python(tenant)
         if conversation_id is not None:
             self.events(conversation_id, tenant=tenant, limit=1)  # NotFound before a file is made

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from abc import abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -448,11 +448,11 @@ class PointStore(VectorStore):
         """Write a non-empty batch of points (same id = replace), durably enough for ``flush``."""
 
     @abstractmethod
-    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
-                     payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
-        """(payload (only ``payload_keys`` when given), vectors with at least the dense one) of up to ``limit``
-        points in scope from ``offset`` on (None: from the start), and the offset of the next page (None: no
-        more)."""
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int, payload_keys: Sequence[str] | None = None,
+                     vectors: bool = True) -> tuple[list[tuple[Payload, Any]], Any]:
+        """(payload (only ``payload_keys`` when given), vectors with at least the dense one, or None without
+        ``vectors``) of up to ``limit`` points in scope from ``offset`` on (None: from the start), and the offset of
+        the next page (None: no more)."""
 
     @abstractmethod
     def _query_keys(self, queries: Sequence[Nearest],
@@ -624,6 +624,17 @@ class PointStore(VectorStore):
 
     def count(self, tenant: str, conversation_id: str | None = None) -> int:
         return self._count(tenant_points(tenant, conversation_id, EVENT_KIND))
+
+    def stored_ids(self, tenant: str, conversation_id: str | None = None) -> Iterator[tuple[str, str | None]]:
+        offset: Any = None
+        while True:
+            page, offset = self._scroll_page(tenant_points(tenant, conversation_id), offset, _SCROLL_PAGE,
+                                             (CONVERSATION_FIELD, "turn_id"), vectors=False)
+            for payload, _ in page:
+                stored = _required(payload)
+                yield stored[CONVERSATION_FIELD], stored.get("turn_id")
+            if offset is None:
+                return
 
     def _upsert_nonempty(self, points: list[PointData]) -> None:
         if points:

@@ -240,13 +240,13 @@ class EdgeVectorStore(PointStore):
         )
 
     @_sharing
-    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
-                     payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int, payload_keys: Sequence[str] | None = None,
+                     vectors: bool = True) -> tuple[list[tuple[Payload, Any]], Any]:
         records, next_offset = self.shard.scroll(
             ScrollRequest(
                 offset=offset, limit=limit, filter=_filter(where),
                 with_payload=list(payload_keys) if payload_keys is not None else True,
-                with_vector=[layout.DENSE_VECTOR],
+                with_vector=[layout.DENSE_VECTOR] if vectors else False,
             )
         )
         return [(record.payload, record.vector) for record in records], next_offset

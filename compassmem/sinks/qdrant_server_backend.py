@@ -136,15 +136,15 @@ class QdrantServerVectorStore(PointStore):
         ]
         self.client.upsert(self.collection, points=structs, wait=True)
 
-    def _scroll_page(self, where: PointFilter, offset: Any, limit: int,
-                     payload_keys: Sequence[str] | None = None) -> tuple[list[tuple[Payload, Any]], Any]:
+    def _scroll_page(self, where: PointFilter, offset: Any, limit: int, payload_keys: Sequence[str] | None = None,
+                     vectors: bool = True) -> tuple[list[tuple[Payload, Any]], Any]:
         records, next_offset = self.client.scroll(
             self.collection,
             scroll_filter=_filter(where),
             limit=limit,
             offset=offset,
             with_payload=list(payload_keys) if payload_keys is not None else True,
-            with_vectors=[layout.DENSE_VECTOR],
+            with_vectors=[layout.DENSE_VECTOR] if vectors else False,
         )
         return [(record.payload, record.vector) for record in records], next_offset
 

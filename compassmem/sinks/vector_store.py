@@ -10,7 +10,7 @@ sparse vector name, so keyword IDF is computed over turns for turns and over eve
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, NamedTuple
@@ -214,6 +214,12 @@ class VectorStore(ABC):
     @abstractmethod
     def count(self, tenant: str, conversation_id: str | None = None) -> int:
         """Number of events (not turns)."""
+
+    @abstractmethod
+    def stored_ids(self, tenant: str, conversation_id: str | None = None) -> Iterator[tuple[str, str | None]]:
+        """(conversation id, turn id) of each point of the tenant (or of one conversation) as stored, the turn id
+        None for an event, read a page at a time without vectors: what the id rule's checks of memory written
+        before it read (``compassmem migrate-ids``, an export)."""
 
     @abstractmethod
     def flush(self) -> None:

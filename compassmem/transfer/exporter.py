@@ -4,12 +4,14 @@ Conversation by conversation and event page by event page, so memory holds one p
 the turns' passages plus one conversation's clusters and relations at a time, however large the tenant is. Events
 come from the vector store (the graph store keeps no observations or embeddings), provisional ones (open segments)
 included. A long turn's passages (text/passages.py) follow it, so an imported memory finds what its later
-paragraphs say as the exported one did.
+paragraphs say as the exported one did. A conversation holding ids stored before the id rule is left out and
+reported (``find_legacy_ids``): an import would refuse it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import TextIO
@@ -17,7 +19,7 @@ from typing import TextIO
 import structlog
 from pydantic import ValidationError
 
-from compassmem.core.models import Cluster, IndexedTurn, Relation, TurnPassage
+from compassmem.core.models import Cluster, Event, IndexedTurn, Relation, TurnPassage, check_stored_id
 from compassmem.retrieval.listing import list_conversations, list_events
 from compassmem.sinks.factory import Stores
 from compassmem.transfer.records import (
@@ -28,6 +30,7 @@ from compassmem.transfer.records import (
     EventLine,
     ExportFormatError,
     Header,
+    LegacyIds,
     PassageLine,
     RecordLine,
     RelationLine,
@@ -41,22 +44,74 @@ log = structlog.get_logger(__name__)
 
 CONVERSATION_PAGE = 200
 EVENT_PAGE = 64
+# A record of the stores as an export file holds it.
+StoredRecord = Event | IndexedTurn | TurnPassage | Cluster | Relation
 
 
 def export_memory(stores: Stores, out: TextIO, *, tenant: str, vector_space: str, dim: int,
                   conversation_id: str | None = None) -> TransferSummary:
-    """Write the tenant's memory (only ``conversation_id``'s when given) to ``out``."""
-    out.write(dump(Header(tenant=tenant, conversation_id=conversation_id, vector_space=vector_space, dim=dim,
-                          exported_at=datetime.now(UTC))))
-    total, conversations = Counts(), 0
-    for current in [conversation_id] if conversation_id else _conversation_ids(stores, tenant):
-        counts = _export_conversation(stores, out, tenant, current)
-        out.write(dump(ConversationEnd(conversation_id=current, counts=counts)))
-        total, conversations = total + counts, conversations + 1
-        log.info("export.conversation_written", tenant=tenant, conversation_id=current, **counts.model_dump())
-    out.write(dump(End(conversations=conversations)))
+    """Write the tenant's memory (only ``conversation_id``'s when given) to ``out``, but for the conversations that
+    hold ids stored before the id rule: no verb can name them, so no import could restore them as they are; they are
+    left out and listed in the summary's ``skipped`` (``compassmem migrate-ids`` rewrites them)."""
+    skipped = find_legacy_ids(stores, tenant, conversation_id).legacy
+    chosen = (current for current in ([conversation_id] if conversation_id else _conversation_ids(stores, tenant))
+              if current not in skipped)
+    summary = write_file(out, Header(tenant=tenant, conversation_id=conversation_id, vector_space=vector_space,
+                                     dim=dim, exported_at=datetime.now(UTC)),
+                         ((current, conversation_records(stores, tenant, current)) for current in chosen))
+    if skipped:
+        log.warning("export.conversations_skipped", tenant=tenant, conversations=len(skipped))
+    return summary.model_copy(update={"skipped": list(skipped.values())})
+
+
+def write_file(out: TextIO, header: Header,
+               conversations: Iterable[tuple[str, Iterable[StoredRecord]]]) -> TransferSummary:
+    """An export file: the header, each conversation's records (``conversation_records``' order) and its closing
+    line, the end line."""
+    out.write(dump(header))
+    total, written = Counts(), 0
+    for conversation_id, records in conversations:
+        counts = _write_conversation(out, conversation_id, records)
+        total, written = total + counts, written + 1
+        log.info("export.conversation_written", tenant=header.tenant, conversation_id=conversation_id,
+                 **counts.model_dump())
+    out.write(dump(End(conversations=written)))
     out.flush()
-    return TransferSummary(tenant=tenant, conversations=conversations, counts=total)
+    return TransferSummary(tenant=header.tenant, conversations=written, counts=total)
+
+
+@dataclass(frozen=True)
+class IdScan:
+    """What ``find_legacy_ids`` found: every conversation id stored, and the conversations holding ids that break
+    the id rule, by their stored id."""
+
+    conversations: frozenset[str]
+    legacy: dict[str, LegacyIds]
+
+
+def find_legacy_ids(stores: Stores, tenant: str, conversation_id: str | None = None) -> IdScan:
+    """The tenant's (or one conversation's) conversation and turn ids as both stores hold them, read without
+    vectors, and those among them that break the id rule (``check_stored_id``): written before it, they can no
+    longer be named."""
+    # The graph's listing aggregates the whole tenant: for one conversation its points say enough.
+    conversations = {s.conversation_id for s in stores.graph.conversation_stats(tenant)} if conversation_id is None \
+        else set()
+    turns: dict[str, set[str]] = {}
+    for stored, turn_id in stores.vectors.stored_ids(tenant, conversation_id):
+        conversations.add(stored)
+        if turn_id is not None and not _nameable(turn_id):
+            turns.setdefault(stored, set()).add(turn_id)
+    legacy = sorted({c for c in conversations if not _nameable(c)} | set(turns))
+    return IdScan(frozenset(conversations),
+                  {c: LegacyIds(conversation_id=c, turn_ids=sorted(turns.get(c, ()))) for c in legacy})
+
+
+def _nameable(value: str) -> bool:
+    try:
+        check_stored_id(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _conversation_ids(stores: Stores, tenant: str) -> Iterator[str]:
@@ -83,36 +138,54 @@ def _line(make: Callable[[], RecordLine], what: str) -> RecordLine:
                                 "exported") from None
 
 
-def _export_conversation(stores: Stores, out: TextIO, tenant: str, conversation_id: str) -> Counts:
-    turns = passages = events = 0
+def conversation_records(stores: Stores, tenant: str, conversation_id: str) -> Iterator[StoredRecord]:
+    """A conversation's records in the order of the file, read a page of events at a time: each event, then its
+    turns, each followed by its passages; then its topics and relations."""
     cursor: str | None = None
     while True:
         page = list_events(stores, tenant, conversation_id, limit=EVENT_PAGE, cursor=cursor)
         ids = [node.id for node in page.events]
-        turns_by_event: dict[str, list[tuple[RecordLine, list[RecordLine]]]] = {}
+        turns_by_event: dict[str, list[IndexedTurn | TurnPassage]] = {}
         for turn, its_passages in _with_passages(stores, tenant, conversation_id,
                                                   stores.vectors.turns_of_events(tenant, ids)):
-            what = f"turn {turn.turn_id!r} of conversation {conversation_id!r}"
-            turns_by_event.setdefault(turn.event_id, []).append((
-                _line(partial(TurnLine, turn=turn), what),
-                [_line(partial(_passage_line, passage, turn), f"passage {passage.index} of {what}")
-                 for passage in its_passages]))
+            turns_by_event.setdefault(turn.event_id, []).extend([turn, *its_passages])
         for event in stores.vectors.get_events(tenant, ids):
-            out.write(dump(_line(partial(EventLine, event=event), f"event {event.event_id!r}")))
-            for turn_line, passage_lines in turns_by_event.get(event.event_id, []):
-                out.write(dump(turn_line))
-                out.writelines(map(dump, passage_lines))
-                turns, passages = turns + 1, passages + len(passage_lines)
-            events += 1
+            yield event
+            yield from turns_by_event.get(event.event_id, [])
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
     relations, clusters = _graph_records(stores, tenant, conversation_id)
-    for cluster in clusters:
-        out.write(dump(_line(partial(ClusterLine, cluster=cluster), f"topic {cluster.cluster_id!r}")))
-    for relation in relations:
-        out.write(dump(_line(partial(RelationLine, relation=relation), f"relation {relation.relation_id!r}")))
-    return Counts(turns=turns, passages=passages, events=events, relations=len(relations), clusters=len(clusters))
+    yield from clusters
+    yield from relations
+
+
+def _write_conversation(out: TextIO, conversation_id: str, records: Iterable[StoredRecord]) -> Counts:
+    """The records as lines, each held to the rules an import checks, and the conversation's closing line."""
+    counts = dict.fromkeys(Counts.model_fields, 0)
+    turn: IndexedTurn | None = None  # the turn the passages that follow belong to
+    for record in records:
+        line = _record_line(record, conversation_id, turn)
+        turn = record if isinstance(record, IndexedTurn) else turn
+        out.write(dump(line))
+        counts[f"{line.kind}s"] += 1
+    total = Counts(**counts)
+    out.write(dump(ConversationEnd(conversation_id=conversation_id, counts=total)))
+    return total
+
+
+def _record_line(record: StoredRecord, conversation_id: str, turn: IndexedTurn | None) -> RecordLine:
+    if isinstance(record, Event):
+        return _line(partial(EventLine, event=record), f"event {record.event_id!r}")
+    if isinstance(record, Cluster):
+        return _line(partial(ClusterLine, cluster=record), f"topic {record.cluster_id!r}")
+    if isinstance(record, Relation):
+        return _line(partial(RelationLine, relation=record), f"relation {record.relation_id!r}")
+    if isinstance(record, IndexedTurn):
+        return _line(partial(TurnLine, turn=record), f"turn {record.turn_id!r} of conversation {conversation_id!r}")
+    assert turn is not None, "a passage follows its turn"
+    return _line(partial(_passage_line, record, turn),
+                 f"passage {record.index} of turn {turn.turn_id!r} of conversation {conversation_id!r}")
 
 
 def _with_passages(stores: Stores, tenant: str, conversation_id: str,

@@ -15,9 +15,10 @@ Records of one conversation are contiguous and closed by their ``conversation`` 
 write a conversation as a whole; the trailer counts and the ``end`` line tell a cut-off file from a complete one.
 The records inside are the stores' own models (``Event``, ``IndexedTurn``, ``TurnPassage``, ``Relation``,
 ``Cluster``), held to the rules of what may enter the stores when a line is read (and written: an export never
-writes what an import would refuse): the ``Turn`` rules on what a store keeps of a turn (ids, speaker, text,
-session), no control character or lone surrogate in any string, at most ``MAX_STRING_BYTES`` in one, and finite
-vectors of the header's dimension and of unit norm (a topic's centroid, a mean of unit vectors: at most unit norm).
+writes what an import would refuse): the ``Turn`` rules on what a store keeps of a turn (ids, in the very form
+the stores hold them; speaker, text, session), no control character or lone surrogate in any string, at most
+``MAX_STRING_BYTES`` in one, and finite vectors of the header's dimension and of unit norm (a topic's centroid, a
+mean of unit vectors: at most unit norm).
 
 Versions: a file says which it is in its header, and is read by the rules of that version. Version 1 holds no
 passages (an import of it searches long turns by their openings); version 2 adds the ``passage`` line and the
@@ -53,10 +54,10 @@ from compassmem.core.models import (
     IndexedTurn,
     Relation,
     TurnPassage,
-    check_id,
     check_session_id,
     check_speaker,
     check_storable,
+    check_stored_id,
     check_text,
 )
 
@@ -64,7 +65,7 @@ FORMAT = "compassmem-export"
 # The version an export writes; an import reads 1 up to it (see the module).
 VERSION = 2
 PASSAGES_SINCE = 2
-ConversationId = Annotated[str, AfterValidator(check_id)]
+ConversationId = Annotated[str, AfterValidator(check_stored_id)]
 
 
 # The longest string a record may hold: a stored turn's text at its longest (a summary or a relation's evidence is
@@ -187,12 +188,12 @@ class EventLine(_Line):
     def _rules(self, info: ValidationInfo) -> EventLine:
         event = self.event
         for field in ("event_id", "conversation_id", "subject_id", "cluster_id"):
-            _check(f"event.{field}", check_id, getattr(event, field))
-        _check_all("event.merged_from", check_id, event.merged_from)
+            _check(f"event.{field}", check_stored_id, getattr(event, field))
+        _check_all("event.merged_from", check_stored_id, event.merged_from)
         _check_all("event.participants", check_speaker, event.participants)
         for index, observation in enumerate(event.observations):
             where = f"event.observations[{index}]"
-            _check(f"{where}.turn_id", check_id, observation.turn_id)
+            _check(f"{where}.turn_id", check_stored_id, observation.turn_id)
             _check(f"{where}.speaker", check_speaker, observation.speaker)
             _check(f"{where}.text", _turn_text, observation.text)
             _check(f"{where}.session_id", check_session_id, observation.session_id)
@@ -213,7 +214,7 @@ class TurnLine(_Line):
     def _rules(self, info: ValidationInfo) -> TurnLine:
         turn = self.turn
         for field in ("conversation_id", "turn_id", "event_id", "subject_id"):
-            _check(f"turn.{field}", check_id, getattr(turn, field))
+            _check(f"turn.{field}", check_stored_id, getattr(turn, field))
         _check("turn.speaker", check_speaker, turn.speaker)
         _check("turn.text", _turn_text, turn.text)
         _check("turn.session_id", check_session_id, turn.session_id)
@@ -234,7 +235,7 @@ class PassageLine(_Line):
     def _rules(self, info: ValidationInfo) -> PassageLine:
         passage = self.passage
         for field in ("conversation_id", "turn_id", "subject_id"):
-            _check(f"passage.{field}", check_id, getattr(passage, field))
+            _check(f"passage.{field}", check_stored_id, getattr(passage, field))
         if passage.end <= passage.start:
             raise ValueError(f"passage.end: is {passage.end}, not after passage.start ({passage.start}); a passage "
                              "holds at least one character")
@@ -266,8 +267,8 @@ class ClusterLine(_Line):
     def _rules(self, info: ValidationInfo) -> ClusterLine:
         cluster = self.cluster
         for field in ("cluster_id", "conversation_id"):
-            _check(f"cluster.{field}", check_id, getattr(cluster, field))
-        _check_all("cluster.members", check_id, cluster.members)
+            _check(f"cluster.{field}", check_stored_id, getattr(cluster, field))
+        _check_all("cluster.members", check_stored_id, cluster.members)
         _every_string("cluster", cluster.model_dump(exclude={"centroid"}))
         check_vector("cluster.centroid", cluster.centroid, unit=False, dim=_header_dim(info))
         return self
@@ -285,7 +286,7 @@ class RelationLine(_Line):
     def _rules(self) -> RelationLine:
         relation = self.relation
         for field in ("relation_id", "conversation_id", "source", "target", "superseded_by"):
-            _check(f"relation.{field}", check_id, getattr(relation, field))
+            _check(f"relation.{field}", check_stored_id, getattr(relation, field))
         _every_string("relation", relation.model_dump())
         return self
 
@@ -336,12 +337,29 @@ def parse_line(data: object, dim: int | None = None) -> Header | RecordLine | Co
     return LINE.validate_python(data, context={"dim": dim})
 
 
+class LegacyIds(BaseModel):
+    """A stored conversation holding ids that break the id rule (``models.ID_RULE``), written before it: its own id
+    when that one does, and its turn ids that do, as the stores hold them."""
+
+    conversation_id: str
+    turn_ids: list[str] = Field(default_factory=list)
+
+    @property
+    def named(self) -> str:
+        """The conversation as a report names it: its id, and the turn ids at fault."""
+        turns = f" (turn ids {', '.join(map(repr, self.turn_ids))})" if self.turn_ids else ""
+        return f"{self.conversation_id!r}{turns}"
+
+
 class TransferSummary(BaseModel):
     """What an export wrote or an import restored."""
 
     tenant: str
     conversations: int
     counts: Counts
+    skipped: list[LegacyIds] = Field(
+        default_factory=list, description="Conversations an export left out: they hold ids stored before the id "
+                                          "rule, which no verb can name (`compassmem migrate-ids` rewrites them).")
 
 
 def dump(line: _Line) -> str:
