@@ -595,13 +595,13 @@ class ConversationLog:
 
     def record(self, offset: int, value: bytes, control=None):  # noqa: ANN001, ANN201 - ControlKind, RawRecord
         from compassmem.streams.decoding import RawRecord
-        from compassmem.streams.messages import CONTROL_HEADER
+        from compassmem.core.contracts.stream_records import CONTROL_HEADER
 
         headers = ((CONTROL_HEADER, control.value.encode()),) if control else ()
         return RawRecord(topic="t.turns", partition=0, offset=offset, key=self.key, value=value, headers=headers)
 
     def idle_close(self, offset: int, after: int):  # noqa: ANN201 - RawRecord
-        from compassmem.streams.messages import ControlKind, IdleCloseMarker
+        from compassmem.core.contracts.stream_records import ControlKind, IdleCloseMarker
 
         marker = IdleCloseMarker(tenant=self.tenant, conversation_id=self.conversation_id, after_offset=after,
                                  idle_s=1.0)

@@ -39,7 +39,7 @@ from compassmem.streams.checkpoint import (
     outgoing_records,
     table_writes,
 )
-from compassmem.streams.messages import ChangeOp, EventChange
+from compassmem.core.contracts.stream_records import ChangeOp, EventChange
 from compassmem.streams.processor import BatchOutput
 
 T0 = datetime(2024, 5, 1, tzinfo=timezone.utc)

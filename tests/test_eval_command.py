@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from compassmem.cli.main import main
-from compassmem.transfer.reader import MAX_LINE_CHARS
+from compassmem.core.line_reading import MAX_LINE_CHARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONVERSATION = "ana-ben"

@@ -27,7 +27,7 @@ from compassmem.evaluation.harness import Retriever, evaluate_retriever
 from compassmem.evaluation.labelled_questions import QuestionFileError, load_questions
 from compassmem.evaluation.locomo_questions import QuestionReport, load_locomo_questions, normalise_evidence
 from compassmem.evaluation.recall import context_tokens, first_distinct, recall_at, summarise_recall
-from compassmem.transfer.reader import MAX_LINE_CHARS
+from compassmem.core.line_reading import MAX_LINE_CHARS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,6 @@ import asyncio
 import json
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import anyio

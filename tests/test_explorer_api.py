@@ -2,7 +2,7 @@
 the graph within server-side limits, the live stream fed by a real change-feed topic, the API key, the page's files.
 
 Memory is built with ``Memory.add`` (the in-process pipeline) into the embedded stores; the change feed is the
-session's Tansu broker, written to as the worker writes it (``compassmem/streams/messages.py`` records).
+session's Tansu broker, written to as the worker writes it (``compassmem/core/contracts/stream_records.py`` records).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from compassmem.sinks.batching import event_keyword_vector
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
-from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
+from compassmem.core.contracts.stream_records import ChangeOp, EventChange, RelationChange
 from compassmem.streams.topics import TopicSpec, ensure_topics
 
 TENANT, LOCKED, KEY = "explorer", "explorer-locked", "open-sesame-explorer"

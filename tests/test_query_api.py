@@ -34,7 +34,7 @@ from compassmem.retrieval.hot_tier import HotTier
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
-from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
+from compassmem.core.contracts.stream_records import ChangeOp, EventChange, RelationChange
 from prometheus_text import parse_samples, total
 
 ACME, GLOBEX = "acme-api", "globex-api"

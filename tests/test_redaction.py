@@ -30,7 +30,7 @@ from compassmem.write.redaction import redact_stored_turn
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.messages import ControlKind, RedactMarker
+from compassmem.core.contracts.stream_records import ControlKind, RedactMarker
 from compassmem.streams.processor import MemoryStreamProcessor
 from compassmem.streams.state import decode_header, decode_record
 from conftest import ConversationLog, StreamRun, reference_snapshots, stream_conversation, wait_until

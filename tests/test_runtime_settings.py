@@ -35,8 +35,9 @@ from compassmem.library.runtime_settings import SPECS, SettingValueError, settin
 from compassmem.sinks.factory import Stores, open_stores
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.forget_log import command_answer, settings_in_force
-from compassmem.streams.messages import CONTROL_HEADER, ControlKind, IdleCloseMarker, SettingMarker
+from compassmem.publish.command_answers import command_answer
+from compassmem.streams.forget_log import settings_in_force
+from compassmem.core.contracts.stream_records import CONTROL_HEADER, ControlKind, IdleCloseMarker, SettingMarker
 from compassmem.streams.processor import BatchInput, BatchOutput, MemoryStreamProcessor
 from conftest import (
     StreamRun,

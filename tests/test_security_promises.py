@@ -36,7 +36,7 @@ from compassmem.query_api.host_check import HostCheckMiddleware
 from compassmem.retrieval.listing import PROCESS_CURSORS, CursorError, CursorSigner
 from compassmem.sinks.batching import CompactingSink, ConversationForgotten, TurnRedacted
 from compassmem.streams.decoding import RawRecord, decode_turns_record
-from compassmem.streams.messages import ChangeOp, EventChange
+from compassmem.core.contracts.stream_records import ChangeOp, EventChange
 from compassmem.system import loopback
 from compassmem.system.loopback import is_loopback_host
 from offline_api import LOCAL_URL, offline_app

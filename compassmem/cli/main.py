@@ -54,6 +54,7 @@ def print_summary(summary: IngestSummary) -> None:
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.core.errors import Interrupted
     from compassmem.library.memory import Memory
 
     try:
@@ -63,8 +64,15 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         echo(f"error: {error}", file=sys.stderr)
         return 2
     echo(f"read {len(turns)} turns from {args.path}")
-    with Memory(settings) as memory:
-        summary = memory.add(turns, progress=Progress(len(turns)), warm=False)
+    progress = Progress(len(turns))
+    try:
+        with Memory(settings) as memory:
+            summary = memory.add(turns, progress=progress, warm=False)
+    except KeyboardInterrupt:
+        echo("", file=sys.stderr)  # ends the progress line
+        raise Interrupted(f"the ingest stopped after {progress.done} of {len(turns)} turns; what it wrote stays in "
+                          f"{settings.data_dir}: run the same command again to add the rest (turns memory already "
+                          "has are skipped)") from None
     echo(f"memory built in {settings.data_dir}:")
     print_summary(summary)
     return 0
@@ -293,6 +301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.command in _DATA_DIR_COMMANDS or uses_data_dir(settings):
                 check_data_dir(settings.data_dir)
         return int(args.handler(args, settings))
+    except KeyboardInterrupt as error:
+        # Ctrl-C is how a person stops a command: one line (what an import undid, where it says), no traceback.
+        echo(f"interrupted: {error}" if str(error) else "interrupted", file=sys.stderr)
+        return 130
     except Exception as error:
         # Bad COMPASSMEM_DATA_DIR, stores held by another process (`compassmem dev`) or gone, an unreadable input
         # file, a missing model: one line that says what to change. Anything else keeps its traceback.

@@ -115,8 +115,8 @@ def _send_command(settings: Settings, make: Callable[[], Command], what: str, wa
 
     from compassmem.write.importers import describe_validation_error
     from compassmem.publish.producer import ProduceError, TurnProducer
-    from compassmem.streams.forget_log import command_answer
-    from compassmem.streams.messages import CommandRefused
+    from compassmem.publish.command_answers import command_answer
+    from compassmem.core.contracts.stream_records import CommandRefused
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
 
     try:

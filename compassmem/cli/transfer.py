@@ -71,8 +71,14 @@ def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.library.memory import Memory
 
+    def progress(written: int, total: int) -> None:
+        # Ends with a carriage return: the next update overwrites the line, the last one ends it.
+        echo(f"  imported {written}/{total} conversations", end="\n" if written >= total else "\r", file=sys.stderr,
+             flush=True)
+
     with Memory(settings) as memory:  # the command exits after the import: nothing would use a warm hot tier
-        summary = memory.import_(sys.stdin if args.path == STDIO else args.path, replace=args.replace, warm=False)
+        summary = memory.import_(sys.stdin if args.path == STDIO else args.path, replace=args.replace, warm=False,
+                                 progress=progress)
     echo(f"imported {summary.conversations} conversation(s) of tenant {summary.tenant!r} "
           f"({summary.counts}) into {settings.data_dir}")
     return 0

@@ -204,6 +204,12 @@ class Settings(BaseSettings):
     # Full topic names (not a prefix), so the API, the worker and any other producer agree on one setting each.
     turns_topic: str = Field(default="compassmem.turns", pattern=_TOPIC_PATTERN)
     control_topic: str = Field(default="compassmem.control", pattern=_TOPIC_PATTERN)
+    forget_wait_s: float = Field(
+        default=10.0, ge=0, le=600,
+        description="How long a forget (DELETE, Memory.forget, delete_tenant) waits for a worker to place its markers "
+        "in every turns partition before it answers (markers_placed). Until a worker has, the conversations it "
+        "covers take no new turn (503 naming the forget): a turn produced before the markers is erased with them.",
+    )
     events_topic: str = Field(default="compassmem.events", pattern=_TOPIC_PATTERN,
                               description="Change feed: every event upsert/delete the worker writes to the stores.")
     relations_topic: str = Field(default="compassmem.relations", pattern=_TOPIC_PATTERN)

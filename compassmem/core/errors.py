@@ -46,6 +46,15 @@ class ServerError(CompassmemError):
     """The server failed (another 5xx); its log has the traceback."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a write that cleans up after itself (an import): still a KeyboardInterrupt, so it ends the
+    program as one would, with ``message`` saying what the stores hold now."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def field_rules(error: ValidationError) -> str:
     """Each broken rule as 'field: rule' (pydantic's own text also repeats the input and a documentation link)."""
     return "; ".join(f"{'.'.join(str(part) for part in item['loc']) or 'arguments'}: "

@@ -73,6 +73,8 @@ from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, P
 from compassmem.write.redaction import redact_stored_turn
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds, stored_lookup
 from compassmem.retrieval.reranker import shipped_reranker
+from compassmem.publish.command_answers import command_answer
+from compassmem.library.forget_gate import ForgetGate
 from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
 from compassmem.retrieval.graph_views import conversation_overview, focused_graph
 from compassmem.retrieval.hot_tier import HotTier
@@ -100,6 +102,18 @@ def _no_memory(tenant: str, conversation_id: str) -> str:
     return f"no memory for conversation {conversation_id!r} of tenant {tenant!r}"
 
 
+def _forget_gate(settings: Settings) -> ForgetGate | None:
+    """Where the worker's answers can be read (a stream is configured), the gate of this process's forgets."""
+    bootstrap = settings.kafka_bootstrap
+    if not bootstrap:
+        return None
+
+    def answered(partition: int, offset: int, wait_s: float) -> bool:
+        return command_answer(bootstrap, settings.control_topic, partition, offset, wait_s) is not None
+
+    return ForgetGate(answered, settings.forget_wait_s)
+
+
 class Memory:
     """Long-term memory of conversations: add turns, ask questions with evidence, look at and forget memory.
 
@@ -125,6 +139,7 @@ class Memory:
         self._control = control
         # Made by this object (and closed by it) on the first deletion with a stream configured.
         self._own_control: KafkaTurnPublisher | None = None
+        self._forget_gate = _forget_gate(self.settings)
         secret = self.settings.cursor_secret
         self.cursors = CursorSigner(secret.get_secret_value() if secret else None)
         try:
@@ -185,6 +200,8 @@ class Memory:
         """The turns memory does not have yet, in order: the same turn again, stored or earlier in ``turns``, is left
         out (it changes nothing). BadRequest naming each turn under an id its conversation has for another turn:
         a turn id names one turn (``compassmem/write/turn_ids.py``). ``add`` and ``POST /v1/turns`` check with it."""
+        if self._forget_gate is not None:
+            self._forget_gate.check((t.tenant, t.conversation_id) for t in turns)
         ids = TurnIds(stored_lookup(self.stores.vectors, turns))
         fresh: list[Turn] = []
         refused: list[FieldError] = []
@@ -217,7 +234,7 @@ class Memory:
         Forgetting one that has no memory is not an error (``events_deleted`` is 0)."""
         tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         with self._writing:
-            published = self._publish(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
+            where = self._publish(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
             events = self.stores.vectors.count(tenant, conversation_id)
             self.stores.delete_conversation(tenant, conversation_id)
             self.hot.invalidate(tenant, conversation_id)
@@ -226,10 +243,11 @@ class Memory:
                 self._pipeline.memories.pop(partition_key(tenant, conversation_id), None)
             self._forgotten(tenant, conversation_id)
             self._erased()
+        placed = self._markers_placed(tenant, conversation_id, where)
         log.info("memory.conversation_forgotten", tenant=tenant, conversation_id=conversation_id, events=events,
-                 forget_published=published)
+                 forget_published=where is not None, markers_placed=placed)
         return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
-                            forget_published=published)
+                            forget_published=where is not None, markers_placed=placed)
 
     def redact_turn(self, conversation_id: str, turn_id: str, *, tenant: str = DEFAULT_TENANT) -> RedactResult:
         """Delete one turn: the event that held it is rebuilt from its other turns (summary, keywords, entities,
@@ -244,7 +262,7 @@ class Memory:
                 raise NotFound(missing)
             # "checked": the worker may find the turn already gone (deleted below), which is no reason to refuse it.
             published = self._publish(RedactCommand(tenant=tenant, conversation_id=conversation_id, turn_id=turn_id,
-                                                    if_absent="checked"))
+                                                    if_absent="checked")) is not None
             stored = redact_stored_turn(self.stores, tenant, conversation_id, turn_id)
             self.hot.invalidate(tenant, conversation_id)
             if stored is None:  # redacted meanwhile by another process, e.g. the worker's control agent
@@ -265,7 +283,7 @@ class Memory:
         that has no memory is not an error."""
         tenant = _TENANT.validate_python(tenant)
         with self._writing:
-            published = self._publish(ForgetCommand(tenant=tenant))
+            where = self._publish(ForgetCommand(tenant=tenant))
             events = self.stores.vectors.count(tenant)
             self.stores.delete_tenant(tenant)
             self.hot.invalidate(tenant)
@@ -274,8 +292,11 @@ class Memory:
                     self._pipeline.memories.pop(key)
             self._forgotten(tenant, None)
             self._erased()
-        log.info("memory.tenant_deleted", tenant=tenant, events=events, forget_published=published)
-        return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=published)
+        placed = self._markers_placed(tenant, None, where)
+        log.info("memory.tenant_deleted", tenant=tenant, events=events, forget_published=where is not None,
+                 markers_placed=placed)
+        return TenantDeleteResult(tenant=tenant, events_deleted=events, forget_published=where is not None,
+                                  markers_placed=placed)
 
     # -- runtime settings ----------------------------------------------------------------------------------------
 
@@ -305,19 +326,24 @@ class Memory:
         if hot_turns is not None:
             self.hot.resize(int(hot_turns))
 
-    def _publish(self, command: Command) -> bool:
-        """Record a deletion's command on the control topic; False when no stream is configured. Unavailable when
-        the broker does not acknowledge it: deleting without the log entry would let a replay of the turns topic
-        bring the memory back (and the worker, which never heard of it, keeps it)."""
+    def _publish(self, command: Command) -> tuple[int, int] | None:
+        """Record a deletion's command on the control topic: its partition and offset there, None when no stream is
+        configured. Unavailable when the broker does not acknowledge it: deleting without the log entry would let a
+        replay of the turns topic bring the memory back (and the worker, which never heard of it, keeps it)."""
         try:
             control = self._control_publisher()
             if control is None:
-                return False
-            control.publish_command(command)
+                return None
+            return control.publish_command(command)
         except PublishError as error:
             raise Unavailable(f"the {command.command} command was not acknowledged, nothing deleted: {error}") \
                 from error
-        return True
+
+    def _markers_placed(self, tenant: str, conversation_id: str | None, where: tuple[int, int] | None) -> bool:
+        """Whether the worker placed the markers of the forget at ``where`` (ForgetGate); outside the writer lock,
+        so adds of other conversations go on while it waits."""
+        return where is not None and self._forget_gate is not None and \
+            self._forget_gate.recorded(tenant, conversation_id, *where)
 
     def _control_publisher(self) -> ControlPublisher | None:
         if self._control is None and self.settings.kafka_bootstrap:
@@ -491,19 +517,22 @@ class Memory:
             return export_memory(self.stores, out, tenant=tenant, conversation_id=conversation_id,
                                  vector_space=self.settings.vector_space, dim=self.embedder.dim)
 
-    def import_(self, source: Target, *, replace: bool = False, warm: bool = True) -> TransferSummary:
+    def import_(self, source: Target, *, replace: bool = False, warm: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> TransferSummary:
         """Restore an export (a path or text stream) into these stores. The whole file is checked first: a bad line
         anywhere raises ExportFormatError naming it, and nothing is written. Refused (ImportRefused) when its
         vectors come from another embedder, or when the stores already hold its tenant (a tenant export) or a
         conversation of it, unless ``replace``: then each of its conversations replaces the stored one. If writing
         fails part-way, what was written is deleted again and ImportFailed says so (with ``replace``, which
         conversations were replaced). With ``warm``, a whole import's events are then read into the query's hot
-        tier as after ``add`` (the latest first, up to ``api_hot_turns``); ``compassmem import`` passes False."""
+        tier as after ``add`` (the latest first, up to ``api_hot_turns``); ``compassmem import`` passes False.
+        ``progress(written, total)`` is called after each conversation of the file is written."""
         with self._writing, reading(source) as lines:
             try:
                 summary = import_memory(self.stores, lines, vector_space=self.settings.vector_space,
                                         dim=self.embedder.dim, replace=replace,
-                                        on_written=self._conversation_imported, written_events=self._written)
+                                        on_written=self._conversation_imported, written_events=self._written,
+                                        progress=progress)
             finally:  # a failed import undid its writes: nothing of it is read into the tier
                 written = self._written.take()
         if warm:

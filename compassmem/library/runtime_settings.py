@@ -145,6 +145,9 @@ SPECS: dict[str, SettingSpec] = {spec.key: spec for spec in (
     SettingSpec("ranking.rerank_candidates", Scope.API, RankingConfig, "rerank_candidates",
                 "How many of a query's best turns the reranker reads (COMPASSMEM_RERANKER); 0 reranks none. Its "
                 "cost per query follows this number."),
+    SettingSpec("ranking.rerank_budget_ms", Scope.API, RankingConfig, "rerank_budget_ms",
+                "The most a query waits for the reranker, in ms (never past the query deadline); past it the query "
+                "ranks without it and says reranked: 0."),
     SettingSpec("hot_tier.max_turns", Scope.API, Settings, "api_hot_turns",
                 "Most turns the API's hot tier keeps (COMPASSMEM_API_HOT_TURNS); least recently used go first."),
 )}

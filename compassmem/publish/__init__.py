@@ -4,4 +4,5 @@ API, ``compassmem forget``/``redact`` and ``Memory``).
 
 producer.py   ``TurnProducer``: turns (optionally paced) and commands, acknowledged by the broker
 publisher.py  the publishing protocols the API and ``Memory`` depend on, and their Kafka implementation
+command_answers.py  the worker's answer to one command, read back from the control topic
 """

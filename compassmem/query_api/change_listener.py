@@ -25,7 +25,7 @@ from compassmem.query_api.change_follower import ChangeFollower
 from compassmem.retrieval.hot_tier import PRELOAD_PAGE_EVENTS, HotTier
 from compassmem.library.runtime_settings import RuntimeSettings
 from compassmem.streams.forget_log import follow_setting
-from compassmem.streams.messages import ChangeOp, EventChange, RelationChange
+from compassmem.core.contracts.stream_records import ChangeOp, EventChange, RelationChange
 
 log = structlog.get_logger(__name__)
 

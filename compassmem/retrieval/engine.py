@@ -148,6 +148,9 @@ class RankingConfig(BaseModel):
     # The relevance reranker reads the question with each of this many turns, the best of the ranking without it,
     # and its verdict is one more feature (ranking_model.RERANK); its cost grows with this number, not with memory.
     rerank_candidates: int = Field(default=20, ge=0, le=200)
+    # The most a query waits for the reranker (and never past its deadline); past it the query ranks without it.
+    # Queries share the reranker's threads, so under load this bounds what others' long questions cost one query.
+    rerank_budget_ms: int = Field(default=1000, ge=10, le=10_000)
     # The final score of a turn: the weights shipped with the package (ranking_model.py: the hand-chosen ones below
     # as they were when it was fitted, plus fitted terms for long turns), or the hand-chosen ones alone
     # (turn_weight, context_weight, question_penalty, time_boost, date_boost, speaker_boost; changing them changes
@@ -204,6 +207,10 @@ class _Deadline:
     def passed(self) -> bool:
         return self._at is not None and time.monotonic() > self._at
 
+    def left_s(self) -> float | None:
+        """Seconds left (None: no deadline), never below 0."""
+        return None if self._at is None else max(0.0, self._at - time.monotonic())
+
     def check(self, phase: str) -> None:
         if self.passed:
             assert self.seconds is not None
@@ -248,6 +255,8 @@ class Ranked(NamedTuple):
     final: np.ndarray
     asked: set[str]
     spans: list[tuple[date, date]]
+    # How many turns the reranker read (None: no reranker ran; 0: its time ran out, the ranking is without it).
+    reranked: int | None
 
 
 class QueryEngine:
@@ -294,7 +303,7 @@ class QueryEngine:
             timings["total"] = _elapsed(started)
             return QueryResponse(turn_ids=[], evidence=[], subgoals=[s.text for s in found.analysis.subgoals],
                                  timings_ms=timings, explanation=explained)
-        ranked = self._rank(found, request.budget_turns, timings)
+        ranked = self._rank(found, request, deadline, timings)
         refs, evidence = ranked.refs, ranked.evidence
         explained = self._explained(found, ranked, timings) if request.explain else None
         answer = None
@@ -305,7 +314,7 @@ class QueryEngine:
         timings["total"] = _elapsed(started)
         return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
                              subgoals=[s.text for s in found.analysis.subgoals], answer=answer, timings_ms=timings,
-                             explanation=explained)
+                             explanation=explained, reranked=ranked.reranked)
 
     def _explained(self, found: Gathered, ranked: Ranked | None, timings: dict[str, float]) -> QueryExplanation:
         """The explanation of a ranking from what it holds (retrieval/explanation.py): no search, no scoring."""
@@ -334,7 +343,8 @@ class QueryEngine:
                                                                      strict=True)]
         features = turn_features(view, found.analysis, found.scored, found.event_scores, found.walk_scores,
                                  asked_speakers(found.analysis.question, view.speakers))
-        self._add_rerank(view, found.analysis, features, self.model.score(features, view.turn_count), force=True)
+        self._add_rerank(view, found.analysis, features, self.model.score(features, view.turn_count),
+                         tenant=request.tenant, force=True)
         return refs, features
 
     def _gather(self, request: QueryRequest, deadline: _Deadline, timings: dict[str, float]) -> Gathered:
@@ -646,14 +656,16 @@ class QueryEngine:
             event_scores = np.maximum(event_scores, combined)
         return event_scores, walked, reached_all, best_subgoal
 
-    def _rank(self, found: Gathered, budget: int, timings: dict[str, float]) -> Ranked:
-        ranking = self.config.ranking
+    def _rank(self, found: Gathered, request: QueryRequest, deadline: _Deadline, timings: dict[str, float]) -> Ranked:
+        ranking, budget = self.config.ranking, request.budget_turns
         view, analysis, scored, event_scores = found.view, found.analysis, found.scored, found.event_scores
         asked = asked_speakers(analysis.question, view.speakers)
         spans = question_spans(analysis.question, view.latest_time())
         features = turn_features(view, analysis, scored, event_scores, found.walk_scores, asked, spans)
         final = self.model.score(features, view.turn_count)
-        if self._add_rerank(view, analysis, features, final, timings=timings):
+        reranked = self._add_rerank(view, analysis, features, final, tenant=request.tenant, deadline=deadline,
+                                    timings=timings)
+        if reranked:
             final = final + sum(self.model.weights.get(name, 0.0) * features[name] for name in RERANK_TERMS)
         speaker_term = self.model.weights.get(SPEAKER, 0.0) * features[SPEAKER]
         unboosted = final - speaker_term if speaker_term.any() else final
@@ -665,31 +677,43 @@ class QueryEngine:
         order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
         refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
         evidence = self._evidence(view, order, event_scores, found.reached, found.best_subgoal, analysis)
-        return Ranked(refs, evidence, order, features, final, asked, spans)
+        return Ranked(refs, evidence, order, features, final, asked, spans,
+                      None if reranked is None else len(reranked))
 
     def _add_rerank(self, view: MemoryView, analysis: QuestionAnalysis, features: dict[str, np.ndarray],
-                    first: np.ndarray, *, force: bool = False, timings: dict[str, float] | None = None) -> bool:
+                    first: np.ndarray, *, tenant: str, force: bool = False, deadline: _Deadline | None = None,
+                    timings: dict[str, float] | None = None) -> list[int] | None:
         """Fill the ``rerank`` feature: the reranker's verdict on the best ``rerank_candidates`` turns by ``first``
         (the ranking without it). Skipped where no reranker runs or the model does not weigh it (unless ``force``:
-        the fitting script wants the feature whatever the weights). True when the feature was filled."""
-        count = self.config.ranking.rerank_candidates
+        the fitting script wants the feature whatever the weights): None. The rows it filled, none when the
+        reranker's time (``rerank_budget_ms``, at most what the deadline leaves) ran out first."""
+        ranking = self.config.ranking
         weighed = any(self.model.weights.get(name, 0.0) for name in RERANK_TERMS)
-        if self.reranker is None or not count or not (weighed or force):
-            return False
+        if self.reranker is None or not ranking.rerank_candidates or not (weighed or force):
+            return None
         with stage("query.rerank") as took:
-            rows = np.argsort(-first, kind="stable")[:count]
+            rows = np.argsort(-first, kind="stable")[: ranking.rerank_candidates]
             stems = set(_search_stems(analysis.question, view.speakers))
             documents = [_reranked_text(view, int(row), stems) for row in rows]
-            verdict = np.zeros(view.turn_count, dtype=np.float64)
-            scores = self.reranker.scores(analysis.question, documents).astype(np.float64)
-            # Trained with a softmax over each question's turns, its scores mean something only against each other:
-            # each turn's softmax share over the best one's (1 for the best).
-            verdict[rows] = np.exp(scores - scores.max())
-        features[RERANK] = verdict
-        features[RERANK_TERMS[1]] = verdict * conversation_shape(view.length_feature)
+            timeout = None  # the fitting script's own calls wait for every verdict
+            if deadline is not None:
+                left = deadline.left_s()
+                timeout = ranking.rerank_budget_ms / 1000
+                timeout = timeout if left is None else min(left, timeout)
+            scores = self.reranker.scores(analysis.question, documents, tenant=tenant, timeout_s=timeout)
         if timings is not None:
             timings["rerank"] = took.ms
-        return True
+        if scores is None:
+            log.warning("query.rerank_skipped", tenant=tenant, candidates=len(rows), waited_ms=round(took.ms, 1))
+            return []
+        verdict = np.zeros(view.turn_count, dtype=np.float64)
+        # Trained with a softmax over each question's turns, its scores mean something only against each other:
+        # each turn's softmax share over the best one's (1 for the best).
+        scores = scores.astype(np.float64)
+        verdict[rows] = np.exp(scores - scores.max())
+        features[RERANK] = verdict
+        features[RERANK_TERMS[1]] = verdict * conversation_shape(view.length_feature)
+        return [int(row) for row in rows]
 
     def _evidence(self, view: MemoryView, order: np.ndarray, event_scores: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],

@@ -5,12 +5,17 @@ training/build_relevance_reranker.py), run through ONNX Runtime with int8 weight
 Each (question, turn) pair runs alone, without padding, on its own thread: int8 activations are quantised per run,
 so a pair's score does not depend on which other candidates came with it, and a query gives the same order however
 many candidates it reranks (the same reason the embedder runs texts alone: docs/decisions/006-embedder-runs.md).
+The threads are shared by every query of the process through a PairScheduler (cheapest work first).
+
+A pair is ``[CLS] question [SEP] turn [SEP]`` of at most ``max_length`` word pieces. The question keeps at most
+``question_budget`` of them (its opening and its end, where a long question states what it asks), the turn the rest:
+any question the API accepts fits, and a long one costs no more per pair than a short one with a long turn.
 """
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Protocol
@@ -20,6 +25,7 @@ import structlog
 
 from compassmem.core.config import RERANKER_MODEL
 from compassmem.embedding.onnx_embedder import INPUT_NAMES, PREBUILT_MODEL_FILE, one_thread_session
+from compassmem.retrieval.pair_scheduler import PairScheduler
 
 log = structlog.get_logger(__name__)
 
@@ -28,8 +34,10 @@ MODEL_FILE = PREBUILT_MODEL_FILE
 
 
 class Reranker(Protocol):
-    def scores(self, question: str, documents: list[str]) -> np.ndarray:
-        """How well each document answers the question (higher is better; comparable within one question)."""
+    def scores(self, question: str, documents: list[str], *, tenant: str = "default",
+               timeout_s: float | None = None) -> np.ndarray | None:
+        """How well each document answers the question (higher is better; comparable within one question); None
+        when they could not all be scored within ``timeout_s``."""
         ...
 
 
@@ -46,42 +54,53 @@ class OnnxReranker:
     reranker was trained from that model and keeps its vocabulary, and not shipping the file twice keeps the package
     under its size budget. ``threads``: pairs scored side by side (0 = one per core)."""
 
-    def __init__(self, folder: Path | str, threads: int = 0, max_length: int = 128) -> None:
+    def __init__(self, folder: Path | str, threads: int = 0, max_length: int = 128, question_budget: int = 48) -> None:
         from tokenizers import Tokenizer
 
         folder = Path(folder)
+        if not 2 <= question_budget <= max_length - 4:
+            raise ValueError(f"question_budget {question_budget} must leave the turn room within {max_length}")
         self.max_length = max_length
+        self.question_budget = question_budget
         self._tokenizer = Tokenizer.from_file(str(_tokenizer_file(folder)))
         self._tokenizer.no_padding()
-        # A long turn loses its end, never the question.
-        self._tokenizer.enable_truncation(max_length=max_length, strategy="only_second")
+        self._tokenizer.no_truncation()
+        self._cls, self._sep = self._tokenizer.token_to_id("[CLS]"), self._tokenizer.token_to_id("[SEP]")
         self._session = one_thread_session(folder / MODEL_FILE)
         unknown = {i.name for i in self._session.get_inputs()} - set(INPUT_NAMES)
         if unknown or len(self._session.get_outputs()) != 1:
             raise ValueError(f"{folder} is not a reranker folder (inputs {sorted(unknown)} unknown)")
         self._inputs = {i.name for i in self._session.get_inputs()}
-        self._parallel_runs = threads or os.cpu_count() or 1
-        self._pool = ThreadPoolExecutor(self._parallel_runs, thread_name_prefix="reranker") \
-            if self._parallel_runs > 1 else None
-        log.info("reranker_loaded", folder=str(folder), threads=self._parallel_runs, max_length=max_length)
+        threads = threads or os.cpu_count() or 1
+        self._scheduler = PairScheduler(self._score_one, threads)
+        log.info("reranker_loaded", folder=str(folder), threads=threads, max_length=max_length)
 
-    def _score_one(self, ids: list[int], types: list[int]) -> float:
+    def _score_one(self, pair: tuple[list[int], list[int]]) -> float:
+        ids, types = pair
         row = np.asarray([ids], dtype=np.int64)
         feed = {"input_ids": row, "attention_mask": np.ones_like(row),
                 "token_type_ids": np.asarray([types], dtype=np.int64)}
         return float(self._session.run(None, {name: feed[name] for name in self._inputs})[0].reshape(-1)[0])
 
-    def scores(self, question: str, documents: list[str]) -> np.ndarray:
+    def pairs(self, question: str, documents: Sequence[str]) -> list[tuple[list[int], list[int]]]:
+        """Each document's model input with the question: (word-piece ids, segment ids)."""
+        asked = self._tokenizer.encode(question, add_special_tokens=False).ids
+        if len(asked) > self.question_budget:
+            head = self.question_budget // 2
+            asked = asked[:head] + asked[len(asked) - (self.question_budget - head):]
+        first = [self._cls, *asked, self._sep]
+        room = self.max_length - len(first) - 1
+        built = []
+        for encoding in self._tokenizer.encode_batch(list(documents), add_special_tokens=False):
+            second = [*encoding.ids[:room], self._sep]
+            built.append((first + second, [0] * len(first) + [1] * len(second)))
+        return built
+
+    def scores(self, question: str, documents: list[str], *, tenant: str = "default",
+               timeout_s: float | None = None) -> np.ndarray | None:
         """How well each document answers the question (a logit: higher is better; comparable across documents of
-        one question)."""
-        if not documents:
-            return np.zeros(0, dtype=np.float32)
-        encodings = self._tokenizer.encode_batch([(question, d) for d in documents])
-        if self._pool is None or len(encodings) == 1:
-            values = [self._score_one(e.ids, e.type_ids) for e in encodings]
-        else:
-            values = list(self._pool.map(lambda e: self._score_one(e.ids, e.type_ids), encodings))
-        return np.asarray(values, dtype=np.float32)
+        one question); None when they could not all be scored within ``timeout_s``."""
+        return self._scheduler.run(self.pairs(question, documents), tenant, timeout_s)
 
 
 def _tokenizer_file(folder: Path) -> Path:

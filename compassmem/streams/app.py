@@ -61,8 +61,9 @@ from compassmem.streams.checkpoint import (
     settings_key,
 )
 from compassmem.streams.decoding import RawRecord
-from compassmem.streams.forget_log import answer_of, executed_forgets
-from compassmem.streams.messages import (
+from compassmem.publish.command_answers import answer_of
+from compassmem.streams.forget_log import executed_forgets
+from compassmem.core.contracts.stream_records import (
     CONTROL_HEADER,
     CommandRefused,
     ControlKind,

@@ -71,7 +71,7 @@ class StateTable(StrEnum):
 
     MEMORY = "memory"  # tenant/conversation_id -> ConversationRecord (state.py)
     TOMBSTONES = "tombstones"  # tombstone key -> offset of the forget marker
-    SETTINGS = "settings"  # turns partition -> PartitionSettings (messages.py)
+    SETTINGS = "settings"  # turns partition -> PartitionSettings (core/contracts/stream_records.py)
 
 
 class TableWrite(BaseModel):

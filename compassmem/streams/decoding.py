@@ -21,7 +21,7 @@ from compassmem.core.contracts.dead_letters import (
 )
 from compassmem.write.importers import describe_validation_error
 from compassmem.core.models import Turn
-from compassmem.streams.messages import (
+from compassmem.core.contracts.stream_records import (
     CONTROL_HEADER,
     ControlKind,
     ForgetMarker,

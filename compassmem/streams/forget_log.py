@@ -3,10 +3,9 @@ it refused.
 
 ``executed_forgets`` reads them all once when the worker's control agent starts, with a consumer of its own (no
 group), so the answer does not depend on the worker's app id or on its committed offsets; the control topic holds
-only commands and their answers, so reading it whole stays cheap. ``command_answer`` waits for the answer to one
-command (``compassmem forget``, ``redact`` and ``config set`` report it). ``follow_setting`` applies a control
-record to the runtime settings in force (an API process as it reads the topic, ``settings_in_force`` for
-``compassmem config show``).
+only commands and their answers, so reading it whole stays cheap. ``follow_setting`` applies a control record to
+the runtime settings in force (an API process as it reads the topic, ``settings_in_force`` for ``compassmem config
+show``). Waiting for the answer to one command is ``publish/command_answers.py``'s.
 """
 
 from __future__ import annotations
@@ -21,26 +20,10 @@ from pydantic import ValidationError
 from compassmem.core.config import Settings
 from compassmem.core.contracts.commands import CONTROL_COMMAND, SettingCommand
 from compassmem.library.runtime_settings import RuntimeSettings, SettingValueError, UnknownSettingError
-from compassmem.streams.messages import CONTROL_HEADER, CommandRefused, ControlKind, ForgetDone
+from compassmem.core.contracts.stream_records import ForgetDone
+from compassmem.publish.command_answers import answer_of
 
 log = structlog.get_logger(__name__)
-
-_ANSWERS: dict[bytes, type[ForgetDone] | type[CommandRefused]] = {
-    ControlKind.FORGET_DONE.value.encode(): ForgetDone,
-    ControlKind.COMMAND_REFUSED.value.encode(): CommandRefused,
-}
-
-
-def answer_of(headers: object, value: bytes | None) -> ForgetDone | CommandRefused | None:
-    """The worker's answer a control-topic record holds (by its ``compassmem-control`` header), or None."""
-    kind = _ANSWERS.get(dict(headers or []).get(CONTROL_HEADER))  # type: ignore[call-overload]
-    if kind is None:
-        return None
-    try:
-        return kind.model_validate_json(value or b"")
-    except ValidationError:
-        return None
-
 
 def follow_setting(runtime: RuntimeSettings, record: Any) -> None:  # noqa: ANN401 - a kafka-python ConsumerRecord
     """Apply a control-topic record to the runtime settings in force: a setting change, or the worker's answer to
@@ -113,26 +96,3 @@ def _read_whole(bootstrap: str, topic: str, visit: Callable[[Any], None], idle_s
                 break
     finally:
         consumer.close()
-
-
-def command_answer(bootstrap: str, topic: str, partition: int, offset: int,
-                   timeout_s: float) -> ForgetDone | CommandRefused | None:
-    """The worker's answer to the command at ``partition``/``offset`` of the control topic, read from there on; None
-    when none came within ``timeout_s`` (no worker runs, or it is still catching up)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap.split(","), enable_auto_commit=False, group_id=None)
-    try:
-        where = TopicPartition(topic, partition)
-        consumer.assign([where])
-        consumer.seek(where, offset + 1)
-        deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            for records in consumer.poll(timeout_ms=int(min(left, 0.5) * 1000)).values():
-                for record in records:
-                    answer = answer_of(record.headers, record.value)
-                    if answer is not None and (answer.source_partition, answer.source_offset) == (partition, offset):
-                        return answer
-    finally:
-        consumer.close()
-    return None

@@ -9,7 +9,7 @@ The memory is built by the in-process ``MemoryPipeline`` (the same ``ingest``/``
   writes to ``self.sinks``; ``checkpoint.Checkpoint`` commits them (stores flushed, then change feeds and dead
   letters, then the new state, then the offsets), so every crash point leads to the same final memory.
 - **Markers in the log.** Idle closes, forgets, redactions and runtime setting changes are records of the turns
-  topic (see ``messages.py``), applied in log order, so a replay reproduces them exactly. A setting marker changes
+  topic (see ``core/contracts/stream_records.py``), applied in log order, so a replay reproduces them exactly. A setting marker changes
   how its partition's conversations are built from there on (``PartitionSettings``, kept in the settings table).
 - **Freshness.** After each batch a conversation's open segment goes to the vector store as a provisional event
   (``provisional=True``, the id its final event will have); a provisional event whose segment was merged into an
@@ -66,7 +66,7 @@ from compassmem.streams.decoding import (
     TurnItem,
     decode_turns_record,
 )
-from compassmem.streams.messages import (
+from compassmem.core.contracts.stream_records import (
     CONTROL_HEADER,
     ChangeOp,
     ClusterChange,

@@ -5,6 +5,10 @@ PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not when t
 thread pool, a sidecar) would therefore get SIGTERM as soon as that thread ends. ``popen_tied_to_us`` forks
 on the main thread, or hands the fork to one spawner thread that lives as long as the process, so the signal
 comes exactly when the process dies, SIGKILL included.
+
+Each child also gets a session of its own: Ctrl-C in the terminal signals the terminal's foreground process group,
+and a server in it would die at once, before the command it serves could finish or undo its writes (an import's
+undo needs its FalkorDB). The command stops its servers itself, in order.
 """
 
 from __future__ import annotations
@@ -79,11 +83,12 @@ _spawner_lock = threading.Lock()
 def popen_tied_to_us(args: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen`` whose child gets SIGTERM when this process dies (Linux), whichever thread calls it."""
     if not _LINUX:
-        return subprocess.Popen(args, **kwargs)  # noqa: S603 - callers pass our own binaries
+        return subprocess.Popen(args, start_new_session=True, **kwargs)  # noqa: S603 - callers pass our own binaries
     preexec = _die_with(os.getpid())
 
     def make() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(args, preexec_fn=preexec, **kwargs)  # noqa: S603, PLW1509 - prctl and getppid only
+        return subprocess.Popen(args, preexec_fn=preexec, start_new_session=True,  # noqa: S603, PLW1509
+                                **kwargs)
 
     if threading.current_thread() is threading.main_thread():
         return make()

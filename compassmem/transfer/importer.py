@@ -17,6 +17,8 @@ from typing import TextIO
 import structlog
 
 from compassmem.core.contracts.search import SearchScope
+from compassmem.core.errors import Interrupted
+from compassmem.system.interrupts import interrupts_deferred
 from compassmem.sinks.batching import GraphSink, VectorSink, WrittenEvents
 from compassmem.sinks.factory import Stores
 from compassmem.transfer.reader import FilePlan, check_file, replay
@@ -41,11 +43,13 @@ _LISTED = 10
 
 def import_memory(stores: Stores, source: TextIO, *, vector_space: str, dim: int, replace: bool = False,
                   on_written: Callable[[str, str], None] | None = None,
-                  written_events: WrittenEvents | None = None) -> TransferSummary:
+                  written_events: WrittenEvents | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> TransferSummary:
     """Restore the export file ``source`` (a seekable text stream, read twice from where it stands); ``replace``
     deletes each conversation of the file from the target before writing it (the tenant's other conversations
     stay). ``on_written(tenant, conversation_id)`` runs after each conversation is written; ``written_events``
-    notes the events each write stored (what ``Memory.import_`` reads into the hot tier afterwards)."""
+    notes the events each write stored (what ``Memory.import_`` reads into the hot tier afterwards);
+    ``progress(written, total)`` runs after each conversation too (conversations of the file)."""
     start = source.tell()
     try:
         plan = check_file(source, vector_space=vector_space, dim=dim)
@@ -66,9 +70,14 @@ def import_memory(stores: Stores, source: TextIO, *, vector_space: str, dim: int
             writer.finish(conversation_id)
             if on_written is not None:
                 on_written(tenant, conversation_id)
+            if progress is not None:
+                progress(len(writer.written), len(plan.conversations))
     except BaseException as error:
-        message = writer.undo(plan, error)
-        if not isinstance(error, Exception):  # Ctrl-C, SystemExit: undone, and still what they were
+        with interrupts_deferred():  # a second Ctrl-C must not stop the undo half-way
+            message = writer.undo(plan, error)
+        if isinstance(error, KeyboardInterrupt):  # still an interrupt, now saying what the stores hold
+            raise Interrupted(message) from error
+        if not isinstance(error, Exception):  # SystemExit: undone, and still what it was
             raise
         raise ImportFailed(message) from error
     return TransferSummary(tenant=tenant, conversations=len(writer.written), counts=writer.counts)
@@ -143,7 +152,8 @@ class _Writer:
             except Exception:  # noqa: BLE001 - the store that failed the write may refuse this too; say so below
                 failed.append(conversation_id)
         where = f"conversation {stopped!r}" if stopped is not None else "the end of a conversation"
-        told = f"the import stopped in {where}: {error!r}"
+        told = f"the import stopped in {where}: " + ("interrupted (Ctrl-C)" if isinstance(error, KeyboardInterrupt)
+                                                       else repr(error))
         log.error("import.failed", tenant=self.tenant, stopped_in=stopped, error=repr(error),
                   written=len(self.written), undo_failed=failed)
         if failed:

@@ -10,7 +10,8 @@ checked when it comes, against its turn, which must come before it. A file cut o
 before any of it is written. The second pass reads the same stream again and checks each conversation's digest
 against the first pass's, so a file that changed in between is caught too.
 
-Errors name the line (1-based) and what is wrong with it. A line may hold at most ``MAX_LINE_CHARS`` characters.
+Errors name the line (1-based) and what is wrong with it. A line may hold at most
+``core.line_reading.MAX_LINE_CHARS`` characters.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TextIO
+from typing import NamedTuple, TextIO
 
 from pydantic import ValidationError
 
+from compassmem.core import line_reading
+from compassmem.core.line_reading import LineFormatError, json_value
 from compassmem.transfer.records import (
     FORMAT,
     PASSAGES_SINCE,
@@ -41,11 +44,6 @@ from compassmem.transfer.records import (
     check_passage_of_turn,
     parse_line,
 )
-
-# An event of about 350 turns of the largest size a turn may have (thousands of ordinary ones): past this a line is
-# refused unread.
-MAX_LINE_CHARS = 16 * 1024 * 1024
-
 
 @dataclass(frozen=True)
 class PlannedConversation:
@@ -232,31 +230,11 @@ def replay(stream: TextIO, plan: FilePlan) -> Iterator[tuple[str, RecordLine | N
 
 
 def text_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
-    """Every line with its 1-based number, blank ones too; ExportFormatError for a line over ``MAX_LINE_CHARS`` (it
-    is not read whole) or bytes that are not UTF-8."""
-    number = 0
-    while True:
-        try:
-            text = stream.readline(MAX_LINE_CHARS + 2)
-        except UnicodeDecodeError as error:
-            # A text stream decodes a block at a time: the bad byte is on this line or a little after it.
-            raise ExportFormatError(f"line {number + 1} or soon after: not UTF-8 text ({error.reason})") from None
-        if not text:
-            return
-        number += 1
-        if len(text.rstrip("\r\n")) > MAX_LINE_CHARS:
-            raise ExportFormatError(f"line {number}: longer than {MAX_LINE_CHARS:,} characters, the most a line may "
-                                    "hold")
-        yield number, text
-
-
-def json_value(text: str) -> Any:  # noqa: ANN401 - any JSON value
-    """``json.loads``; JSON nested deeper than the parser's stack is a ``JSONDecodeError`` like any other bad JSON,
-    not a ``RecursionError`` (which would end the command with a traceback)."""
+    """``core.line_reading.text_lines``, its refusals as ExportFormatError (what an import reports)."""
     try:
-        return json.loads(text)
-    except RecursionError:
-        raise json.JSONDecodeError("nested too deeply to parse", text, 0) from None
+        yield from line_reading.text_lines(stream)
+    except LineFormatError as error:
+        raise ExportFormatError(str(error)) from None
 
 
 def _text_lines(stream: TextIO) -> Iterator[tuple[int, str]]:

@@ -26,8 +26,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ValidationError
 
 from compassmem.core.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn, check_id
-from compassmem.transfer.reader import json_value, text_lines
-from compassmem.transfer.records import ExportFormatError
+from compassmem.core.line_reading import LineFormatError, json_value, text_lines
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds
 
 
@@ -96,7 +95,7 @@ def _text_lines(path: Path) -> Iterator[tuple[int, str]]:
     with path.open("r", encoding="utf-8") as handle:
         try:
             yield from text_lines(handle)
-        except ExportFormatError as error:  # a line too long, or not UTF-8: the same words, naming the file
+        except LineFormatError as error:  # a line too long, or not UTF-8: the same words, naming the file
             raise ImportFormatError(f"{path}: {error}") from None
 
 

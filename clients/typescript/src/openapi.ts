@@ -575,6 +575,12 @@ export interface components {
              * @description Whether a forget command went to the control topic, so that a replay of the turns topic does not bring the conversation back.
              */
             forget_published: boolean;
+            /**
+             * Markers Placed
+             * @description Whether a worker placed the forget's markers in every turns partition before this answer: turns sent from now on start a new memory. False without a stream, or when no worker answered within COMPASSMEM_FORGET_WAIT_S; then turns for what it covers are refused (503) until one does.
+             * @default false
+             */
+            markers_placed: boolean;
         };
         /** ErrorResponse */
         ErrorResponse: {
@@ -1072,6 +1078,11 @@ export interface components {
             };
             /** @description Present only when the request set `explain: true` (see QueryExplanation). */
             explanation?: components["schemas"]["QueryExplanation"] | null;
+            /**
+             * Reranked
+             * @description How many turns the relevance reranker read (COMPASSMEM_RERANKER); absent when no reranker ran. 0: its time (runtime setting ranking.rerank_budget_ms, at most what the query deadline leaves) ran out first, and the ranking is the one without it.
+             */
+            reranked?: number | null;
         };
         /**
          * QuestionExplanation
@@ -1298,6 +1309,12 @@ export interface components {
              * @description Whether a forget command for the whole tenant went to the control topic, so that a replay of the turns topic does not restore it.
              */
             forget_published: boolean;
+            /**
+             * Markers Placed
+             * @description Whether a worker placed the forget's markers in every turns partition before this answer: turns sent from now on start a new memory. False without a stream, or when no worker answered within COMPASSMEM_FORGET_WAIT_S; then turns for what it covers are refused (503) until one does.
+             * @default false
+             */
+            markers_placed: boolean;
         };
         /** TenantHealthTotals */
         TenantHealthTotals: {
@@ -2441,7 +2458,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description One of: segmentation.shift_threshold, segmentation.request_threshold, llm.events, ranking.fitted, ranking.turn_weight, ranking.context_weight, ranking.question_penalty, ranking.rerank_candidates, hot_tier.max_turns. */
+                /** @description One of: segmentation.shift_threshold, segmentation.request_threshold, llm.events, ranking.fitted, ranking.turn_weight, ranking.context_weight, ranking.question_penalty, ranking.rerank_candidates, ranking.rerank_budget_ms, hot_tier.max_turns. */
                 key: string;
             };
             cookie?: never;

@@ -3,7 +3,7 @@
 The query API's DELETE and ``PUT /v1/config`` endpoints, ``compassmem forget`` / ``redact`` / ``config set`` and any
 Kafka producer write them;
 the streaming worker (``compassmem/streams/app.py``) executes them and copies them into the turns log as markers
-(``compassmem/streams/messages.py``).
+(``compassmem/core/contracts/stream_records.py``).
 """
 
 from __future__ import annotations

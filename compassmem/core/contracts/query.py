@@ -288,6 +288,11 @@ class QueryResponse(BaseModel):
     explanation: QueryExplanation | None = Field(
         default=None, exclude_if=lambda value: value is None,
         description="Present only when the request set `explain: true` (see QueryExplanation).")
+    reranked: int | None = Field(
+        default=None, exclude_if=lambda value: value is None,
+        description="How many turns the relevance reranker read (COMPASSMEM_RERANKER); absent when no reranker "
+                    "ran. 0: its time (runtime setting ranking.rerank_budget_ms, at most what the query deadline "
+                    "leaves) ran out first, and the ranking is the one without it.")
 
     def ranked_turns(self) -> list[tuple[TurnOut, EvidenceItem]]:
         """The ranked source turns, best first, each with the evidence event that holds it."""

@@ -122,12 +122,22 @@ class ConversationGraph(BaseModel):
     counts: GraphCounts
 
 
+def markers_placed_field() -> Any:  # noqa: ANN401 - a pydantic FieldInfo
+    """The field both deletion results carry: whether the forget is in the stream where later turns come after it."""
+    return Field(
+        default=False,
+        description="Whether a worker placed the forget's markers in every turns partition before this answer: turns "
+                    "sent from now on start a new memory. False without a stream, or when no worker answered within "
+                    "COMPASSMEM_FORGET_WAIT_S; then turns for what it covers are refused (503) until one does.")
+
+
 class DeleteResult(BaseModel):
     tenant: str
     conversation_id: str
     events_deleted: int = Field(description="Events the vector store held for the conversation (0: nothing there).")
     forget_published: bool = Field(description="Whether a forget command went to the control topic, so that a "
                                                "replay of the turns topic does not bring the conversation back.")
+    markers_placed: bool = markers_placed_field()
 
 
 class RedactResult(BaseModel):
@@ -146,6 +156,7 @@ class TenantDeleteResult(BaseModel):
     events_deleted: int = Field(description="Events the vector store held for the tenant (0: nothing there).")
     forget_published: bool = Field(description="Whether a forget command for the whole tenant went to the control "
                                                "topic, so that a replay of the turns topic does not restore it.")
+    markers_placed: bool = markers_placed_field()
 
 
 # -- Listings and a limited graph (compassmem/retrieval/listing.py makes them) ------------------------------------

@@ -1,7 +1,7 @@
 """The explorer's live view: the worker's change feeds, per conversation, as server-sent events.
 
 The worker publishes every event (provisional ones included), relation and topic it writes, once the stores hold
-them, on the events, relations and clusters topics (``compassmem/streams/messages.py``). ``LiveFeed`` follows the
+them, on the events, relations and clusters topics (``compassmem/core/contracts/stream_records.py``). ``LiveFeed`` follows the
 three topics from their end (``ChangeFollower``: no consumer group, every API process sees every change) and hands
 each change to the streams watching its conversation. Changes are numbered; the last ``buffer`` of them are kept, so a
 stream that reconnects with the id of the last change it got (SSE ``Last-Event-ID``) receives what it missed, or a
@@ -36,7 +36,7 @@ from compassmem.core.contracts.commands import CONTROL_COMMAND
 from compassmem.core.contracts.records import GraphEdge, GraphNode
 from compassmem.query_api.change_follower import ChangeFollower
 from compassmem.retrieval.listing import edge_of_relation, node_of_event
-from compassmem.streams.messages import ChangeOp, ClusterChange, EventChange, RelationChange
+from compassmem.core.contracts.stream_records import ChangeOp, ClusterChange, EventChange, RelationChange
 
 log = structlog.get_logger(__name__)
 
