@@ -162,7 +162,7 @@ class MemoryHealthMonitor:
                 while len(self._watched) > self._max_watched:
                     self._watched.popitem(last=False)
         stats = self.stores.graph.conversation_stats(tenant)
-        opened = self.stores.vectors.provisional_events(tenant)
+        opened = self.stores.open_events(tenant)
         by_conversation: dict[str, list[Event]] = {}
         for event in opened:
             by_conversation.setdefault(event.conversation_id, []).append(event)

@@ -42,7 +42,7 @@ def conversation_overview(stores: Stores, tenant: str, conversation_id: str, *, 
     types with how many the filters keep, and the links the filtered active relations make between topics, the
     strongest ``links`` of them. None when the conversation has no memory."""
     topics = stores.graph.topic_counts(tenant, conversation_id, summaries=LABEL_SAMPLES)
-    opened = stores.vectors.provisional_events(tenant, conversation_id)
+    opened = stores.open_events(tenant, conversation_id)
     if not topics and not opened:
         return None
     asked = sorted({RelationType(t).value for t in types}) if types else None
@@ -128,7 +128,7 @@ def focused_graph(stores: Stores, tenant: str, conversation_id: str, *, topics: 
     (superseded ones too) and the events at the relations' other ends, so that a page can draw each where it
     belongs; topics are those of the events returned. None when the conversation has no memory."""
     counted = stores.graph.topic_counts(tenant, conversation_id)
-    opened = stores.vectors.provisional_events(tenant, conversation_id)
+    opened = stores.open_events(tenant, conversation_id)
     total = sum(t.events for t in counted) + len(opened)
     if total == 0:
         return None

@@ -150,7 +150,7 @@ def list_conversations(stores: Stores, tenant: str, *, query: str | None = None,
     (case-insensitive). CursorError for a cursor that is not this listing's."""
     listing = f"conversations:{tenant}:{order}:{query or ''}"
     after = cursors.decode(listing, cursor, _ORDER_SHAPES[order]) if cursor else None
-    open_events = stores.vectors.provisional_events(tenant)
+    open_events = stores.open_events(tenant)
     summaries = _summaries(stores.graph.conversation_stats(tenant, query or None), open_events, query)
     key = _ORDER_KEYS[order]
     ranked = sorted(summaries, key=key)
@@ -217,7 +217,7 @@ def list_events(stores: Stores, tenant: str, conversation_id: str, *, limit: int
     # One more than a page from the graph store tells whether another page follows.
     stored = [GraphNode.of(props["event_id"], props)
               for props in stores.graph.event_page(tenant, conversation_id, after, limit + 1)]
-    opened = [node_of_event(e) for e in stores.vectors.provisional_events(tenant, conversation_id)]
+    opened = [node_of_event(e) for e in stores.open_events(tenant, conversation_id)]
     merged = sorted([*stored, *(n for n in opened if after is None or _position(n) > after)], key=_position)
     page = merged[:limit]
     more = len(merged) > limit
@@ -238,7 +238,7 @@ def conversation_graph(stores: Stores, tenant: str, conversation_id: str, *, max
     ``max_nodes`` only the most recent events, with ``since`` only those that end at or after it (relations and
     topics then only between and of the events kept). None when the conversation has no memory at all."""
     graph = stores.graph.conversation_graph(tenant, conversation_id, since=since, max_events=max_nodes)
-    opened = stores.vectors.provisional_events(tenant, conversation_id)
+    opened = stores.open_events(tenant, conversation_id)
     total = int(graph.graph["events_total"]) + len(opened)
     if total == 0 and graph.number_of_nodes() == 0:
         return None

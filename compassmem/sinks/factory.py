@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from types import TracebackType
 import structlog
 
 from compassmem.core.config import Settings
-from compassmem.core.models import DEFAULT_TENANT
+from compassmem.core.models import DEFAULT_TENANT, Event
 from compassmem.sinks.failures import is_store_unavailable
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
@@ -88,6 +89,19 @@ class Stores:
         """Delete every conversation of a tenant from both stores."""
         self.vectors.delete_tenant(tenant)
         self.graph.delete_tenant(tenant)
+
+    def open_events(self, tenant: str, conversation_id: str | None = None) -> list[Event]:
+        """The open segments (provisional events, only the vector store holds them) to list beside the graph
+        store's events, in time order. One under the id of an event the graph store holds is that event written
+        again (the worker applying turns another path stored, a batch redone after a crash): left out, so that a
+        listing shows it and counts its turns once, as stored."""
+        opened = self.vectors.provisional_events(tenant, conversation_id)
+        ids: dict[str, list[str]] = defaultdict(list)
+        for event in opened:
+            ids[event.conversation_id].append(event.event_id)
+        stored = {props["event_id"] for conversation, wanted in ids.items()
+                  for props in self.graph.events_by_id(tenant, conversation, wanted)}
+        return [event for event in opened if event.event_id not in stored]
 
     def health(self) -> dict[str, str]:
         """Per store, 'ok' or the error it gave to a cheap read (what ``/healthz`` answers)."""
