@@ -3,7 +3,10 @@ HTTP (``Client``, ``AsyncClient``), so a caller handles "no such conversation" o
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from compassmem.core.contracts.records import FieldError
 
@@ -19,7 +22,7 @@ class CompassmemError(Exception):
 
 class BadRequest(CompassmemError, ValueError):
     """A field breaks a rule (HTTP 400/413/422). ``errors`` names each field and the rule it broke, as the server
-    wrote them. Also a ValueError, like the pydantic ValidationError that ``Memory`` raises for the same fields."""
+    wrote them, or as ``Memory`` checked them (``refused``). Also a ValueError."""
 
     def __init__(self, message: str, status: int | None = None, errors: list[FieldError] | None = None) -> None:
         super().__init__(message, status)
@@ -53,6 +56,28 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+def field_name(location: Sequence[str | int]) -> str:
+    """A field as the HTTP API's errors name it: ``[0].timestamp``, ``conversation_id``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in location).lstrip(".")
+
+
+def rule_of(error: ErrorDetails) -> str:
+    """The rule a field broke, in the words every surface uses (pydantic's own repeat the type of check)."""
+    if error["type"] == "missing":
+        return "is required"
+    if error["type"] == "extra_forbidden":
+        return "is not a known field"
+    return error["msg"].removeprefix("Value error, ")
+
+
+def refused(details: Iterable[ErrorDetails], at: Sequence[str | int] = ()) -> BadRequest:
+    """The BadRequest of a validation error's details, each field named under ``at`` (a turn's place in a list);
+    a rule of the whole input (one scope of a question) is named 'arguments'."""
+    errors = [FieldError(field=field_name([*at, *item["loc"]]) or "arguments", message=rule_of(item))
+              for item in details]
+    return BadRequest("; ".join(f"{e.field}: {e.message}" for e in errors), errors=errors)
 
 
 def field_rules(error: ValidationError) -> str:

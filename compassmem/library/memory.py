@@ -8,7 +8,8 @@ pipeline and the query engine together.
 The verbs take and return the HTTP API's own records (``QueryRequest``/``QueryResponse``, ``ConversationPage``,
 ``EventPage``, ``LimitedConversationGraph``, ``DeleteResult``), so code moves between ``Memory`` and
 ``compassmem.Client`` without changing what it reads.
-Failures are the classes of ``compassmem.core.errors``; bad fields raise pydantic's ValidationError (a ValueError).
+Failures are the classes of ``compassmem.core.errors``: a bad argument or turn field is a BadRequest naming it
+(``library/arguments.py``), as over HTTP.
 
 Writes (``add``, ``forget``, ``redact_turn``, ``delete_tenant``) go straight to the stores through an in-process
 pipeline, like ``compassmem ingest``. The deletions also reach a worker when a stream is configured
@@ -28,7 +29,7 @@ from types import TracebackType
 from typing import Annotated, Any
 
 import structlog
-from pydantic import StringConstraints, TypeAdapter, validate_call
+from pydantic import Field, SkipValidation, ValidationError
 
 from compassmem.core.config import Settings
 from compassmem.core.contracts.commands import Command, ForgetCommand, RedactCommand, SettingValue
@@ -38,9 +39,11 @@ from compassmem.core.contracts.limits import (
     GraphFocus,
     GraphNodes,
     GraphTopics,
+    MetadataFilter,
     OverviewLinks,
     PageSize,
     SearchText,
+    TimeBound,
 )
 from compassmem.core.contracts.query import QueryRequest, QueryResponse
 from compassmem.core.contracts.records import (
@@ -55,25 +58,25 @@ from compassmem.core.contracts.records import (
     TenantDeleteResult,
 )
 from compassmem.embedding.embedders import Embedder, make_embedder
-from compassmem.core.errors import BadRequest, NotFound, Unavailable
+from compassmem.core.errors import BadRequest, NotFound, Unavailable, refused
 from compassmem.llm.client import ChatClient, LlmAnswerer, LlmDecomposer
 from compassmem.llm.steps import llm_steps
 from compassmem.core.models import (
     DEFAULT_TENANT,
-    TENANT_PATTERN,
     Event,
     RelationType,
     Turn,
     TurnInput,
-    check_id,
     partition_key,
 )
 from compassmem.write.pipeline import IngestSummary, MemoryPipeline, PipelineConfig
 from compassmem.publish.publisher import ControlPublisher, KafkaTurnPublisher, PublishError
 from compassmem.write.redaction import redact_stored_turn
+from compassmem.write.resume import StoredLookup, resume, stored_prefixes
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds, stored_lookup
 from compassmem.retrieval.reranker import shipped_reranker
 from compassmem.publish.command_answers import command_answer
+from compassmem.library.arguments import EachId, Id, Tenant, checked
 from compassmem.library.forget_gate import ForgetGate
 from compassmem.retrieval.engine import EngineConfig, QueryDeadlineExceeded, QueryEngine, RankingConfig
 from compassmem.retrieval.graph_views import conversation_overview, focused_graph
@@ -95,7 +98,22 @@ from compassmem.transfer.records import TransferSummary
 
 log = structlog.get_logger(__name__)
 
-_TENANT = TypeAdapter(Annotated[str, StringConstraints(pattern=TENANT_PATTERN)])
+
+def _validated(turns: TurnInput | Iterable[TurnInput]) -> list[Turn]:
+    """The turns of an add, all of them checked: BadRequest naming every bad field, under its turn's place when a
+    list was given (``[2].timestamp``), as ``POST /v1/turns`` names them."""
+    one = isinstance(turns, Turn | Mapping)
+    validated: list[Turn] = []
+    refusals: list[BadRequest] = []
+    for index, turn in enumerate([turns] if one else turns):  # type: ignore[list-item]
+        try:
+            validated.append(turn if isinstance(turn, Turn) else Turn.model_validate(turn))
+        except ValidationError as error:
+            refusals.append(refused(error.errors(), at=() if one else (index,)))
+    if refusals:
+        errors = [field for refusal in refusals for field in refusal.errors]
+        raise BadRequest("; ".join(refusal.message for refusal in refusals), errors=errors)
+    return validated
 
 
 def _no_memory(tenant: str, conversation_id: str) -> str:
@@ -176,17 +194,22 @@ class Memory:
 
         Each call ends its conversations' open segments, so add a whole exchange or session at a time rather than
         turn by turn. Within one ``Memory`` a conversation's later calls continue its memory (merging, relations,
-        topics); a new ``Memory`` starts a fresh segmentation state for turns added to a stored conversation.
+        topics). Turns that repeat all of a conversation's stored turns before new ones (the same file again after an
+        interruption, or a longer one) continue it as one uninterrupted run would (``compassmem/write/resume.py``);
+        otherwise a new ``Memory`` starts a fresh segmentation state for turns added to a stored conversation.
         With ``warm`` the events written are then read into the query's hot tier (the latest first, up to its
         ``api_hot_turns``), so that the queries that follow a write do not each load them from the stores; a
         process that only writes (``compassmem ingest``) passes False. Returns the running totals of this object's
         writes."""
-        batch = [turns] if isinstance(turns, Turn | Mapping) else list(turns)
-        validated = [turn if isinstance(turn, Turn) else Turn.model_validate(turn) for turn in batch]
+        validated = _validated(turns)
         with self._writing:
-            fresh = self.new_turns(validated)
+            stored = stored_lookup(self.stores.vectors, validated)
+            fresh = self.new_turns(validated, stored=stored)
+            writer = self._writer()
+            for prefix in stored_prefixes(validated, fresh, stored, self.stores):
+                resume(writer, self.stores, prefix)
             try:
-                summary = self._writer().ingest(fresh, progress=progress)
+                summary = writer.ingest(fresh, progress=progress)
             finally:  # a failed add may have written part of its turns
                 written = self._written.take()
                 for tenant, conversation_id in {(t.tenant, t.conversation_id) for t in validated}:
@@ -196,13 +219,14 @@ class Memory:
             self._warm(written)
         return summary
 
-    def new_turns(self, turns: Sequence[Turn]) -> list[Turn]:
+    def new_turns(self, turns: Sequence[Turn], *, stored: StoredLookup | None = None) -> list[Turn]:
         """The turns memory does not have yet, in order: the same turn again, stored or earlier in ``turns``, is left
         out (it changes nothing). BadRequest naming each turn under an id its conversation has for another turn:
-        a turn id names one turn (``compassmem/write/turn_ids.py``). ``add`` and ``POST /v1/turns`` check with it."""
+        a turn id names one turn (``compassmem/write/turn_ids.py``). ``add`` and ``POST /v1/turns`` check with it;
+        ``stored``: the stored turns of ``turns``, when the caller has read them already."""
         if self._forget_gate is not None:
             self._forget_gate.check((t.tenant, t.conversation_id) for t in turns)
-        ids = TurnIds(stored_lookup(self.stores.vectors, turns))
+        ids = TurnIds(stored or stored_lookup(self.stores.vectors, turns))
         fresh: list[Turn] = []
         refused: list[FieldError] = []
         for index, turn in enumerate(turns):
@@ -228,11 +252,11 @@ class Memory:
             event_ids.reverse()  # the latest loaded last: least recently used is the oldest
             self.hot.preload(tenant, event_ids)
 
-    def forget(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT) -> DeleteResult:
+    @checked
+    def forget(self, conversation_id: Id, *, tenant: Tenant = DEFAULT_TENANT) -> DeleteResult:
         """Delete a conversation from both stores (and, with ``compact_after_erasure``, from their files), after
         recording a forget command on the control topic when a stream is configured (``forget_published``).
         Forgetting one that has no memory is not an error (``events_deleted`` is 0)."""
-        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         with self._writing:
             where = self._publish(ForgetCommand(tenant=tenant, conversation_id=conversation_id))
             events = self.stores.vectors.count(tenant, conversation_id)
@@ -249,13 +273,12 @@ class Memory:
         return DeleteResult(tenant=tenant, conversation_id=conversation_id, events_deleted=events,
                             forget_published=where is not None, markers_placed=placed)
 
-    def redact_turn(self, conversation_id: str, turn_id: str, *, tenant: str = DEFAULT_TENANT) -> RedactResult:
+    @checked
+    def redact_turn(self, conversation_id: Id, turn_id: Id, *, tenant: Tenant = DEFAULT_TENANT) -> RedactResult:
         """Delete one turn: the event that held it is rebuilt from its other turns (summary, keywords, entities,
         embedding) or, when it was the last, deleted with its relations. As for ``forget``, a redaction command is
         recorded first when a stream is configured (``redaction_published``). NotFound when no store holds the
         turn (and then nothing is recorded)."""
-        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
-        turn_id = check_id(turn_id)
         missing = f"no turn {turn_id!r} in conversation {conversation_id!r} of tenant {tenant!r}"
         with self._writing:
             if self.stores.vectors.get_turn(tenant, conversation_id, turn_id) is None:
@@ -277,11 +300,11 @@ class Memory:
                             event_id=stored.event_id, event_deleted=stored.event is None,
                             redaction_published=published)
 
-    def delete_tenant(self, tenant: str) -> TenantDeleteResult:
+    @checked
+    def delete_tenant(self, tenant: Tenant) -> TenantDeleteResult:
         """Delete every conversation of a tenant from both stores (an operator's step: over HTTP it needs an admin
         key), after recording a forget command for the whole tenant when a stream is configured. Deleting a tenant
         that has no memory is not an error."""
-        tenant = _TENANT.validate_python(tenant)
         with self._writing:
             where = self._publish(ForgetCommand(tenant=tenant))
             events = self.stores.vectors.count(tenant)
@@ -369,28 +392,37 @@ class Memory:
 
     # -- reading -------------------------------------------------------------------------------------------------
 
+    @checked
     def query(self, request: QueryRequest | str, *, conversation_id: str | None = None,
               conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
               all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
-              max_hops: int | None = None, explain: bool | None = None,
-              deadline_s: float | None = None) -> QueryResponse:
+              max_hops: int | None = None, explain: bool | None = None, time_from: TimeBound | None = None,
+              time_to: TimeBound | None = None, metadata: MetadataFilter | None = None,
+              deadline_s: Annotated[float, Field(gt=0)] | None = None) -> QueryResponse:
         """Answer a question with ranked source turns and the evidence events that hold them.
 
         Pass a ``QueryRequest``, or the question and its fields (exactly one scope: ``conversation_id``,
         ``conversation_ids``, ``subject_id`` or ``all_conversations=True``). With ``explain=True`` the response
         also holds ``explanation``: why each turn ranks where it does (channels, feature contributions, score,
-        path) and what the question was taken to ask. NotFound when the scope holds no memory at all; Unavailable
-        when ``deadline_s`` passed while gathering evidence."""
+        path) and what the question was taken to ask. ``time_from``/``time_to`` (timezone-aware) keep the turns said
+        within the range or held by an event whose resolved time anchor overlaps it; ``metadata`` the turns whose
+        metadata has these top-level values (docs/querying.md). NotFound when the scope holds no memory at all (a
+        filter that matches nothing answers no turns); Unavailable when ``deadline_s`` passed while gathering
+        evidence."""
         fields: dict[str, Any] = {name: value for name, value in (
             ("conversation_id", conversation_id), ("conversation_ids", conversation_ids),
             ("subject_id", subject_id), ("all_conversations", all_conversations), ("tenant", tenant),
-            ("budget_turns", budget_turns), ("max_hops", max_hops), ("explain", explain)) if value is not None}
+            ("budget_turns", budget_turns), ("max_hops", max_hops), ("explain", explain), ("time_from", time_from),
+            ("time_to", time_to), ("metadata", metadata)) if value is not None}
         if isinstance(request, QueryRequest):
             if fields:
                 raise TypeError(f"give either a QueryRequest or a question with its fields, not both "
                                 f"({', '.join(fields)})")
         else:
-            request = QueryRequest(question=request, **fields)
+            try:
+                request = QueryRequest(question=request, **fields)
+            except ValidationError as error:
+                raise refused(error.errors()) from None
         try:
             response = self.engine.query(request, deadline_s=deadline_s)
         except QueryDeadlineExceeded as error:
@@ -401,41 +433,40 @@ class Memory:
         return response
 
     # The listings take the bounds of the HTTP API's and the MCP tools' parameters (contracts/limits.py).
-    @validate_call
-    def conversations(self, *, tenant: str = DEFAULT_TENANT, query: SearchText | None = None, limit: PageSize = 50,
+    @checked
+    def conversations(self, *, tenant: Tenant = DEFAULT_TENANT, query: SearchText | None = None, limit: PageSize = 50,
                       cursor: CursorText | None = None, order: ConversationOrder = "recent") -> ConversationPage:
         """One page of the tenant's conversations with their event and turn counts and last update, most recent
         first (or by id); ``query`` keeps those whose id, subject, an event summary or a participant contains it.
         Pass the page's ``next_cursor`` for the next one (None on the last page); any other cursor is a ValueError
         (CursorError) naming it. Cursors are signed with ``COMPASSMEM_CURSOR_SECRET``, else with a secret of this
         process."""
-        return list_conversations(self.stores, _TENANT.validate_python(tenant), query=query,
+        return list_conversations(self.stores, tenant, query=query,
                                   limit=limit, cursor=cursor, order=order, cursors=self.cursors)
 
-    @validate_call
-    def events(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, limit: PageSize = 50,
+    @checked
+    def events(self, conversation_id: Id, *, tenant: Tenant = DEFAULT_TENANT, limit: PageSize = 50,
                cursor: CursorText | None = None) -> EventPage:
         """One page of a conversation's events in time order; ``next_cursor`` as for ``conversations``. NotFound
         when the conversation has no memory."""
-        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         page = list_events(self.stores, tenant, conversation_id, limit=limit, cursor=cursor, cursors=self.cursors)
         if not page.events and cursor is None:
             raise NotFound(_no_memory(tenant, conversation_id))
         return page
 
-    @validate_call
-    def graph(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, max_nodes: GraphNodes | None = None,
-              since: datetime | None = None, topics: GraphTopics | None = None, unclustered: bool = False,
-              events: GraphFocus | None = None) -> LimitedConversationGraph:
+    @checked
+    def graph(self, conversation_id: Id, *, tenant: Tenant = DEFAULT_TENANT, max_nodes: GraphNodes | None = None,
+              since: datetime | None = None, topics: Annotated[GraphTopics, EachId] | None = None,
+              unclustered: bool = False, events: Annotated[GraphFocus, EachId] | None = None
+              ) -> LimitedConversationGraph:
         """A conversation's event graph: events, topic clusters and every relation (superseded ones marked);
         ``max_nodes`` keeps the most recent events, ``since`` those that end at or after it. Focused (what the
         explorer draws on demand): with ``topics`` (cluster ids), ``unclustered`` (the events without a topic) or
         ``events`` (event ids), only those events (the limits apply to the topics' events) and the events named,
         with every relation touching one of them and the events at their other ends."""
-        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         if topics or unclustered or events:
-            graph = focused_graph(self.stores, tenant, conversation_id, topics=[check_id(t) for t in topics or ()],
-                                  unclustered=unclustered, events=[check_id(e) for e in events or ()],
+            graph = focused_graph(self.stores, tenant, conversation_id, topics=topics or [],
+                                  unclustered=unclustered, events=events or [],
                                   max_nodes=max_nodes, since=since)
         else:
             graph = conversation_graph(self.stores, tenant, conversation_id, max_nodes=max_nodes, since=since)
@@ -443,14 +474,13 @@ class Memory:
             raise NotFound(_no_memory(tenant, conversation_id))
         return graph
 
-    @validate_call
-    def overview(self, conversation_id: str, *, tenant: str = DEFAULT_TENANT, types: list[RelationType] | None = None,
+    @checked
+    def overview(self, conversation_id: Id, *, tenant: Tenant = DEFAULT_TENANT, types: list[RelationType] | None = None,
                  min_confidence: Confidence = 0.0, links: OverviewLinks = 50) -> ConversationOverview:
         """What the explorer opens a conversation on: its topics with their event and turn counts (the events
         without a topic as one more, id None), the relation types with how many the filters keep (``types``: all
         when None; at least ``min_confidence``), and the strongest ``links`` between topics that the kept active
         relations make. NotFound when the conversation has no memory."""
-        tenant, conversation_id = _TENANT.validate_python(tenant), check_id(conversation_id)
         overview = conversation_overview(self.stores, tenant, conversation_id,
                                          types=[t.value for t in types] if types else None,
                                          min_confidence=min_confidence, links=links)
@@ -458,7 +488,8 @@ class Memory:
             raise NotFound(_no_memory(tenant, conversation_id))
         return overview
 
-    def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
+    @checked
+    def event(self, event_id: Id, *, tenant: Tenant = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (observations), as ``GET /v1/events/{id}`` and ``Client.event`` give it;
         NotFound when the tenant has no such event."""
         found = self.get_events([event_id], tenant=tenant)
@@ -466,9 +497,10 @@ class Memory:
             raise NotFound(f"no event {event_id!r} for tenant {tenant!r}")
         return EventOut.of(found[0])
 
-    def get_events(self, event_ids: Sequence[str], *, tenant: str = DEFAULT_TENANT) -> list[Event]:
+    @checked
+    def get_events(self, event_ids: Annotated[list[str], EachId], *, tenant: Tenant = DEFAULT_TENANT) -> list[Event]:
         """The stored events of these ids (evidence names them) that the tenant has; unknown ids are left out."""
-        return self.stores.vectors.get_events(_TENANT.validate_python(tenant), list(event_ids))
+        return self.stores.vectors.get_events(tenant, event_ids)
 
     # -- lifetime ------------------------------------------------------------------------------------------------
 
@@ -503,14 +535,14 @@ class Memory:
 
     # -- export and import ---------------------------------------------------------------------------------------
 
-    def export(self, destination: Target, *, conversation_id: str | None = None,
-               tenant: str = DEFAULT_TENANT) -> TransferSummary:
+    @checked
+    def export(self, destination: SkipValidation[Target], *, conversation_id: Id | None = None,
+               tenant: Tenant = DEFAULT_TENANT) -> TransferSummary:
         """Write the tenant's memory, or one conversation's, to a path or text stream as JSONL (the format of
         ``compassmem.transfer.records``): turns (with the passages of long ones) and events with their vectors,
         clusters, relations (superseded ones too). NotFound when ``conversation_id`` has no memory. Conversations
         holding ids stored before the id rule are left out and listed in the summary's ``skipped``
         (``compassmem migrate-ids`` rewrites them)."""
-        tenant = _TENANT.validate_python(tenant)
         if conversation_id is not None:
             self.events(conversation_id, tenant=tenant, limit=1)  # NotFound before a file is made
         with writing(destination) as out:

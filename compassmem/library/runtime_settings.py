@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from compassmem.core.config import Settings
 from compassmem.core.contracts.commands import SettingCommand, SettingValue
+from compassmem.core.errors import BadRequest
 from compassmem.processors.segmentation import SegmentationConfig
 from compassmem.retrieval.engine import RankingConfig
 
@@ -53,13 +54,13 @@ class LlmSwitch(BaseModel):
     events: bool = True
 
 
-class UnknownSettingError(ValueError):
+class UnknownSettingError(BadRequest):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(f"unknown setting {key!r}: the settings are {', '.join(SPECS)}")
 
 
-class SettingValueError(ValueError):
+class SettingValueError(BadRequest):
     def __init__(self, key: str, rule: str, value: object) -> None:
         self.key, self.rule = key, rule
         super().__init__(f"setting {key!r} must be {rule} (got {value!r})")

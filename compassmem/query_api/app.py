@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from compassmem import __version__
 from compassmem.core.contracts.records import ErrorResponse, FieldError, ValidationErrorResponse
-from compassmem.core.errors import NotFound, Unavailable
+from compassmem.core.errors import NotFound, Unavailable, field_name, rule_of
 from compassmem.monitoring.memory_health import MemoryHealthMonitor
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.query_api.auth import Authorizer
@@ -59,7 +59,7 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
             loc = loc[1:]
         if loc and loc[0] in {turns.ONE_TURN, turns.TURN_LIST}:
             loc = loc[1:]
-        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "body"
+        field = field_name(loc) or "body"
         if error.get("type") == "json_invalid":
             field = "body"  # its location is a character offset, not a field
         found.append(FieldError(field=_encodable(field), message=_encodable(_rule(error))))
@@ -73,15 +73,9 @@ def _encodable(text: str) -> str:
 
 
 def _rule(error: Any) -> str:
-    kind = error.get("type")
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        return "is not a known field"
-    if kind == "json_invalid":
+    if error.get("type") == "json_invalid":
         return f"the body is not valid JSON ({error.get('ctx', {}).get('error', 'parse error')})"
-    message = str(error.get("msg", "is invalid"))
-    return message.removeprefix("Value error, ")
+    return rule_of(error)
 
 
 class RequestMetricsMiddleware:

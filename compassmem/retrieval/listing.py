@@ -31,12 +31,14 @@ from compassmem.core.contracts.records import (
     ConversationPage,
     ConversationSummary,
     EventPage,
+    FieldError,
     GraphCounts,
     GraphEdge,
     GraphLimits,
     GraphNode,
     LimitedConversationGraph,
 )
+from compassmem.core.errors import BadRequest
 from compassmem.core.models import Event, Relation
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.graph_store import ConversationStats, EventPosition
@@ -50,11 +52,11 @@ _PROCESS_SECRET = secrets.token_bytes(32)
 CursorKey = tuple[float | str, ...]
 
 
-class CursorError(ValueError):
+class CursorError(BadRequest):
     """A cursor this API did not hand out for this listing. ``reason`` is what HTTP reports for the field."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(f"cursor {reason}")
+        super().__init__(f"cursor {reason}", errors=[FieldError(field="cursor", message=reason)])
         self.reason = reason
 
 

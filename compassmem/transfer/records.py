@@ -45,7 +45,7 @@ from pydantic import (
     model_validator,
 )
 
-from compassmem.core.errors import CompassmemError
+from compassmem.core.errors import BadRequest, CompassmemError
 from compassmem.core.models import (
     MAX_INDEXED_TEXT_BYTES,
     TENANT_PATTERN,
@@ -75,7 +75,7 @@ MAX_STRING_BYTES = MAX_INDEXED_TEXT_BYTES
 NORM_TOLERANCE = 1e-3
 
 
-class ExportFormatError(CompassmemError, ValueError):
+class ExportFormatError(BadRequest):
     """A line of an export file that cannot be imported; the message names the line."""
 
 
