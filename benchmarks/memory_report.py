@@ -22,7 +22,7 @@ from pathlib import Path
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR, require_data, write_results
 from benchmarks.previous_segmenter import PreviousBoundaryDetector
-from compassmem.cli.main import print_summary
+from compassmem.cli.ingest_report import print_summary
 from compassmem.core.config import Settings
 from compassmem.embedding.embedders import make_embedder
 from compassmem.write.importers import read_turns

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from compassmem import __version__
 from compassmem.cli.errors import one_line
 from compassmem.cli.evaluate import add_eval_command
+from compassmem.cli.ingest_report import print_summary, stored_totals
 from compassmem.cli.progress import Progress
 from compassmem.cli.status import add_status_command
 from compassmem.cli.streaming import add_insecure_no_auth, add_streaming_commands
@@ -24,33 +25,10 @@ from compassmem.core.contracts.query import QueryResponse
 from compassmem.write.importers import SUBJECT_HELP, ImportFormatError, read_turns
 from compassmem.core.logging_setup import configure_logging
 from compassmem.core.models import Event
-from compassmem.write.pipeline import IngestSummary
 from compassmem.core.terminal import echo
 from compassmem.core.tracing import configure_tracing
 
 log = structlog.get_logger(__name__)
-
-
-def print_summary(summary: IngestSummary) -> None:
-    rows = [
-        ("conversations", summary.conversations),
-        ("turns", summary.turns),
-        ("events", summary.events),
-        ("mean turns per event", f"{summary.mean_turns_per_event:.2f}"),
-        ("segments", summary.segments),
-        ("merged segments", summary.merged_segments),
-        ("duplicate rate", f"{summary.duplicate_rate:.1%}"),
-        *((f"relations: {kind}", count) for kind, count in summary.relations_by_type.items()),
-        ("superseded relations", summary.superseded_relations),
-        ("rejected (contradicting) relations", summary.rejected_relations),
-        ("clusters", summary.clusters),
-        ("average degree", f"{summary.average_degree:.2f}"),
-        ("average degree without adjacency edges", f"{summary.average_degree_without_adjacency:.2f}"),
-        ("time taken", f"{summary.seconds:.1f} s ({summary.turns_per_second:.0f} turns/s)"),
-    ]
-    width = max(len(name) for name, _ in rows)
-    for name, value in rows:
-        echo(f"  {name:<{width}}  {value}")
 
 
 def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
@@ -67,14 +45,17 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
     progress = Progress(len(turns))
     try:
         with Memory(settings) as memory:
+            touched = {(turn.tenant, turn.conversation_id) for turn in turns}
+            before = stored_totals(memory.stores, touched)
             summary = memory.add(turns, progress=progress, warm=False)
+            after = stored_totals(memory.stores, touched)
     except KeyboardInterrupt:
         echo("", file=sys.stderr)  # ends the progress line
         raise Interrupted(f"the ingest stopped after {progress.done} of {len(turns)} turns; what it wrote stays in "
                           f"{settings.data_dir}: run the same command again to add the rest (turns memory already "
                           "has are skipped)") from None
     echo(f"memory built in {settings.data_dir}:")
-    print_summary(summary)
+    print_summary(summary, (before, after))
     return 0
 
 

@@ -48,9 +48,35 @@ MIN_HOT_EVENTS = 8
 APPLY_STAGES = ("segment", "merge", "summarise", "label", "relate", "recluster")
 
 
+class Retraction(BaseModel):
+    """Records of a conversation that an earlier close wrote and no memory holds any more (``ReopenedTail``): the
+    stores delete them before the records of the same update are written."""
+
+    tenant: str
+    conversation_id: str
+    # Deleted with the turns that point at them: the update that retracts them writes those turns anew.
+    event_ids: list[str]
+    relation_ids: list[str]
+
+
+class ReopenedTail(BaseModel):
+    """What an earlier run wrote when it closed the segment that a replayed memory holds open again
+    (``compassmem/write/resume.py``); the records are replaced when that segment closes again."""
+
+    # Events that close built: the memory never had them.
+    retract_events: list[str] = Field(default_factory=list)
+    # Relations that close added (both ends held), which the memory's ledger does not have.
+    retract_relations: list[str] = Field(default_factory=list)
+    # Held events and relations that close changed (merged into, superseded, raised): written back as held.
+    restore_events: list[str] = Field(default_factory=list)
+    restore_relations: list[str] = Field(default_factory=list)
+
+
 class MemoryUpdate(BaseModel):
     """What one step changed: records to upsert (latest versions) and what happened, for metrics."""
 
+    # Written first: what the records below replace.
+    retractions: list[Retraction] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
     # The turns of closed segments, now that their event is known (each turn is reported exactly once).
     turns: list[IndexedTurn] = Field(default_factory=list)
@@ -67,6 +93,7 @@ class MemoryUpdate(BaseModel):
     recluster_seconds: list[float] = Field(default_factory=list)
 
     def extend(self, other: MemoryUpdate) -> None:
+        self.retractions.extend(other.retractions)
         self.events.extend(other.events)
         self.turns.extend(other.turns)
         self.relations.extend(other.relations)
@@ -128,6 +155,7 @@ class ConversationMemoryState(BaseModel):
     keyword_stats: KeywordStats
     clusters: ClusterState
     stats: ConversationMemoryStats
+    reopened: ReopenedTail | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -175,6 +203,7 @@ class ConversationMemory:
         self.keyword_stats = KeywordStats()
         self.clusters = ClusterState()
         self.stats = ConversationMemoryStats()
+        self.reopened: ReopenedTail | None = None
         self._derive()
 
     def _derive(self) -> None:
@@ -225,6 +254,7 @@ class ConversationMemory:
             keyword_stats=self.keyword_stats,
             clusters=self.clusters,
             stats=self.stats,
+            reopened=self.reopened,
         )
 
     def restore(self, state: ConversationMemoryState) -> None:
@@ -236,6 +266,7 @@ class ConversationMemory:
         self.keyword_stats = state.keyword_stats
         self.clusters = state.clusters
         self.stats = state.stats
+        self.reopened = state.reopened
         self._derive()
 
     def health(self) -> ConversationHealth:
@@ -256,6 +287,18 @@ class ConversationMemory:
             update.extend(self._absorb(segment))
         update.stage_seconds["segment"] += segmented
         return update
+
+    def replay(self, turns: Sequence[Turn], embeddings: Sequence[np.ndarray]) -> None:
+        """Rebuild the state from turns memory already stored, in the order they were first added, writing nothing:
+        the state a run over them held at that point. The summariser and the labeller are not asked: they only
+        decorate what is written, and no decision reads what they add."""
+        decorators = self._summariser, self._labeller
+        self._summariser = self._labeller = None
+        try:
+            for turn, embedding in zip(turns, embeddings, strict=True):
+                self.add_turn(turn, embedding)
+        finally:
+            self._summariser, self._labeller = decorators
 
     def close_open_segment(self, reason: BoundaryReason = BoundaryReason.END) -> MemoryUpdate:
         segment = self._detector.close(self.segmenter, reason)
@@ -336,6 +379,9 @@ class ConversationMemory:
 
     def _absorb(self, segment: Segment) -> MemoryUpdate:
         update = MemoryUpdate(segments_closed=1)
+        if self.reopened is not None:
+            tail, self.reopened = self.reopened, None
+            update.extend(self._replacing(tail, segment.first))
         mark = time.perf_counter()
         self.stats.segments += 1
         self.stats.boundary_reasons[segment.boundary_reason.value] += 1
@@ -384,6 +430,16 @@ class ConversationMemory:
             update.extend(self._recluster())
             _lap(update, "recluster", mark)
         return update
+
+    def _replacing(self, tail: ReopenedTail, first: Turn) -> MemoryUpdate:
+        """At the first close after a replay: what the earlier close of the same turns wrote goes, or is written
+        back as this memory holds it (nothing has changed the state since the replay)."""
+        held = {**self.evicted_pending, **self.events}
+        return MemoryUpdate(
+            retractions=[Retraction(tenant=first.tenant, conversation_id=first.conversation_id,
+                                    event_ids=tail.retract_events, relation_ids=tail.retract_relations)],
+            events=[held[event_id] for event_id in tail.restore_events if event_id in held],
+            relations=[self.ledger.active[r] for r in tail.restore_relations if r in self.ledger.active])
 
     def _track(self, writes: list[Relation]) -> None:
         """Keep the adjacency total and the held relations' ends current; every change to the active relations

@@ -6,8 +6,9 @@ flushes every sink of a writer together, in one order, as the first step of the 
 
 Besides the memory's records a sink may be handed two kinds of instruction, in the order they happened:
 ``ConversationForgotten`` (drop what was added for the conversation so far and delete it from the store before the
-records added after it are written), ``TurnRedacted`` (a redaction changed the stores) and the provisional records
-of ``ProvisionalSink``. A sink ignores the kinds it has nothing to do with.
+records added after it are written), ``TurnRedacted`` (a redaction changed the stores), ``Retraction`` (delete an
+earlier run's records before the records added after it are written) and the provisional records of
+``ProvisionalSink``. A sink ignores the kinds it has nothing to do with.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from compassmem.core.models import (
     search_text,
     turn_point_id,
 )
+from compassmem.processors.conversation_memory import Retraction
 from compassmem.text.categories import category_terms
 from compassmem.text.text_features import keyword_stems, sparse_keyword_vector, tie_break
 from compassmem.sinks.graph_store import GraphStore
@@ -70,7 +72,7 @@ class TurnRedacted:
 
 
 Record = (Event | IndexedTurn | TurnPassage | Relation | Cluster | ConversationForgotten | ProvisionalEvent
-          | ProvisionalRetired | TurnRedacted)
+          | ProvisionalRetired | TurnRedacted | Retraction)
 
 
 class Sink(ABC):
@@ -115,6 +117,7 @@ class VectorSink(Sink):
         self._turns: dict[str, IndexedTurn] = {}
         self._passages: dict[str, TurnPassage] = {}
         self._forgotten: dict[tuple[str, str], None] = {}
+        self._retracted: list[Retraction] = []
         self._syncing: Future[None] | None = None
         self._syncer: ThreadPoolExecutor | None = None
 
@@ -132,12 +135,19 @@ class VectorSink(Sink):
             self._turns = {k: t for k, t in self._turns.items() if not _of(t, record)}
             self._passages = {k: p for k, p in self._passages.items() if not _of(p, record)}
             self._forgotten[(record.tenant, record.conversation_id)] = None
+        elif isinstance(record, Retraction):
+            for event_id in record.event_ids:
+                self._events.pop(event_id, None)
+            self._retracted.append(record)
 
     def flush(self) -> None:
-        if not self._events and not self._turns and not self._passages and not self._forgotten:
+        if not self._events and not self._turns and not self._passages and not self._forgotten \
+                and not self._retracted:
             return
         for tenant, conversation_id in self._forgotten:
             self._store.delete_conversation(tenant, conversation_id)
+        for retraction in self._retracted:
+            self._store.delete_events(retraction.tenant, retraction.event_ids)
         if self._events:
             events = list(self._events.values())
             self._store.upsert_events(events, [event_keyword_vector(e) for e in events])
@@ -173,6 +183,7 @@ class VectorSink(Sink):
         self._turns.clear()
         self._passages.clear()
         self._forgotten.clear()
+        self._retracted.clear()
 
 
 class GraphSink(Sink):
@@ -184,6 +195,7 @@ class GraphSink(Sink):
         self._relations: dict[str, Relation] = {}
         self._clusters: dict[str, Cluster] = {}
         self._forgotten: dict[tuple[str, str], None] = {}
+        self._retracted: list[Retraction] = []
 
     def add(self, record: Record) -> None:
         if isinstance(record, Event):
@@ -197,10 +209,19 @@ class GraphSink(Sink):
             self._relations = {k: r for k, r in self._relations.items() if not _of(r, record)}
             self._clusters = {k: c for k, c in self._clusters.items() if not _of(c, record)}
             self._forgotten[(record.tenant, record.conversation_id)] = None
+        elif isinstance(record, Retraction):
+            for event_id in record.event_ids:
+                self._events.pop(event_id, None)
+            for relation_id in record.relation_ids:
+                self._relations.pop(relation_id, None)
+            self._retracted.append(record)
 
     def flush(self) -> None:
         for tenant, conversation_id in self._forgotten:
             self._store.delete_conversation(tenant, conversation_id)
+        for retraction in self._retracted:
+            self._store.delete_relations(retraction.tenant, retraction.relation_ids)
+            self._store.delete_events(retraction.tenant, retraction.conversation_id, retraction.event_ids)
         if self._events:
             self._store.upsert_events(list(self._events.values()))
         if self._clusters:
@@ -214,6 +235,7 @@ class GraphSink(Sink):
         self._relations.clear()
         self._clusters.clear()
         self._forgotten.clear()
+        self._retracted.clear()
 
 
 class ProvisionalSink(Sink):
@@ -303,9 +325,10 @@ class WrittenEvents(Sink):
             self._added.pop(key, None)
             self._added[key] = WrittenEvent(record.tenant, record.conversation_id, record.event_id,
                                             len(record.observations))
-        elif isinstance(record, ProvisionalRetired):
-            self._added.pop((record.tenant, record.event_id), None)
-            self._written.pop((record.tenant, record.event_id), None)
+        elif isinstance(record, ProvisionalRetired | Retraction):
+            for event_id in [record.event_id] if isinstance(record, ProvisionalRetired) else record.event_ids:
+                self._added.pop((record.tenant, event_id), None)
+                self._written.pop((record.tenant, event_id), None)
         elif isinstance(record, ConversationForgotten):
             for held in (self._added, self._written):
                 for key in [k for k, e in held.items() if (e.tenant, e.conversation_id) == (

@@ -59,8 +59,10 @@ class SinkGroup:
             sink.add(record)
 
     def add_update(self, update: MemoryUpdate) -> None:
-        """Every record of an update, nodes before the edges that need them; the update is reported once flushed."""
-        for record in [*update.events, *update.turns, *update.passages, *update.clusters, *update.relations]:
+        """Every record of an update, what it retracts first, nodes before the edges that need them; the update is
+        reported once flushed."""
+        for record in [*update.retractions, *update.events, *update.turns, *update.passages, *update.clusters,
+                       *update.relations]:
             self.add(record)
         self._updates.append(update)
 
