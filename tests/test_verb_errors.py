@@ -80,7 +80,7 @@ BAD_FOR: dict[tuple[str, str], Bad] = {
 UNBREAKABLE = {
     "warm": "a switch", "replace": "a switch", "explain": "a switch", "unclustered": "a switch",
     "all_conversations": "a switch (a false one is no scope: 'request' covers that)",
-    "progress": "the caller's callback",
+    "progress": "the caller's callback", "stored": "the caller's own lookup of what memory holds (a callable)",
     "destination": "a path or stream: what the operating system refuses is its own OSError",
 }
 # Valid values for the arguments a verb needs besides the bad one.

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Annotated, Any
 
 import structlog
 from pydantic import Field, SkipValidation, ValidationError
 
+from compassmem.core.chat_messages import turns_of
 from compassmem.core.config import Settings
 from compassmem.core.contracts.commands import Command, ForgetCommand, RedactCommand, SettingValue
 from compassmem.core.contracts.limits import (
@@ -97,23 +98,6 @@ from compassmem.transfer.importer import import_memory
 from compassmem.transfer.records import TransferSummary
 
 log = structlog.get_logger(__name__)
-
-
-def _validated(turns: TurnInput | Iterable[TurnInput]) -> list[Turn]:
-    """The turns of an add, all of them checked: BadRequest naming every bad field, under its turn's place when a
-    list was given (``[2].timestamp``), as ``POST /v1/turns`` names them."""
-    one = isinstance(turns, Turn | Mapping)
-    validated: list[Turn] = []
-    refusals: list[BadRequest] = []
-    for index, turn in enumerate([turns] if one else turns):  # type: ignore[list-item]
-        try:
-            validated.append(turn if isinstance(turn, Turn) else Turn.model_validate(turn))
-        except ValidationError as error:
-            refusals.append(refused(error.errors(), at=() if one else (index,)))
-    if refusals:
-        errors = [field for refusal in refusals for field in refusal.errors]
-        raise BadRequest("; ".join(refusal.message for refusal in refusals), errors=errors)
-    return validated
 
 
 def _no_memory(tenant: str, conversation_id: str) -> str:
@@ -190,7 +174,9 @@ class Memory:
 
     def add(self, turns: TurnInput | Iterable[TurnInput], *, progress: Callable[[int], None] | None = None,
             warm: bool = True) -> IngestSummary:
-        """Build memory from turns (``Turn`` objects or dicts in the turn schema), in order, and write it.
+        """Build memory from turns (``Turn`` objects, dicts in the turn schema, or chat messages: ``{"conversation_id":
+        ..., "role": ..., "content": ...}``, their ids and times filled in as ``core/chat_messages.py`` says), in
+        order, and write it.
 
         Each call ends its conversations' open segments, so add a whole exchange or session at a time rather than
         turn by turn. Within one ``Memory`` a conversation's later calls continue its memory (merging, relations,
@@ -201,7 +187,8 @@ class Memory:
         ``api_hot_turns``), so that the queries that follow a write do not each load them from the stores; a
         process that only writes (``compassmem ingest``) passes False. Returns the running totals of this object's
         writes."""
-        validated = _validated(turns)
+        one = isinstance(turns, Turn | Mapping)
+        validated = turns_of([turns] if one else list(turns), one=one, now=datetime.now(UTC))  # type: ignore[list-item]
         with self._writing:
             stored = stored_lookup(self.stores.vectors, validated)
             fresh = self.new_turns(validated, stored=stored)

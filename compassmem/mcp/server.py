@@ -18,9 +18,8 @@ and a body over ``COMPASSMEM_API_MAX_BODY_BYTES``.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import wraps
 from typing import Annotated, ParamSpec, TypeVar
 
@@ -35,16 +34,19 @@ from pydantic import BaseModel, Field, StrictBool, ValidationError
 
 from compassmem import __version__
 from compassmem.core.api_keys import TenantKeys
+from compassmem.core.chat_messages import TurnFiller
 from compassmem.core.config import ENV_PREFIX, Settings
-from compassmem.core.contracts.query import QueryExplanation, QueryResponse
+from compassmem.core.contracts.query import QueryExplanation, QueryRequest, QueryResponse
 from compassmem.core.contracts.limits import (
     MAX_TURNS_PER_REQUEST,
     BudgetTurns,
     CursorText,
+    MetadataFilter,
     PageSize,
     Question,
     ScopeIds,
     SearchText,
+    TimeBound,
 )
 from compassmem.core.contracts.records import ConversationPage, DeleteResult, RedactResult
 from compassmem.core.errors import CompassmemError, Forbidden, field_rules
@@ -74,8 +76,10 @@ class NewTurn(BaseModel):
         default=None, description="When it was said, ISO 8601 with a UTC offset; default: now (turns without one "
                                   "a millisecond apart, in the order given).")
     turn_id: str | None = Field(
-        default=None, description="Unique within the conversation; give it to make sending a turn twice harmless. "
-                                  "Default: a new random id.")
+        default=None, description="Unique within the conversation. Default: derived from the speaker, the text, the "
+                                  "timestamp when given and how often the same words came earlier in the call, so "
+                                  "sending the same turns again adds nothing; give timestamps or ids to keep the "
+                                  "same words said in a later call apart.")
     session_id: str | None = Field(default=None, description="Optional session the turn belongs to.")
 
 
@@ -142,13 +146,11 @@ def _as_tool_errors(function: Callable[P, R]) -> Callable[P, R]:
 
 def new_turns(conversation_id: str, turns: Sequence[NewTurn], tenant: str, subject_id: str | None,
               now: datetime) -> list[Turn]:
-    return [
-        Turn(tenant=tenant, conversation_id=conversation_id, turn_id=turn.turn_id or f"t-{uuid.uuid4().hex[:16]}",
-             speaker=turn.speaker, text=turn.text,
-             timestamp=turn.timestamp or now + timedelta(milliseconds=index), session_id=turn.session_id,
-             subject_id=subject_id)
-        for index, turn in enumerate(turns)
-    ]
+    """The turns to remember, ids and times filled in as for chat messages (``core/chat_messages.py``)."""
+    filler = TurnFiller(now)
+    return [filler.turn(tenant=tenant, conversation_id=conversation_id, turn_id=turn.turn_id, speaker=turn.speaker,
+                        text=turn.text, timestamp=turn.timestamp, session_id=turn.session_id, subject_id=subject_id)
+            for turn in turns]
 
 
 class McpStartupError(RuntimeError):
@@ -199,6 +201,10 @@ ExplainArgument = Annotated[StrictBool, Field(
     description="Also return `explanation`: per turn the channels that found it with its rank and score in each, "
                 "each ranking feature's contribution to its score and its event's relation path; for the question "
                 "its subgoals, shape, time spans and what it asks for.")]
+# The query body's own rules and descriptions (QueryRequest), so the tool and POST /v1/query cannot differ.
+TimeFromArgument = Annotated[TimeBound | None, Field(description=QueryRequest.model_fields["time_from"].description)]
+TimeToArgument = Annotated[TimeBound | None, Field(description=QueryRequest.model_fields["time_to"].description)]
+MetadataArgument = Annotated[MetadataFilter | None, Field(description=QueryRequest.model_fields["metadata"].description)]
 TurnsArgument = Annotated[list[NewTurn], Field(
     max_length=MAX_TURNS_PER_REQUEST, description=f"The turns, in order; at most {MAX_TURNS_PER_REQUEST} per call.")]
 
@@ -231,15 +237,20 @@ def build_server(memory: Memory, http_url: str | None = None) -> MCPServer:
     @server.tool(description="Answer a question from memory with evidence: the supporting turns (speaker, text, "
                              "time) and the events holding them. Give exactly one scope: conversation_id, "
                              "conversation_ids, subject_id or all_conversations=true. explain=true adds why each "
-                             "turn was found and ranked where it is.")
+                             "turn was found and ranked where it is; time_from/time_to and metadata keep only the "
+                             "turns said then (or in an event naming a time then) and carrying those metadata "
+                             "values.")
     @_as_tool_errors
     def recall(question: Question, conversation_id: str | None = None, conversation_ids: ScopeIds | None = None,
                subject_id: str | None = None, all_conversations: bool = False, tenant: TenantArgument = None,
-               budget_turns: BudgetTurns = 10, explain: ExplainArgument = False) -> Recall:
+               budget_turns: BudgetTurns = 10, explain: ExplainArgument = False,
+               time_from: TimeFromArgument = None, time_to: TimeToArgument = None,
+               metadata: MetadataArgument = None) -> Recall:
         response = memory.query(question, conversation_id=conversation_id, conversation_ids=conversation_ids,
                                 subject_id=subject_id, all_conversations=all_conversations or None,
                                 tenant=tenant_of(tenant),
-                                budget_turns=budget_turns, explain=explain or None,
+                                budget_turns=budget_turns, explain=explain or None, time_from=time_from,
+                                time_to=time_to, metadata=metadata,
                                 deadline_s=memory.settings.api_query_deadline_s)
         return Recall.of(response)
 

@@ -57,8 +57,7 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
         loc = list(error.get("loc", ()))
         if loc and loc[0] in {"body", "query", "path", "header"}:
             loc = loc[1:]
-        if loc and loc[0] in {turns.ONE_TURN, turns.TURN_LIST}:
-            loc = loc[1:]
+        loc = [part for part in loc if part not in turns.BODY_SHAPES]
         field = field_name(loc) or "body"
         if error.get("type") == "json_invalid":
             field = "body"  # its location is a character offset, not a field

@@ -3,8 +3,10 @@
 JSONL format: one JSON object per line, exactly the Turn message schema (the same one Kafka producers and
 ``POST /v1/turns`` use): ``{"tenant": "default", "conversation_id": "c1", "turn_id": "D1:1",
 "speaker": "Ann", "text": "...", "timestamp": "2023-05-08T13:56:00+00:00", "session_id": "1",
-"subject_id": "customer-42", "attachments": [{"kind": "image", "caption": "a dog"}], "metadata": {}}``. Blank lines
-are skipped.
+"subject_id": "customer-42", "attachments": [{"kind": "image", "caption": "a dog"}], "metadata": {}}``, or a chat
+message: ``{"conversation_id": "c1", "role": "user", "content": "..."}``, its speaker, id and time filled in by the
+rules of ``core/chat_messages.py`` (ids derived from the file's content, so ingesting it again adds nothing). Blank
+lines are skipped.
 
 LoCoMo: conversation_id = sample_id, turn_id = dia_id. LoCoMo gives one date-time per session and no zone:
 it is read in ``timezone`` (UTC by default), given to the session's first turn, and each following turn
@@ -17,14 +19,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ValidationError
 
+from compassmem.core.chat_messages import TurnFiller
 from compassmem.core.models import DEFAULT_TENANT, MAX_URL_CHARS, Attachment, Turn, check_id
 from compassmem.core.line_reading import LineFormatError, json_value, text_lines
 from compassmem.write.turn_ids import TurnIdConflict, TurnIds
@@ -36,6 +39,7 @@ SUBJECT_HELP = ("the customer, user or account the conversations are about, stam
 
 
 Record = TypeVar("Record", bound=BaseModel)
+Value = TypeVar("Value")
 
 
 class ImportFormatError(ValueError):
@@ -68,7 +72,7 @@ def read_jsonl_turns(path: Path) -> Iterator[Turn]:
 
 
 def _numbered_jsonl_turns(path: Path) -> Iterator[tuple[int, Turn]]:
-    return numbered_jsonl_records(path, Turn)
+    return _numbered_jsonl_values(path, TurnFiller(datetime.now(UTC)).read)
 
 
 def numbered_jsonl_records(path: Path, model: type[Record]) -> Iterator[tuple[int, Record]]:
@@ -76,6 +80,10 @@ def numbered_jsonl_records(path: Path, model: type[Record]) -> Iterator[tuple[in
     (and the broken fields) at the first line that is not one (``compassmem eval`` reads its questions so too). Lines
     are read as ``compassmem import`` reads them: UTF-8, at most ``MAX_LINE_CHARS`` characters, never read whole past
     that."""
+    return _numbered_jsonl_values(path, model.model_validate)
+
+
+def _numbered_jsonl_values(path: Path, read: Callable[[dict[str, Any]], Value]) -> Iterator[tuple[int, Value]]:
     for line_number, line in _text_lines(path):
         if not line.strip():
             continue
@@ -86,7 +94,7 @@ def numbered_jsonl_records(path: Path, model: type[Record]) -> Iterator[tuple[in
         if not isinstance(record, dict):
             raise ImportFormatError(f"{path}: line {line_number}: expected a JSON object, got {type(record).__name__}")
         try:
-            yield line_number, model.model_validate(record)
+            yield line_number, read(record)
         except ValidationError as error:
             raise ImportFormatError(f"{path}: line {line_number}: {describe_validation_error(error)}") from error
 

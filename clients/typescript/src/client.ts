@@ -9,6 +9,7 @@
 
 import { CompassmemError, Unavailable, errorOf } from "./errors.js";
 import type {
+  ChatMessageInput,
   ConversationPage,
   ConversationSummary,
   ConversationsOptions,
@@ -68,9 +69,10 @@ export class Client {
     this.#fetch = options.fetch ?? globalThis.fetch;
   }
 
-  /** Append turns to the turns topic (`POST /v1/turns`); the worker makes them queryable shortly after. One turn
-   * goes as one object, so its errors name plain fields ("timestamp"), a list's their index ("[0].timestamp"). */
-  add(turns: TurnInput | readonly TurnInput[]): Promise<TurnsAccepted> {
+  /** Append turns or chat messages to the turns topic (`POST /v1/turns`); the worker makes them queryable shortly
+   * after. One turn goes as one object, so its errors name plain fields ("timestamp"), a list's their index
+   * ("[0].timestamp"). */
+  add(turns: TurnInput | ChatMessageInput | readonly (TurnInput | ChatMessageInput)[]): Promise<TurnsAccepted> {
     return this.#send({ method: "POST", path: "/v1/turns", body: turns });
   }
 

@@ -35,7 +35,7 @@ export interface paths {
         put?: never;
         /**
          * Append turns to the turns topic
-         * @description One turn or a list (at most 1000), in the message schema the importer and Kafka producers use. Each is validated, then produced keyed by tenant/conversation_id; 202 means the broker acknowledged them. They become queryable once the worker has processed them. A list is all or nothing at validation; a failed produce may have written some, and retrying is safe because every write downstream is idempotent. A turn id names one turn of its conversation: a turn memory has, sent again unchanged, is not produced again (`accepted` counts the others); another turn under such an id, or under an id given earlier in the request, is refused with 422.
+         * @description One turn or a list (at most 1000), each in the message schema the importer and Kafka producers use, or a chat message (conversation_id, role, content; its speaker, id and time filled in: docs/getting-started.md#input-formats). Each is validated, then produced keyed by tenant/conversation_id; 202 means the broker acknowledged them. They become queryable once the worker has processed them. A list is all or nothing at validation; a failed produce may have written some, and retrying is safe because every write downstream is idempotent. A turn id names one turn of its conversation: a turn memory has, sent again unchanged, is not produced again (`accepted` counts the others); another turn under such an id, or under an id given earlier in the request, is refused with 422.
          */
         post: operations["post_turns_v1_turns_post"];
         delete?: never;
@@ -386,6 +386,66 @@ export interface components {
              * @description The subgoal whose search or list gave that place; null for the searches made once per question (time, category, wish).
              */
             subgoal?: string | null;
+        };
+        /**
+         * ChatMessage
+         * @description A chat message with the conversation it belongs to; its fields are checked by the rules of the turn they make
+         *     (``Turn``), and an error names the message's own field (``role``, ``content``).
+         */
+        ChatMessage: {
+            /**
+             * Conversation Id
+             * @description The conversation, required: a turn's id rule.
+             */
+            conversation_id: string;
+            /**
+             * Role
+             * @description Who said it, e.g. user, assistant or system: the turn's speaker unless `name` is given.
+             */
+            role: string;
+            /**
+             * Content
+             * @description What was said: the turn's text.
+             */
+            content: string;
+            /**
+             * Name
+             * @description The participant's name (OpenAI's optional field): the turn's speaker when given.
+             */
+            name?: string | null;
+            /**
+             * Tenant
+             * @description As a turn's.
+             * @default default
+             */
+            tenant: string;
+            /**
+             * Turn Id
+             * @description As a turn's; default: derived from the message, the same for the same input (docs/getting-started.md).
+             */
+            turn_id?: string | null;
+            /**
+             * Timestamp
+             * @description As a turn's (ISO 8601 with a UTC offset); default: when the input is read, a millisecond apart per turn, in order.
+             */
+            timestamp?: string | null;
+            /**
+             * Session Id
+             * @description As a turn's.
+             */
+            session_id?: string | null;
+            /**
+             * Subject Id
+             * @description As a turn's.
+             */
+            subject_id?: string | null;
+            /**
+             * Metadata
+             * @description As a turn's.
+             */
+            metadata?: {
+                [key: string]: unknown;
+            };
         };
         /** ConversationHealthReport */
         ConversationHealthReport: {
@@ -1053,6 +1113,23 @@ export interface components {
              * @default false
              */
             explain: boolean;
+            /**
+             * Time From
+             * @description Only turns said at or after this time, or held by an event with a resolved time anchor ("last week", "in May": whole days, UTC) ending on or after its day: ISO 8601 with a UTC offset, e.g. 2024-06-01T00:00:00Z.
+             */
+            time_from?: string | null;
+            /**
+             * Time To
+             * @description Only turns said at or before this time, or held by an event with a resolved time anchor starting on or before it: ISO 8601 with a UTC offset; not before time_from.
+             */
+            time_to?: string | null;
+            /**
+             * Metadata
+             * @description Only turns whose metadata has each of these top-level keys with this value (or, for a list value, holding it): at most 16 keys of letters, digits, '_' and '-', each value a string of at most 256 characters or an integer.
+             */
+            metadata?: {
+                [key: string]: string | number;
+            } | null;
         };
         /** QueryResponse */
         QueryResponse: {
@@ -1731,7 +1808,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["Turn"] | components["schemas"]["Turn"][];
+                "application/json": (components["schemas"]["Turn"] | components["schemas"]["ChatMessage"]) | (components["schemas"]["Turn"] | components["schemas"]["ChatMessage"])[];
             };
         };
         responses: {

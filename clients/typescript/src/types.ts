@@ -13,6 +13,7 @@ type QueryOf<P extends keyof paths, M extends "get" | "delete"> = NonNullable<
 >;
 
 export type Turn = Schemas["Turn"];
+export type ChatMessage = Schemas["ChatMessage"];
 export type Attachment = Schemas["Attachment"];
 export type QueryRequest = Schemas["QueryRequest"];
 export type QueryResponse = Schemas["QueryResponse"];
@@ -44,6 +45,9 @@ export type HealthTrend = Schemas["HealthTrend"];
 
 /** A turn to add: the server fills in the fields it has defaults for (`tenant`: "default"). */
 export type TurnInput = Omit<Turn, "tenant"> & { tenant?: Turn["tenant"] };
+/** A chat message to add (`role`, `content`, `conversation_id`): the server fills in its speaker, id and time
+ * (docs/getting-started.md, Input formats) and the tenant. */
+export type ChatMessageInput = Omit<ChatMessage, "tenant"> & { tenant?: ChatMessage["tenant"] };
 
 /** The fields of a query besides the question: one scope (`conversation_id`, `conversation_ids`, `subject_id` or
  * `all_conversations: true`), the tenant, `budget_turns`, `max_hops`; the server's defaults for the rest. */
