@@ -14,7 +14,6 @@ were (the graph store keeps memberships that a cluster record does not mention).
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -22,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from compassmem.core.models import Cluster, Event, stable_uuid
 from compassmem.processors.vectors import unit
+from compassmem.text.topic_terms import name_terms, topic_terms
 
 WINDOW = 50
 LABEL_TERMS = 5
@@ -62,12 +62,11 @@ def _two_means(vectors: np.ndarray, iterations: int = 8) -> np.ndarray:
     return labels
 
 
-def cluster_label(member_keywords: Iterable[Sequence[str]]) -> list[str]:
-    """A topic's label: the terms most common among its members' first ten keywords."""
-    terms: Counter[str] = Counter()
-    for keywords in member_keywords:
-        terms.update(keywords[:10])
-    return [term for term, _ in terms.most_common(LABEL_TERMS)]
+def cluster_label(member_keywords: Sequence[Sequence[str]], conversation_keywords: Iterable[Sequence[str]],
+                  participants: Iterable[str]) -> list[str]:
+    """A topic's label: the terms its members share that the conversation's other events say less (``topic_terms``),
+    never a participant's name, a stop word or a contraction."""
+    return topic_terms(member_keywords, conversation_keywords, name_terms(participants), LABEL_TERMS)
 
 
 def _members(assignment: dict[str, int], clusters: set[int] | None = None) -> dict[int, list[str]]:
@@ -166,6 +165,8 @@ class Reclusterer:
     def _clusters(self, state: ClusterState, events: dict[str, Event], touched: set[int], sample: Event) -> list[Cluster]:
         clusters = []
         groups = _members(state.assignment, touched)
+        participants = {name for event in events.values() for name in event.participants}
+        conversation = [event.keywords for event in events.values()]
         for index in sorted(touched):
             members = groups.get(index, [])
             clusters.append(Cluster(
@@ -174,6 +175,7 @@ class Reclusterer:
                 cluster_id=cluster_id_for(sample.tenant, sample.conversation_id, index),
                 members=members,
                 centroid=state.centroids[index],
-                label=cluster_label(events[member].keywords for member in members),
+                label=cluster_label([events[member].keywords for member in members],
+                                    conversation, participants),
             ))
         return clusters

@@ -6,8 +6,6 @@ of events is never loaded whole nor drawn at once.
 
 from __future__ import annotations
 
-import re
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -28,12 +26,12 @@ from compassmem.core.models import Event, RelationType
 from compassmem.retrieval.listing import edge_of_relation, node_of_event
 from compassmem.sinks.factory import Stores
 from compassmem.sinks.graph_store import TopicCount, TopicLinkCount
+from compassmem.text.topic_terms import spelt_out
 
 # Keywords of a topic drawn as its label: readable at the opening zoom.
 LABEL_KEYWORDS = 3
 # Summaries of a topic's events its keywords (stems: "radioact", "lopsid") are spelt out from.
 LABEL_SAMPLES = 24
-_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 
 
 def conversation_overview(stores: Stores, tenant: str, conversation_id: str, *, types: Sequence[str] | None = None,
@@ -98,22 +96,6 @@ def _topic_summaries(topics: list[TopicCount], opened: list[Event]) -> list[Topi
             turns=(unclustered.turns if unclustered else 0) + sum(len(e.observations) for e in opened),
             first_at=min(starts, default=None), last_at=max(ends, default=None)))
     return summaries
-
-
-def spelt_out(stems: Sequence[str], texts: Sequence[str]) -> list[str]:
-    """A topic's keywords (stems, as the clustering keeps them) as the words its events say: each stem as the most
-    frequent word of ``texts`` that starts with it (ties: the shortest), itself when none does; repeats dropped."""
-    counts = Counter(word.lower() for text in texts for word in _WORD.findall(text))
-    words: list[str] = []
-    for stem in stems:
-        stem = stem.lower()
-        # The stemmer writes a final y as i ("scary" -> "scari", "party" -> "parti").
-        starts = (stem, f"{stem[:-1]}y") if stem.endswith("i") else (stem,)
-        found = [w for w in counts if w.startswith(starts)]
-        word = min(found, key=lambda w: (-counts[w], len(w), w)) if found else stem
-        if word not in words:
-            words.append(word)
-    return words
 
 
 def _time(timestamp: float | None) -> datetime | None:

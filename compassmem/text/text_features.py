@@ -128,6 +128,11 @@ def _keyword_stems(text: str) -> tuple[str, ...]:
     return tuple(_stemmer().stemWords(content))
 
 
+def stems(terms: Iterable[str]) -> list[str]:
+    """The stems of lower-case words, as ``keyword_stems`` makes them ("memories" -> "memori")."""
+    return _stemmer().stemWords(list(terms))
+
+
 def entities(text: str) -> list[str]:
     """Capitalised names that are not sentence openers or filler: people, places, brands, titles."""
     found: list[str] = []

@@ -91,8 +91,14 @@ def _relabelled(graph: nx.MultiDiGraph, before: Event, event: Event | None) -> l
     if node is None or node.get("kind") != "cluster" or node.get("centroid") is None:
         return []
     members = [m for m in node["members"] if m != before.event_id or event is not None]
-    keywords = [event.keywords if event is not None and m == event.event_id
-                else graph.nodes.get(m, {}).get("keywords") or [] for m in members]
+    # The conversation's events as they are now (the label weighs the members' terms against theirs).
+    events = {n: data for n, data in graph.nodes(data=True) if data.get("kind") == "event" and not data.get("stub")}
+    events.pop(before.event_id, None)
+    if event is not None:
+        events[event.event_id] = {"keywords": event.keywords, "participants": event.participants}
+    label = cluster_label([events.get(m, {}).get("keywords") or [] for m in members],
+                          [e.get("keywords") or [] for e in events.values()],
+                          {p for e in events.values() for p in e.get("participants") or []})
     return [Cluster(tenant=before.tenant, conversation_id=before.conversation_id, cluster_id=before.cluster_id,
-                    members=members, centroid=node["centroid"], label=cluster_label(keywords))]
+                    members=members, centroid=node["centroid"], label=label)]
 
