@@ -40,7 +40,7 @@ class Bounded:
     refused: tuple[Any, ...]
 
 
-def _ask(verbs: Verbs, **fields: int) -> object:
+def _ask(verbs: Verbs, **fields: object) -> object:
     return verbs.query(QUESTION["question"], conversation_id="c1", **fields)
 
 
@@ -66,6 +66,9 @@ BOUNDS = {
     "graph walk": Bounded(lambda api, v: api.post("/v1/query", json={**QUESTION, "max_hops": v}),
                           lambda verbs, v: _ask(verbs, max_hops=v), None, ("max_hops", "max_hops"),
                           (-1, limits.MAX_HOPS + 1)),
+    "metadata filter": Bounded(lambda api, v: api.post("/v1/query", json={**QUESTION, "metadata": v}),
+                               lambda verbs, v: _ask(verbs, metadata=v), "recall", ("metadata", "metadata"),
+                               ({f"k{n}": n for n in range(limits.MAX_FILTER_KEYS + 1)},)),
 }
 CASES = [(name, value) for name, bounded in BOUNDS.items() for value in bounded.refused]
 
@@ -114,8 +117,8 @@ def test_every_surface_refuses_the_same_out_of_range_value_naming_it(surfaces: S
 def _bounds(schema: dict[str, Any]) -> dict[str, Any]:
     """A parameter's bounds in its JSON schema, an optional one's from its non-null branch."""
     branch = next((b for b in schema.get("anyOf", []) if b.get("type") != "null"), schema)
-    return {key: branch[key] for key in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
-            if key in branch}
+    return {key: branch[key] for key in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
+                                         "maxProperties", "patternProperties", "format") if key in branch}
 
 
 def test_the_mcp_tools_state_the_http_apis_bounds(surfaces: Surfaces) -> None:
@@ -131,7 +134,10 @@ def test_the_mcp_tools_state_the_http_apis_bounds(surfaces: Surfaces) -> None:
              "list_conversations.cursor": (tools["list_conversations"]["cursor"], listing["cursor"]),
              "recall.budget_turns": (tools["recall"]["budget_turns"], query["budget_turns"]),
              "recall.question": (tools["recall"]["question"], query["question"]),
-             "recall.conversation_ids": (tools["recall"]["conversation_ids"], query["conversation_ids"])}
+             "recall.conversation_ids": (tools["recall"]["conversation_ids"], query["conversation_ids"]),
+             "recall.metadata": (tools["recall"]["metadata"], query["metadata"]),
+             "recall.time_from": (tools["recall"]["time_from"], query["time_from"]),
+             "recall.time_to": (tools["recall"]["time_to"], query["time_to"])}
     for argument, (mcp, http) in pairs.items():
         assert _bounds(http), argument
         assert _bounds(mcp) == _bounds(http), argument

@@ -775,7 +775,8 @@ def test_edge_store_made_before_subject_ids_gets_the_index_on_reopen(
     for _ in range(2):  # creating an index that exists changes nothing
         store = EdgeVectorStore(tmp_path / "edge", dim=store_dim)
         try:
-            assert set(store.shard.info().payload_schema) == {layout.TENANT_FIELD, *current}
+            indexed = {layout.TENANT_FIELD, *current, *layout.DATETIME_INDEX_FIELDS}
+            assert set(store.shard.info().payload_schema) == indexed
             about = layout.PointFilter({layout.TENANT_FIELD: "default", layout.SUBJECT_FIELD: "cust-42"})
             assert store._count(about) == 1  # points written before the index are in it
             assert [e.subject_id for e in store.conversation_events("default", "c1")] == ["cust-42", None]
@@ -802,7 +803,7 @@ def test_server_backend_creates_the_subject_index_and_only_missing_ones(store_di
     client.get_collection = get_collection  # type: ignore[method-assign]
     client.create_payload_index = create_payload_index  # type: ignore[method-assign]
     QdrantServerVectorStore(client, "events", dim=store_dim)
-    assert sorted(created) == sorted([layout.TENANT_FIELD, *layout.KEYWORD_INDEX_FIELDS])
+    assert sorted(created) == sorted([layout.TENANT_FIELD, *layout.KEYWORD_INDEX_FIELDS, *layout.DATETIME_INDEX_FIELDS])
     assert layout.SUBJECT_FIELD in created
 
     # A collection made before subject ids: reopening adds that index alone; once there, nothing is created.

@@ -36,7 +36,7 @@ MAX_METADATA_KEYS = 256
 MAX_METADATA_BYTES = 16 * 1024
 # A stored turn's text is ``Turn.indexed_text()``: the utterance and a "[shares <caption>]" per attachment.
 MAX_INDEXED_TEXT_BYTES = MAX_TEXT_BYTES + MAX_ATTACHMENTS * (len(" [shares ]") + 4 * MAX_CAPTION_CHARS)
-_INT64 = 2**63
+INT64_BOUND = 2**63  # integers JSON values may hold: -2**63 to 2**63-1, what the stores keep exactly
 _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 # Free text (turn text, captions, metadata string values) may hold tab, newline and carriage return; names (ids,
@@ -259,7 +259,7 @@ def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(node, bool) or node is None:
             pass
         elif isinstance(node, int):
-            if not -_INT64 <= node < _INT64:
+            if not -INT64_BOUND <= node < INT64_BOUND:
                 raise ValueError(f"{where}integers must fit in 64 bits (-2**63 to 2**63-1)")
         elif isinstance(node, float):
             if not math.isfinite(node):
@@ -270,6 +270,17 @@ def check_metadata(value: dict[str, Any]) -> dict[str, Any]:
     size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if size > MAX_METADATA_BYTES:
         raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes (16 KiB)")
+    return value
+
+
+def iso_datetime_input(value: Any) -> Any:  # noqa: ANN401 - the raw input, before pydantic reads it
+    """A date-time as input gives it: a ``datetime`` or an ISO 8601 string. A number would be read as Unix seconds,
+    or silently as milliseconds when large: the schemas say ISO 8601."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
+        raise ValueError("must be an ISO 8601 date-time string with a UTC offset, e.g. "
+                         "2023-05-08T13:56:00+00:00 (numbers are not accepted)")
     return value
 
 
@@ -396,13 +407,7 @@ class Turn(BaseModel):
     @field_validator("timestamp", mode="before")
     @classmethod
     def _iso_string(cls, value: Any) -> Any:
-        # A number would be read as Unix seconds, or silently as milliseconds when large: the schema says ISO 8601.
-        if isinstance(value, datetime):
-            return value
-        if not isinstance(value, str) or not _ISO_DATE.match(value):
-            raise ValueError("must be an ISO 8601 date-time string with a UTC offset, e.g. "
-                             "2023-05-08T13:56:00+00:00 (numbers are not accepted)")
-        return value
+        return iso_datetime_input(value)
 
     @field_validator("text")
     @classmethod
@@ -537,6 +542,9 @@ class IndexedTurn(BaseModel):
     # The kinds of thing the turn names, from the optional LLM labeller (``TurnLabeller``): searched as categories
     # beside the lexicon's, for instances the lexicon does not know ("Valorant" -> "video game").
     category_labels: list[str] = Field(default_factory=list)
+    # The turn's own metadata (``Turn.metadata``), which a query can filter on (``QueryRequest.metadata``); empty
+    # for turns stored before it was kept.
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 class TurnPassage(BaseModel):
@@ -552,6 +560,10 @@ class TurnPassage(BaseModel):
     start: int = Field(ge=0)
     end: int = Field(ge=0)
     embedding: list[float]
+    # The turn's time and metadata, so that a filtered query filters its passages as it filters turns; None and
+    # empty for passages stored before they were kept.
+    timestamp: datetime | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 def passage_point_id(tenant: str, conversation_id: str, turn_id: str, index: int) -> str:

@@ -3,12 +3,15 @@
 
     retriever = CompassmemRetriever(memory=memory, conversation_id="priya-tom", budget_turns=5)
     documents = retriever.invoke("Why was the Atlas launch moved?")
+    june = CompassmemRetriever(memory=memory, all_conversations=True, time_from=datetime(2024, 6, 1, tzinfo=UTC),
+                               metadata_filter={"channel": "email"})
     history = CompassmemChatMessageHistory(memory, "session-1")
 
 The retriever asks compassmem and returns the ranked source turns as ``Document``s, best first: the page content is
 the turn's text, the metadata its evidence (``tenant``, ``conversation_id``, ``turn_id``, ``speaker``,
 ``timestamp``, ``event_id``, ``score`` of that event, ``rank``, ``subgoal``, ``event_turn_ids``). A scope without
-memory gives no documents.
+memory gives no documents. ``time_from``, ``time_to`` and ``metadata_filter`` (the query's ``metadata``: LangChain's
+own ``metadata`` tags the retriever's runs) keep only the turns they admit (docs/querying.md).
 
 The history keeps one conversation: ``add_messages`` writes each message as a turn (human messages under their
 ``name`` or ``human_speaker``, AI ones under ``ai_speaker``, system ones under ``system_speaker``; other kinds and
@@ -25,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator, model_validator
 
-from compassmem.core.contracts.limits import BudgetTurns, ScopeIds
+from compassmem.core.contracts.limits import BudgetTurns, MetadataFilter, ScopeIds, TimeBound
 from compassmem.core.contracts.query import QueryRequest
 from compassmem.core.errors import NotFound
 from compassmem.integrations.verbs import MemoryVerbs, conversation_turns
@@ -55,6 +58,10 @@ class CompassmemRetriever(BaseRetriever):
     subject_id: str | None = None
     all_conversations: bool = False
     budget_turns: BudgetTurns = Field(default=10, description="How many ranked turns to return.")
+    time_from: TimeBound | None = Field(default=None, description=QueryRequest.model_fields["time_from"].description)
+    time_to: TimeBound | None = Field(default=None, description=QueryRequest.model_fields["time_to"].description)
+    metadata_filter: MetadataFilter | None = Field(
+        default=None, description=QueryRequest.model_fields["metadata"].description)
 
     @model_validator(mode="after")
     def _scope(self) -> CompassmemRetriever:
@@ -65,7 +72,8 @@ class CompassmemRetriever(BaseRetriever):
     def request(self, question: str) -> QueryRequest:
         return QueryRequest(question=question, tenant=self.tenant, conversation_id=self.conversation_id,
                             conversation_ids=self.conversation_ids, subject_id=self.subject_id,
-                            all_conversations=self.all_conversations, budget_turns=self.budget_turns)
+                            all_conversations=self.all_conversations, budget_turns=self.budget_turns,
+                            time_from=self.time_from, time_to=self.time_to, metadata=self.metadata_filter)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         request = self.request(query)

@@ -197,13 +197,16 @@ class Client:
     def query(self, request: QueryRequest | str, *, conversation_id: str | None = None,
               conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
               all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
-              max_hops: int | None = None, explain: bool | None = None) -> QueryResponse:
+              max_hops: int | None = None, explain: bool | None = None, time_from: datetime | None = None,
+              time_to: datetime | None = None, metadata: Mapping[str, str | int] | None = None) -> QueryResponse:
         """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``;
-        ``explain=True`` asks for ``explanation`` (why each turn ranks where it does)."""
+        ``explain=True`` asks for ``explanation`` (why each turn ranks where it does), ``time_from``, ``time_to``
+        and ``metadata`` filter the turns."""
         return self._send(_query(request, {
             "conversation_id": conversation_id, "conversation_ids": conversation_ids, "subject_id": subject_id,
             "all_conversations": all_conversations, "tenant": tenant, "budget_turns": budget_turns,
-            "max_hops": max_hops, "explain": explain}))
+            "max_hops": max_hops, "explain": explain, "time_from": time_from, "time_to": time_to,
+            "metadata": metadata}))
 
     def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (GET /v1/events/{id})."""
@@ -278,13 +281,17 @@ class AsyncClient:
                     conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
                     all_conversations: bool | None = None, tenant: str | None = None,
                     budget_turns: int | None = None, max_hops: int | None = None,
-                    explain: bool | None = None) -> QueryResponse:
+                    explain: bool | None = None, time_from: datetime | None = None,
+                    time_to: datetime | None = None, metadata: Mapping[str, str | int] | None = None
+                    ) -> QueryResponse:
         """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``;
-        ``explain=True`` asks for ``explanation`` (why each turn ranks where it does)."""
+        ``explain=True`` asks for ``explanation`` (why each turn ranks where it does), ``time_from``, ``time_to``
+        and ``metadata`` filter the turns."""
         return await self._send(_query(request, {
             "conversation_id": conversation_id, "conversation_ids": conversation_ids, "subject_id": subject_id,
             "all_conversations": all_conversations, "tenant": tenant, "budget_turns": budget_turns,
-            "max_hops": max_hops, "explain": explain}))
+            "max_hops": max_hops, "explain": explain, "time_from": time_from, "time_to": time_to,
+            "metadata": metadata}))
 
     async def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (GET /v1/events/{id})."""

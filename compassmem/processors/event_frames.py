@@ -388,6 +388,7 @@ def indexed_turns(segment: Segment, event_id: str,
             has_time_expression=has_time_expression(t.turn.text),
             embedding=t.embedding,
             category_labels=list(labels.get(t.turn.turn_id, ())),
+            metadata=t.turn.metadata,
         )
         for t in segment.turns
     ]

@@ -359,7 +359,7 @@ class QueryEngine:
             vectors = self.embedder.embed([s.text for s in analysis.subgoals])
         timings["embed"] = took.ms
         with stage("query.load") as took:
-            view = self._candidates(request.scope, analysis, vectors, timings)
+            view = self._candidates(request.search_scope, analysis, vectors, timings)
         timings["load"] = took.ms
         if view.empty:
             return Gathered(analysis=analysis, view=view, scored=[], event_scores=np.zeros(0),
@@ -452,6 +452,8 @@ class QueryEngine:
         mark = time.perf_counter()
         hot = self._candidate_events(scope.tenant, ranked, must_hold)
         time_hits = self._time_channel(scope, analysis, vectors[0], hot, locate)
+        if scope.turns is not None:
+            hot = self._admitted(scope, hot)
         links: dict[str, int] = {}
         for entry in hot.values():
             for other, _ in entry.links:
@@ -464,7 +466,7 @@ class QueryEngine:
         hot.update(self.hot.events(scope.tenant, nearby, with_turns=False))
         timings["load_hot"] = _elapsed(mark)
         mark = time.perf_counter()
-        view = MemoryView(scope.tenant, hot.values(), self.embedder.dim)
+        view = MemoryView(scope.tenant, hot.values(), self.embedder.dim, turn_filter=scope.turns)
         view.keyword_hits.update(keyword_hits)
         for text, hits in zip(texts, subgoal_results[2::3], strict=True):
             view.take_passage_hits(text, [hit for hit in hits if isinstance(hit, TurnHit)])
@@ -507,6 +509,15 @@ class QueryEngine:
             size = int(max(size, 0))
         return hot
 
+    def _admitted(self, scope: SearchScope, hot: dict[str, HotEvent]) -> dict[str, HotEvent]:
+        """The candidate events with only the turns the scope's turn filter admits: the searches found admitted
+        turns only, but the hot tier holds whole events, so the store says which of their turns count. An event
+        left with none stays, without turns, for the walk to pass through."""
+        admitted = self.vectors.admitted_turns(scope, list(hot))
+        return {event_id: entry.only({turn_id for turn_id in entry.turn_ids
+                                      if (entry.conversation_id, turn_id) in admitted})
+                for event_id, entry in hot.items()}
+
     def _time_channel(self, scope: SearchScope, analysis: QuestionAnalysis, vector: np.ndarray,
                       candidates: dict[str, HotEvent], locate: TurnLocator | None) -> list[TurnHit]:
         """The turns speaking of the time the question names, nearest to the question first (``time_candidates``
@@ -532,9 +543,8 @@ class QueryEngine:
         """Keyword hits of a text: the ones the candidate search made, else a store search in the view's scope."""
         if text not in view.keyword_hits:
             sparse = sparse_keyword_vector(_search_stems(text, view.speakers))
-            scope = SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations))
             view.keyword_hits[text] = [(h.conversation_id, h.turn_id) for h in self.vectors.turn_hits(
-                scope, sparse, self.config.ranking.keyword_candidates)]
+                _view_scope(view), sparse, self.config.ranking.keyword_candidates)]
         return view.keyword_hits[text]
 
     def _score_subgoal(self, view: MemoryView, text: str, vector: np.ndarray,
@@ -562,8 +572,8 @@ class QueryEngine:
         event_rrf = 1.0 / (k + 1 + _rank_scores(dense_events))
         if ranking.event_keyword_candidates:
             sparse = sparse_keyword_vector(_search_stems(text, view.speakers))
-            scope = SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations))
-            event_hits = self.vectors.hits(scope, [HitSearch("event", sparse, ranking.event_keyword_candidates)])[0]
+            event_hits = self.vectors.hits(_view_scope(view), [HitSearch("event", sparse,
+                                                                         ranking.event_keyword_candidates)])[0]
             for rank, event_hit in enumerate(event_hits):
                 row = view.event_row.get(event_hit.event_id)
                 if row is not None:
@@ -738,6 +748,11 @@ class QueryEngine:
                 cluster_id=event.cluster_id if event is not None else None,
             ))
         return evidence
+
+
+def _view_scope(view: MemoryView) -> SearchScope:
+    """A search among the view's conversations, under its query's turn filter."""
+    return SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations), turns=view.turn_filter)
 
 
 def _turn_out(view: MemoryView, row: int, stems: set[str]) -> TurnOut:

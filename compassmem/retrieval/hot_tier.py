@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 import numpy as np
 
@@ -32,6 +33,8 @@ from compassmem.text.text_features import question_share, states_standing_wish
 from compassmem.retrieval.bm25_index import token_counts, token_lengths
 from compassmem.sinks.graph_store import EdgeFields, WalkEdge, GraphStore
 from compassmem.sinks.vector_store import HotEventRow, HotTurnRow, TurnLocation, TurnLocator, VectorStore
+
+T = TypeVar("T")
 
 # Graph reads of hot-tier loads, run beside their vector-store reads; shared by every hot tier of the process. Sized
 # for the queries that miss at the same time (the API serves queries on many threads), so that one query's graph
@@ -134,6 +137,23 @@ class HotEvent:
                                            turns_loaded=False)
             object.__setattr__(self, "_turnless", turnless)
         return turnless
+
+    def only(self, turn_ids: Collection[str]) -> HotEvent:
+        """The event with only these of its turns (a filtered query's view of it, never held by the tier): the
+        entry itself when it keeps them all, without turns when it keeps none."""
+        rows = [row for row, turn_id in enumerate(self.turn_ids) if turn_id in turn_ids]
+        if len(rows) == self.turn_count:
+            return self
+        if not rows:
+            return self.without_turns()
+
+        def kept(column: Sequence[T]) -> tuple[T, ...]:
+            return tuple(column[row] for row in rows)
+
+        return dataclasses.replace(self, turn_ids=kept(self.turn_ids), speakers=kept(self.speakers),
+                                   texts=kept(self.texts), timestamps=kept(self.timestamps),
+                                   session_ids=kept(self.session_ids), has_time=kept(self.has_time),
+                                   turn_vectors=self.turn_vectors[rows], turn_counts=kept(self.turn_counts))
 
     @classmethod
     def of(cls, event: HotEventRow, vector: np.ndarray, turns: Sequence[HotTurnRow], turn_vectors: np.ndarray,

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from compassmem.core.contracts.search import TurnFilter
 from compassmem.retrieval.bm25_index import bm25_tokens, window_bm25
 from compassmem.retrieval.hot_tier import HotEvent
 from compassmem.sinks.graph_store import EdgeFields
@@ -27,8 +28,10 @@ WINDOW_TURNS = 3
 
 
 class MemoryView:
-    def __init__(self, tenant: str, hot: Iterable[HotEvent], dim: int) -> None:
+    def __init__(self, tenant: str, hot: Iterable[HotEvent], dim: int, turn_filter: TurnFilter | None = None) -> None:
         self.tenant = tenant
+        # The query's turn filter, which the hot events already obey: a search made for the view obeys it too.
+        self.turn_filter = turn_filter
         entries = sorted(hot, key=lambda h: h.order)
         self.events: dict[str, HotEvent] = {h.event_id: h for h in entries}
         self.event_ids = list(self.events)

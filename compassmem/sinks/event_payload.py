@@ -11,6 +11,11 @@ filters on them. ``subject_id`` (null when the turns named none) is an indexed t
 queries across one subject's conversations. A turn's payload keeps its ``event_id``, so deleting an event can delete
 its turns by filter.
 
+A turn's payload keeps its ``timestamp`` (a datetime index) and ``metadata``, and so does each later passage of a
+long turn: a query's ``TurnFilter`` narrows turn and passage searches alike. Its time range also admits the turns of
+events with a resolved time anchor in it, read from the events' ``time_anchors`` first (one more read per search
+batch, only when a query gives a range).
+
 ``PointStore`` implements the whole ``VectorStore`` interface on this layout, in terms of five engine primitives
 (upsert, scroll, query, delete, count) taking backend-neutral ``PointData`` and ``PointFilter`` values; each backend
 only translates those into its engine's types.
@@ -18,18 +23,19 @@ only translates those into its engine's types.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import structlog
 
-from compassmem.core.contracts.search import SearchScope, SparseVector
+from compassmem.core.contracts.search import SearchScope, SparseVector, TurnFilter
 from compassmem.core.models import (
     Event,
     IndexedTurn,
@@ -85,6 +91,14 @@ TIME_KEYS_FIELD = "time_keys"
 MARKS_FIELD = "marks"
 KEYWORD_INDEX_FIELDS = (CONVERSATION_FIELD, KIND_FIELD, EVENT_ID_FIELD, SUBJECT_FIELD, SEGMENT_FIELD, TIME_KEYS_FIELD,
                         MARKS_FIELD)
+# When a turn (and each later passage of it) was said, an ISO 8601 string: a query's time range searches it.
+TIMESTAMP_FIELD = "timestamp"
+DATETIME_INDEX_FIELDS = (TIMESTAMP_FIELD,)
+# The turn's metadata, on turns and passages: a query's metadata filter matches its top-level keys.
+METADATA_FIELD = "metadata"
+# An event's resolved time anchors (objects with ``start`` and ``end`` dates): a query's time range admits the turns
+# of an event with one overlapping it.
+TIME_ANCHORS_FIELD = "time_anchors"
 
 # Added to the event for filtering (e.g. "which event holds turn D3:5", time ranges); dropped on the way back.
 DERIVED_FIELDS = ("turn_ids", "session_ids", "start_ts", "end_ts", KIND_FIELD, SEGMENT_FIELD)
@@ -180,9 +194,10 @@ def hot_records_of(points: Sequence[tuple[Payload, Any]], dim: int) -> HotRecord
 
 
 def turn_to_payload(turn: IndexedTurn) -> dict[str, Any]:
-    # No empty label list on every point: qdrant-edge converts each payload value, and most turns have none.
-    payload = turn.model_dump(mode="json", exclude={"embedding"} if turn.category_labels
-                              else {"embedding", "category_labels"})
+    # No empty label list or metadata on every point: qdrant-edge converts each payload value, and most turns have
+    # neither.
+    empty = {name for name in ("category_labels", METADATA_FIELD) if not getattr(turn, name)}
+    payload = turn.model_dump(mode="json", exclude={"embedding", *empty})
     payload[KIND_FIELD] = TURN_KIND
     if turn.has_time_expression:
         payload[TIME_KEYS_FIELD] = turn_time_keys(turn.text, resolve_time_expressions(turn.text, turn.timestamp))
@@ -281,9 +296,14 @@ def passage_points(passages: Sequence[TurnPassage], dim: int) -> list[PointData]
 
 
 def passage_to_payload(passage: TurnPassage) -> dict[str, Any]:
-    return {TENANT_FIELD: passage.tenant, CONVERSATION_FIELD: passage.conversation_id, "turn_id": passage.turn_id,
-            SUBJECT_FIELD: passage.subject_id, KIND_FIELD: PASSAGE_KIND, PASSAGE_FIELD: passage.index,
-            "start": passage.start, "end": passage.end}
+    payload = {TENANT_FIELD: passage.tenant, CONVERSATION_FIELD: passage.conversation_id, "turn_id": passage.turn_id,
+               SUBJECT_FIELD: passage.subject_id, KIND_FIELD: PASSAGE_KIND, PASSAGE_FIELD: passage.index,
+               "start": passage.start, "end": passage.end}
+    if passage.timestamp is not None:
+        payload[TIMESTAMP_FIELD] = passage.timestamp.isoformat()
+    if passage.metadata:
+        payload[METADATA_FIELD] = passage.metadata
+    return payload
 
 
 def passage_from_point(payload: dict[str, Any] | None, vector: Any) -> TurnPassage:
@@ -293,7 +313,8 @@ def passage_from_point(payload: dict[str, Any] | None, vector: Any) -> TurnPassa
         raise RuntimeError("the vector store returned a passage point without its vector")
     return TurnPassage(tenant=fields[TENANT_FIELD], conversation_id=fields[CONVERSATION_FIELD],
                        turn_id=fields["turn_id"], subject_id=fields.get(SUBJECT_FIELD), index=fields[PASSAGE_FIELD],
-                       start=fields["start"], end=fields["end"], embedding=embedding)
+                       start=fields["start"], end=fields["end"], embedding=embedding,
+                       timestamp=fields.get(TIMESTAMP_FIELD), metadata=fields.get(METADATA_FIELD) or {})
 
 
 def check_query_vector(vector: Sequence[float], dim: int) -> None:
@@ -324,16 +345,30 @@ def turn_points(turns: Sequence[IndexedTurn], sparse: Sequence[SparseVector], di
 
 
 @dataclass(frozen=True)
+class TimeRange:
+    """A date-time payload field within [since, until], either end open when None (a date reads as its midnight,
+    UTC)."""
+
+    key: str
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
 class PointFilter:
     """Which points an operation touches, independent of the engines' filter classes.
 
-    Every ``match`` entry must hold (a tuple value matches any of its items); with ``point_ids``, only those
-    points; with ``any_of``, at least one of those scopes must hold as well.
+    Every ``match`` entry must hold (a tuple value matches any of its items, a scalar equals the value or is one of
+    the items of a list value); with ``point_ids``, only those points; every ``within`` range must hold; for every
+    ``some`` entry (an array field of objects, a filter), at least one object of that array meets that filter; with
+    ``any_of``, at least one of those filters must hold as well.
     """
 
-    match: Mapping[str, str | tuple[str, ...]]
+    match: Mapping[str, str | int | tuple[str, ...]]
     point_ids: tuple[str, ...] | None = None
     any_of: tuple[PointFilter, ...] = ()
+    within: tuple[TimeRange, ...] = ()
+    some: tuple[tuple[str, PointFilter], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -367,15 +402,52 @@ def points_in(where: SearchScope, kind: str) -> PointFilter:
     return PointFilter(match)
 
 
-def _hit_points(where: SearchScope, search: HitSearch) -> PointFilter:
-    """A search's points: its kind within the scope, and only those meeting its time keys and marks when it has
-    some."""
-    match = dict(points_in(where, {"turn": TURN_KIND, "event": EVENT_KIND, "passage": PASSAGE_KIND}[search.kind]).match)
+def _hit_points(points: PointFilter, search: HitSearch) -> PointFilter:
+    """A search's points: those of its kind in its scope (``points``), and only those meeting its time keys and
+    marks when it has some."""
+    match = dict(points.match)
     if search.time_keys:
         match[TIME_KEYS_FIELD] = tuple(search.time_keys)
     if search.marks:
         match[MARKS_FIELD] = tuple(search.marks)
-    return PointFilter(match)
+    return dataclasses.replace(points, match=match)
+
+
+def anchored_events(where: SearchScope, turns: TurnFilter) -> PointFilter:
+    """The scope's events with a resolved time anchor overlapping the filter's range: an anchor is whole days, so it
+    overlaps when it starts on or before ``time_to`` and ends on or after ``time_from``'s day (UTC)."""
+    since = turns.time_from.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0) \
+        if turns.time_from is not None else None
+    bounds = tuple(bound for bound in (TimeRange("start", until=turns.time_to), TimeRange("end", since=since))
+                   if bound.since is not None or bound.until is not None)
+    return PointFilter(points_in(where, EVENT_KIND).match, some=((TIME_ANCHORS_FIELD, PointFilter({}, within=bounds)),))
+
+
+def admitted(where: SearchScope, kind: str, anchored: Sequence[dict[str, Any]]) -> PointFilter:
+    """One kind of point of a search scope, turns and passages only where the scope's turn filter admits them: said
+    within its time range or of an ``anchored`` event (the payloads ``anchored_events`` found), and carrying its
+    metadata values. Events carry no turn fields, so the filter leaves them as they are."""
+    points = points_in(where, kind)
+    turns = where.turns
+    if turns is None or kind == EVENT_KIND:
+        return points
+    match = {**points.match, **{f"{METADATA_FIELD}.{key}": value for key, value in turns.metadata}}
+    if not turns.timed:
+        return PointFilter(match)
+    said = PointFilter({}, within=(TimeRange(TIMESTAMP_FIELD, turns.time_from, turns.time_to),))
+    if not anchored:
+        return PointFilter(match, within=said.within)
+    if kind == TURN_KIND:
+        of_events = (PointFilter({EVENT_ID_FIELD: tuple(sorted({p[EVENT_ID_FIELD] for p in anchored}))}),)
+    else:
+        # A passage names its turn, not the turn's event: the anchored events' turns, conversation by conversation
+        # (a turn id is unique only within its conversation).
+        turn_ids: dict[str, set[str]] = {}
+        for payload in anchored:
+            turn_ids.setdefault(payload[CONVERSATION_FIELD], set()).update(payload["turn_ids"])
+        of_events = tuple(PointFilter({CONVERSATION_FIELD: conversation_id, "turn_id": tuple(sorted(ids))})
+                          for conversation_id, ids in sorted(turn_ids.items()) if ids)
+    return PointFilter(match, any_of=(said, *of_events))
 
 
 def turns_of(tenant: str, event_ids: Sequence[str]) -> PointFilter:
@@ -534,11 +606,30 @@ class PointStore(VectorStore):
         return hot_records_of(self._scroll(where, payload_keys=HOT_FIELDS), self.dim)
 
     def count_turns(self, scope: SearchScope) -> int:
-        return self._count(points_in(scope, TURN_KIND))
+        return self._count(self._points_of(scope, [TURN_KIND])[TURN_KIND])
+
+    def admitted_turns(self, scope: SearchScope, event_ids: Sequence[str]) -> set[tuple[str, str]]:
+        if not event_ids:
+            return set()
+        turns = self._points_of(scope, [TURN_KIND])[TURN_KIND]
+        where = dataclasses.replace(turns, match={**turns.match, EVENT_ID_FIELD: tuple(sorted(set(event_ids)))})
+        records = self._scroll(where, (CONVERSATION_FIELD, "turn_id"), vectors=False)
+        return {(p[CONVERSATION_FIELD], p["turn_id"]) for p in (_required(payload) for payload, _ in records)}
+
+    def _points_of(self, scope: SearchScope, kinds: Collection[str]) -> dict[str, PointFilter]:
+        """Per point kind, its points in the scope that the scope's turn filter admits (``admitted``); the events
+        with a time anchor in its range are read once for all kinds."""
+        anchored: list[dict[str, Any]] = []
+        if scope.turns is not None and scope.turns.timed and set(kinds) - {EVENT_KIND}:
+            anchored = [_required(payload) for payload, _ in self._scroll(
+                anchored_events(scope, scope.turns), (CONVERSATION_FIELD, EVENT_ID_FIELD, "turn_ids"), vectors=False)]
+        return {kind: admitted(scope, kind, anchored) for kind in kinds}
 
     def hits(self, scope: SearchScope, searches: Sequence[HitSearch],
              locate: TurnLocator | None = None) -> list[list[TurnHit | EventHit]]:
-        queries = [self._nearest_query(_hit_points(scope, search), search.query, _vector_name(search), search.limit)
+        points = self._points_of(scope, {search.kind for search in searches})
+        queries = [self._nearest_query(_hit_points(points[search.kind], search), search.query, _vector_name(search),
+                                       search.limit)
                    for search in searches]
         asked = [(search, query) for search, query in zip(searches, queries, strict=True) if query is not None]
         # Where the hits are, not what they say: converting whole payloads cost more than the searches' scoring.
@@ -650,11 +741,12 @@ class PointStore(VectorStore):
         check_query_vector(query, self.dim)
         return Nearest([float(x) for x in query], using, where, limit)
 
-    def _scroll(self, where: PointFilter, payload_keys: Sequence[str] | None = None) -> list[tuple[Payload, Any]]:
+    def _scroll(self, where: PointFilter, payload_keys: Sequence[str] | None = None,
+                vectors: bool = True) -> list[tuple[Payload, Any]]:
         found: list[tuple[Payload, Any]] = []
         offset: Any = None
         while True:
-            page, offset = self._scroll_page(where, offset, _SCROLL_PAGE, payload_keys)
+            page, offset = self._scroll_page(where, offset, _SCROLL_PAGE, payload_keys, vectors=vectors)
             found.extend(page)
             if offset is None:
                 return found

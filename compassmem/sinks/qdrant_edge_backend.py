@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -40,11 +41,13 @@ from qdrant_edge import (
     MatchAny,
     MatchValue,
     Modifier,
+    NestedCondition,
     PayloadSchemaType,
     Point,
     Query,
     QueryBatchRequest,
     QueryRequest,
+    RangeDateTime,
     ScrollRequest,
     UpdateOperation,
 )
@@ -296,10 +299,17 @@ def _filter(where: PointFilter) -> Filter:
         FieldCondition(key=key, match=MatchAny(list(value)) if isinstance(value, tuple) else MatchValue(value))
         for key, value in where.match.items()
     ]
+    must.extend(FieldCondition(key=bound.key, range=RangeDateTime(gte=_iso(bound.since), lte=_iso(bound.until)))
+                for bound in where.within)
+    must.extend(NestedCondition(key=key, filter=_filter(inner)) for key, inner in where.some)
     if where.point_ids is not None:
         must.append(HasIdCondition(point_ids=set(where.point_ids)))
     should: list[Any] | None = [_filter(option) for option in where.any_of] or None
     return Filter(must=must, should=should)
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def _open_shard(path: Path, config: EdgeConfig, existing: bool) -> EdgeShard:
@@ -318,6 +328,8 @@ def _open_shard(path: Path, config: EdgeConfig, existing: bool) -> EdgeShard:
     shard.update(UpdateOperation.create_field_index(layout.TENANT_FIELD, KeywordIndexParams(is_tenant=True)))
     for field in layout.KEYWORD_INDEX_FIELDS:
         shard.update(UpdateOperation.create_field_index(field, PayloadSchemaType.Keyword))
+    for field in layout.DATETIME_INDEX_FIELDS:
+        shard.update(UpdateOperation.create_field_index(field, PayloadSchemaType.Datetime))
     return shard
 
 

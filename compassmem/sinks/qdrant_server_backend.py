@@ -25,13 +25,14 @@ VECTOR_SPACE_KEY = "compassmem_vector_space"
 
 log = structlog.get_logger(__name__)
 
-_PAYLOAD_INDEXES: dict[str, models.KeywordIndexParams] = {
+_PAYLOAD_INDEXES: dict[str, models.KeywordIndexParams | models.PayloadSchemaType] = {
     # is_tenant lets the server co-locate each tenant's points, which keeps tenant-filtered search fast.
     layout.TENANT_FIELD: models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True),
     **{
         field: models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD)
         for field in layout.KEYWORD_INDEX_FIELDS
     },
+    **{field: models.PayloadSchemaType.DATETIME for field in layout.DATETIME_INDEX_FIELDS},
 }
 
 
@@ -196,6 +197,10 @@ def _filter(where: PointFilter) -> models.Filter:
         )
         for key, value in where.match.items()
     ]
+    must.extend(models.FieldCondition(key=bound.key, range=models.DatetimeRange(gte=bound.since, lte=bound.until))
+                for bound in where.within)
+    must.extend(models.NestedCondition(nested=models.Nested(key=key, filter=_filter(inner)))
+                for key, inner in where.some)
     if where.point_ids is not None:
         must.append(models.HasIdCondition(has_id=list(where.point_ids)))
     should: list[Any] | None = [_filter(option) for option in where.any_of] or None

@@ -178,7 +178,14 @@ class VectorStore(ABC):
         written)."""
 
     @abstractmethod
-    def count_turns(self, scope: SearchScope) -> int: ...
+    def count_turns(self, scope: SearchScope) -> int:
+        """Turns in the scope (only those its turn filter admits, when it has one)."""
+
+    @abstractmethod
+    def admitted_turns(self, scope: SearchScope, event_ids: Sequence[str]) -> set[tuple[str, str]]:
+        """(conversation id, turn id) of the turns of these events, in the scope, that its turn filter admits, in one
+        filtered read: a query's hot tier holds whole events, and a filtered query ranks only these of their
+        turns."""
 
     def turn_hits(self, scope: SearchScope, query: Sequence[float] | SparseVector, limit: int) -> list[TurnHit]:
         """Best turns within a scope, by cosine similarity to a dense query or by keyword score for a sparse one,

@@ -170,7 +170,7 @@ class MemoryPipeline:
             update = MemoryUpdate(passages=[
                 TurnPassage(tenant=turn.tenant, conversation_id=turn.conversation_id, turn_id=turn.turn_id,
                             subject_id=turn.subject_id, index=index, start=start, end=end,
-                            embedding=vector.tolist())
+                            embedding=vector.tolist(), timestamp=turn.timestamp, metadata=turn.metadata)
                 for (turn, _, index, (start, end)), vector in zip(later, embedded[len(batch):], strict=True)])
             applying = time.time_ns()
             for turn, vector in zip(batch, vectors, strict=True):

@@ -6,17 +6,21 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator, model_validator
 
 from compassmem.core.contracts.limits import (
+    MAX_FILTER_KEYS,
+    MAX_FILTER_VALUE_CHARS,
     MAX_QUESTION_CHARS,
     MAX_SCOPE_CONVERSATIONS,
     BudgetTurns,
     Hops,
+    MetadataFilter,
     Question,
     ScopeIds,
+    TimeBound,
 )
-from compassmem.core.contracts.search import SearchScope
+from compassmem.core.contracts.search import SearchScope, TurnFilter
 from compassmem.core.models import (
     DEFAULT_TENANT,
     ID_PATTERN,
@@ -69,6 +73,20 @@ class QueryRequest(BaseModel):
                                    "for the question its subgoals, shape, time spans and what it asks for. Computed "
                                    "from what the ranking already holds (no second search); `true` or `false` only.")
 
+    time_from: TimeBound | None = Field(
+        default=None, description="Only turns said at or after this time, or held by an event with a resolved time "
+                                  "anchor (\"last week\", \"in May\": whole days, UTC) ending on or after its day: "
+                                  "ISO 8601 with a UTC offset, e.g. 2024-06-01T00:00:00Z.")
+    time_to: TimeBound | None = Field(
+        default=None, description="Only turns said at or before this time, or held by an event with a resolved time "
+                                  "anchor starting on or before it: ISO 8601 with a UTC offset; not before "
+                                  "time_from.")
+    metadata: MetadataFilter | None = Field(
+        default=None, description=f"Only turns whose metadata has each of these top-level keys with this value (or, "
+                                  f"for a list value, holding it): at most {MAX_FILTER_KEYS} keys of letters, digits, "
+                                  f"'_' and '-', each value a string of at most {MAX_FILTER_VALUE_CHARS} characters "
+                                  "or an integer.")
+
     @field_validator("conversation_id", "subject_id")
     @classmethod
     def _one_id(cls, value: str | None) -> str | None:
@@ -83,6 +101,14 @@ class QueryRequest(BaseModel):
     @classmethod
     def _question(cls, value: str) -> str:
         return check_question(value)
+
+    @field_validator("time_to")
+    @classmethod
+    def _not_before_start(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        start = info.data.get("time_from")
+        if value is not None and start is not None and value < start:
+            raise ValueError(f"must not be before time_from ({start.isoformat()})")
+        return value
 
     @model_validator(mode="after")
     def _one_scope(self) -> QueryRequest:
@@ -102,6 +128,15 @@ class QueryRequest(BaseModel):
         if self.conversation_ids is not None:
             return SearchScope(tenant=self.tenant, conversation_ids=tuple(self.conversation_ids))
         return SearchScope(tenant=self.tenant, subject_id=self.subject_id)
+
+    @property
+    def search_scope(self) -> SearchScope:
+        """``scope`` narrowed by the time range and the metadata filter: what the engine's searches cover."""
+        if self.time_from is None and self.time_to is None and not self.metadata:
+            return self.scope
+        turns = TurnFilter(time_from=self.time_from, time_to=self.time_to,
+                           metadata=tuple(sorted((self.metadata or {}).items())))
+        return self.scope.model_copy(update={"turns": turns})
 
     @property
     def scope_label(self) -> str:
