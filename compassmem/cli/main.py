@@ -13,6 +13,8 @@ import structlog
 from pydantic import ValidationError
 
 from compassmem import __version__
+from compassmem.cli.api_key import add_api_key_options
+from compassmem.cli.command_parser import CommandParser
 from compassmem.cli.errors import one_line
 from compassmem.cli.evaluate import add_eval_command
 from compassmem.cli.ingest_report import print_summary, stored_totals
@@ -20,6 +22,7 @@ from compassmem.cli.progress import Progress
 from compassmem.cli.status import add_status_command
 from compassmem.cli.streaming import add_insecure_no_auth, add_streaming_commands
 from compassmem.cli.transfer import add_transfer_commands
+from compassmem.cli.wait_ready import add_wait_ready_command
 from compassmem.core.config import ENV_PREFIX, Settings, SettingsFileError
 from compassmem.core.contracts.query import QueryResponse
 from compassmem.write.importers import SUBJECT_HELP, ImportFormatError, read_turns
@@ -42,6 +45,10 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
         echo(f"error: {error}", file=sys.stderr)
         return 2
     echo(f"read {len(turns)} turns from {args.path}")
+    if args.url:
+        from compassmem.cli.remote import ingest_over_http
+
+        return ingest_over_http(args, turns)
     progress = Progress(len(turns))
     try:
         with Memory(settings) as memory:
@@ -85,6 +92,7 @@ def print_answer(question: str, response: QueryResponse, shown: int,
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
+    from compassmem.cli.remote import remote
     from compassmem.core.contracts.query import QueryRequest
     from compassmem.core.errors import NotFound
     from compassmem.library.memory import Memory
@@ -107,7 +115,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as error:
         echo(f"error: {error}", file=sys.stderr)
         return 2
-    with Memory(settings) as memory:
+    with remote(args) if args.url else Memory(settings) as memory:
         for request in requests:
             try:
                 response = memory.query(request)
@@ -188,8 +196,14 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def add_url_options(command: argparse.ArgumentParser, help_text: str) -> None:
+    """``--url`` and the API key options of a command that can run against a running API."""
+    command.add_argument("--url", help=help_text)
+    add_api_key_options(command, whose="the tenant")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="compassmem", description="Event-graph long-term memory for LLM agents.")
+    parser = CommandParser(prog="compassmem", description="Event-graph long-term memory for LLM agents.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--data-dir", type=Path, help="where the embedded stores live (COMPASSMEM_DATA_DIR)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -197,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
     ingest.add_argument("--tenant", default="default")
     ingest.add_argument("--subject", metavar="ID", help=SUBJECT_HELP)
+    add_url_options(ingest, "post the turns to the query API at URL (POST /v1/turns) instead of the data "
+                            "directory: what to use while `compassmem dev` runs there")
     ingest.set_defaults(handler=cmd_ingest)
     ask = commands.add_parser("ask", help="answer questions from memory, with evidence",
                               usage="compassmem ask [--subject ID | --conversations A,B | --all] "
@@ -209,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--all", action="store_true", help="ask every conversation of the tenant")
     ask.add_argument("--tenant", default="default")
     ask.add_argument("--budget", type=int, default=5, help="ranked turns to return per question")
+    add_url_options(ask, "ask the query API at URL (POST /v1/query) instead of the data directory: what to use "
+                         "while `compassmem dev` runs there")
     ask.set_defaults(handler=cmd_ask)
     api = commands.add_parser("api", help="serve the query API against a Qdrant server and an external FalkorDB")
     api.add_argument("--host", help="bind address (COMPASSMEM_API_HOST, default 127.0.0.1)")
@@ -254,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_streaming_commands(commands)
     add_transfer_commands(commands)
     add_eval_command(commands)
+    add_wait_ready_command(commands)
     return parser
 
 
@@ -275,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level, settings.log_format)
     try:
         configure_tracing(settings, service=f"compassmem-{args.command}")
-        if args.command in _DATA_DIR_COMMANDS | _STORE_COMMANDS or (args.command == "eval" and not args.url):
+        # A command given --url reaches a running API: the data directory is not its business.
+        if args.command in _DATA_DIR_COMMANDS | _STORE_COMMANDS | {"eval"} and not getattr(args, "url", None):
             from compassmem.sinks.factory import check_data_dir, uses_data_dir
 
             # Before any slow set-up (the embedder; the dev broker, whose log lives there too): fail in a second.

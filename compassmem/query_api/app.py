@@ -20,7 +20,8 @@ from typing import Any
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from compassmem import __version__
@@ -154,7 +155,8 @@ async def _sample_memory_health(monitor: MemoryHealthMonitor) -> None:
 
 
 def create_app(services: ApiServices) -> FastAPI:
-    app = FastAPI(
+    # /docs and /redoc load their scripts and styles from this server (a CDN's would leave them blank offline).
+    app = FastAPIOffline(
         lifespan=_lifespan,
         title="compassmem query API",
         version=__version__,
@@ -206,6 +208,11 @@ def create_app(services: ApiServices) -> FastAPI:
         app.include_router(router)
     _in_document_order(app)
     mount_ui(app)
+
+    @app.get("/", include_in_schema=False)
+    async def _home(request: Request) -> RedirectResponse:
+        # Whoever opens the server's address in a browser lands on the explorer.
+        return RedirectResponse(f"{request.scope.get('root_path', '')}/ui/")
     app.add_middleware(ServerSpanMiddleware)
     install_request_ids(app)
     return app
