@@ -35,9 +35,11 @@ FAST_STREAM_ENV = {
 
 @contextmanager
 def serving_child(args: Sequence[str], log_path: Path, ready_url: str, ready_timeout_s: float,
-                  env: Mapping[str, str] | None = None, ready_status: int = 200) -> Iterator[None]:
+                  env: Mapping[str, str] | None = None,
+                  ready_status: int = 200) -> Iterator[subprocess.Popen[bytes]]:
     """Run a server as a child (in its own process group, so its own children go with it), output into
-    ``log_path``; ready once ``ready_url`` answers ``ready_status``. Stopped with SIGTERM, SIGKILL after 30 s."""
+    ``log_path``; ready once ``ready_url`` answers ``ready_status``; yields the child. Stopped with SIGTERM,
+    SIGKILL after 30 s."""
     name = Path(args[0]).name if args[0] != sys.executable else " ".join(args[1:4])
     with log_path.open("w") as log:
         process = subprocess.Popen(list(args), env=dict(env) if env is not None else None, stdout=log,
@@ -53,7 +55,7 @@ def serving_child(args: Sequence[str], log_path: Path, ready_url: str, ready_tim
                     pass
                 assert time.monotonic() < deadline, f"{name} did not answer {ready_url} within {ready_timeout_s} s"
                 time.sleep(0.2)
-            yield
+            yield process
         finally:
             os.killpg(process.pid, signal.SIGTERM)
             try:

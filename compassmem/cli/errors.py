@@ -24,6 +24,7 @@ KNOWN_ERRORS: tuple[tuple[str, str], ...] = (
     ("compassmem.publish.producer", "ProduceError"),
     ("compassmem.query_api.server", "ApiStartupError"),
     ("compassmem.mcp.server", "McpStartupError"),
+    ("compassmem.cli.api_key", "ApiKeyError"),
     ("compassmem.publish.publisher", "PublishError"),
     # The library's own errors (``compassmem.Memory``, the HTTP clients), once that module is part of the package.
     ("compassmem.core.errors", "CompassmemError"),

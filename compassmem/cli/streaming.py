@@ -29,6 +29,17 @@ def _fail(message: object) -> int:
     return 2
 
 
+def _bootstrap(settings: Settings) -> str:
+    """The broker to use: COMPASSMEM_KAFKA_BOOTSTRAP, else that of the `compassmem dev` running on the data
+    directory (its broker may be on any free port), else the dev broker's default address."""
+    from compassmem.system.dev_server import running_dev
+
+    if settings.kafka_bootstrap:
+        return settings.kafka_bootstrap
+    dev = running_dev(settings.data_dir)
+    return dev.broker if dev is not None else settings.bootstrap_servers
+
+
 def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.streams.broker import BrokerStartupError, DevBroker
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
@@ -65,7 +76,7 @@ def cmd_produce(args: argparse.Namespace, settings: Settings) -> int:
                                 subject_id=args.subject))
     except ImportFormatError as error:
         return _fail(error)
-    bootstrap = settings.bootstrap_servers
+    bootstrap = _bootstrap(settings)
     try:
         ensure_topics(bootstrap, topic_specs(settings))
         pace = f" at {args.rate:g} turns/s" if args.rate else ""
@@ -125,7 +136,7 @@ def _send_command(settings: Settings, make: Callable[[], Command], what: str, wa
         return _fail(describe_validation_error(error))
     except ValueError as error:  # a runtime setting's key or value (library/runtime_settings.py)
         return _fail(error)
-    bootstrap = settings.bootstrap_servers
+    bootstrap = _bootstrap(settings)
     try:
         ensure_topics(bootstrap, topic_specs(settings))
         with TurnProducer(bootstrap, settings.turns_topic, settings.control_topic) as producer:
@@ -178,11 +189,12 @@ def cmd_config_show(args: argparse.Namespace, settings: Settings) -> int:
     from compassmem.streams.forget_log import settings_in_force
     from compassmem.streams.topics import TopicSetupError, ensure_topics, topic_specs
 
+    bootstrap = _bootstrap(settings)
     try:
-        ensure_topics(settings.bootstrap_servers, topic_specs(settings))
+        ensure_topics(bootstrap, topic_specs(settings))
     except TopicSetupError as error:
         return _fail(error)
-    for shown in settings_in_force(settings.bootstrap_servers, settings).in_force():
+    for shown in settings_in_force(bootstrap, settings).in_force():
         where = ""
         if shown.change is not None:
             where = f" at {shown.change.requested_at.isoformat()}, control offset {shown.change.control_offset}"
@@ -214,7 +226,8 @@ def add_streaming_commands(commands: argparse._SubParsersAction) -> None:  # typ
     produce = commands.add_parser(
         "produce", help="stream a LoCoMo JSON or JSONL turns file into the turns topic",
         description="Validate the file, then send each turn (the JSONL message schema, keyed tenant/conversation_id) "
-                    "to COMPASSMEM_TURNS_TOPIC on COMPASSMEM_KAFKA_BOOTSTRAP (default: the dev broker).",
+                    "to COMPASSMEM_TURNS_TOPIC on COMPASSMEM_KAFKA_BOOTSTRAP (unset: the broker of the "
+                    "`compassmem dev` running on the data directory, else the dev broker's port).",
     )
     produce.add_argument("path", help="a LoCoMo-format .json file or a .jsonl file of turns")
     produce.add_argument("--rate", type=float, help="turns per second, to simulate live traffic (default: max)")

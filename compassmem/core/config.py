@@ -34,6 +34,7 @@ DIALOGUE_MODEL = "dialogue-minilm"
 RERANKER_MODEL = "relevance-minilm"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
+DATA_DIR_VARIABLE = f"{ENV_PREFIX}DATA_DIR"
 # The key the CLI sends to a running API (eval --url, status; compassmem/cli/api_key.py): no setting of the
 # process, but a known variable, and one the TypeScript client's example reads too.
 API_KEY_VARIABLE = f"{ENV_PREFIX}API_KEY"
@@ -198,8 +199,9 @@ class Settings(BaseSettings):
     # Kafka: the streaming worker, `compassmem produce`, POST /v1/turns and the forget commands of DELETE.
     kafka_bootstrap: str | None = Field(
         default=None,
-        description="host:port[,host:port] of a Kafka cluster. Unset: the worker and `compassmem produce` use the "
-        "dev broker of `compassmem broker` (127.0.0.1:dev_broker_port) and the API produces nothing.",
+        description="host:port[,host:port] of a Kafka cluster. Unset: `compassmem produce` uses the broker of the "
+        "`compassmem dev` running on the data directory, else (as the worker does) the dev broker of `compassmem "
+        "broker` (127.0.0.1:dev_broker_port); the API produces nothing.",
     )
     # Full topic names (not a prefix), so the API, the worker and any other producer agree on one setting each.
     turns_topic: str = Field(default="compassmem.turns", pattern=_TOPIC_PATTERN)

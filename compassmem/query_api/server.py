@@ -13,6 +13,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -162,13 +163,13 @@ class ApiSidecar:
     and DELETE. torch keeps its default threads here, since the worker's batch embedding shares the process."""
 
     def __init__(self, settings: Settings, stores: Stores, embedder: Embedder, bootstrap: str,
-                 metrics: MemoryMetrics) -> None:
+                 metrics: MemoryMetrics, on_listening: Callable[[str], None] = lambda url: None) -> None:
+        self.on_listening = on_listening
         self.publisher = KafkaTurnPublisher(bootstrap, settings.turns_topic, settings.control_topic)
         try:
             self.services = build_services(settings, stores, embedder, metrics, turn_publisher=self.publisher,
                                            control_publisher=self.publisher)
-            self.server = BackgroundServer(create_app(self.services), settings.api_host, settings.api_port,
-                                           log_level=settings.log_level.lower())
+            self.server = _listening_server(create_app(self.services), settings)
             self.listener = ChangeFeedListener(bootstrap, settings, self.services.memory.hot,
                                                runtime=self.services.memory.runtime)
             warm_store_in_background(settings, stores)
@@ -181,6 +182,7 @@ class ApiSidecar:
         self.listener.start()
         self.server.start()
         log.info("api.listening", url=self.url)
+        self.on_listening(self.url)
         return self
 
     def stop(self) -> None:
@@ -191,9 +193,22 @@ class ApiSidecar:
             self.publisher.close()
 
 
+def _listening_server(app: FastAPI, settings: Settings) -> BackgroundServer:
+    """The app's server on ``api_host:api_port``; ApiStartupError naming the port and its setting when it is taken
+    (rather than an OSError, which would read as a store that stopped answering)."""
+    try:
+        return BackgroundServer(app, settings.api_host, settings.api_port, log_level=settings.log_level.lower())
+    except OSError as error:
+        raise ApiStartupError(
+            f"the API cannot listen on {settings.api_host}:{settings.api_port} ({error.strerror or error}): another "
+            "process (another `compassmem dev`?) uses that port; set COMPASSMEM_API_PORT to a free one") from None
+
+
 def dev_api_sidecar(context: DevContext) -> ApiSidecar:
-    """The sidecar factory for ``streams.runner.run_dev(settings, sidecars=[dev_api_sidecar])``."""
-    return ApiSidecar(context.settings, context.stores, context.embedder, context.bootstrap, context.metrics)
+    """The sidecar factory for ``streams.runner.run_dev(settings, sidecars=[dev_api_sidecar])``: announces its URL
+    through ``context.api_listening`` once it listens."""
+    return ApiSidecar(context.settings, context.stores, context.embedder, context.bootstrap, context.metrics,
+                      on_listening=context.api_listening)
 
 
 class BackgroundServer:

@@ -13,19 +13,18 @@ from types import TracebackType
 
 import structlog
 
-from compassmem.core.config import Settings
+from compassmem.core.config import DATA_DIR_VARIABLE, Settings
 from compassmem.core.models import DEFAULT_TENANT, Event
 from compassmem.sinks.failures import is_store_unavailable
 from compassmem.sinks.falkordb_backend import FalkorDBGraphStore
 from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupError
 from compassmem.sinks.graph_store import GraphStore
-from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore
+from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore, ShardInUse
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
 from compassmem.sinks.vector_store import VectorSpaceMismatch, VectorStore
+from compassmem.system.dev_server import running_dev
 
 log = structlog.get_logger(__name__)
-
-DATA_DIR_VARIABLE = "COMPASSMEM_DATA_DIR"
 
 
 class StoreOpenError(RuntimeError):
@@ -207,11 +206,29 @@ def _vector_backend(settings: Settings, dim: int) -> VectorStore:
             raise _unreachable("COMPASSMEM_QDRANT_URL", settings.qdrant_url, "the Qdrant server", error) from error
     try:
         return EdgeVectorStore(settings.data_dir / "qdrant", dim)
+    except ShardInUse:
+        # Expected while `compassmem dev` runs: the message says where it serves; the shard's own error adds nothing.
+        raise StoreOpenError(in_use_message(settings.data_dir)) from None
     except OSError as error:
         raise StoreOpenError(_embedded_failure(settings, "the qdrant-edge shard", error)) from error
-    except RuntimeError as error:
-        # "cannot open the qdrant-edge shard at ... (is another process or store object using this directory?)"
+    except RuntimeError as error:  # a shard made for another dimension, or by an older compassmem
         raise StoreOpenError(str(error)) from error
+
+
+def in_use_message(data_dir: Path) -> str:
+    """One line for a command (or a ``Memory``) that finds the embedded stores of ``data_dir`` held by another
+    process: where the running server is, and what to do instead."""
+    where = f"{DATA_DIR_VARIABLE}={data_dir}"
+    server = running_dev(data_dir)
+    if server is None or server.api_url is None:
+        holder = (f"`compassmem dev` (pid {server.pid}, still starting)" if server is not None else
+                  "another process (a `compassmem dev`, `worker` or `mcp`, or a program's Memory)")
+        return (f"{where} is held by {holder}: ask a running `compassmem dev` over HTTP instead (--url URL on ask "
+                f"and ingest, compassmem.Client(URL) in Python), stop that process, or set another {DATA_DIR_VARIABLE}")
+    url = server.api_url
+    return (f"{where} is held by `compassmem dev` (pid {server.pid}) serving {url}: use that server instead "
+            f"(`compassmem ask --url {url} ...`, `compassmem ingest --url {url} FILE`, compassmem.Client(\"{url}\") "
+            f"in Python), stop it (kill {server.pid}), or set another {DATA_DIR_VARIABLE}")
 
 
 def _unreachable(variable: str, url: str, what: str, error: Exception) -> Exception:

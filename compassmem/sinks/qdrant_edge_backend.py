@@ -113,6 +113,10 @@ def _sharing(method: Callable[_Args, _Result]) -> Callable[_Args, _Result]:
     return shared
 
 
+class ShardInUse(RuntimeError):
+    """Another process (or another store object of this one) holds the shard."""
+
+
 class EdgeVectorStore(PointStore):
     """Events and turns as points of an embedded qdrant-edge shard at ``path`` (created on first use).
 
@@ -321,8 +325,9 @@ def _open_shard(path: Path, config: EdgeConfig, existing: bool) -> EdgeShard:
     except Exception as exc:
         hint = ""
         if "WAL" in str(exc):
-            hint = " (is another process or store object using this directory?)"
-        elif "incompatible" in str(exc).lower():
+            raise ShardInUse(f"cannot open the qdrant-edge shard at {path} (is another process or store object "
+                             f"using this directory?): {exc}") from exc
+        if "incompatible" in str(exc).lower():
             hint = " (made for another dimension, or by a compassmem without turn vectors? start a new directory)"
         raise RuntimeError(f"cannot open the qdrant-edge shard at {path}{hint}: {exc}") from exc
     shard.update(UpdateOperation.create_field_index(layout.TENANT_FIELD, KeywordIndexParams(is_tenant=True)))
@@ -341,8 +346,8 @@ def _lock(path: Path) -> int:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(handle)
-        raise RuntimeError(f"cannot open the qdrant-edge shard at {path} (is another process or store object "
-                           "using this directory?)") from None
+        raise ShardInUse(f"cannot open the qdrant-edge shard at {path} (is another process or store object using "
+                         "this directory?)") from None
     return handle
 
 

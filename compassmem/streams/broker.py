@@ -74,8 +74,9 @@ class DevBroker:
         port = self.requested_port or free_port(self.host)
         if _port_in_use(self.host, port):
             raise BrokerStartupError(
-                f"{self.host}:{port} is already in use (another `compassmem broker`?); choose another port "
-                "with --port / COMPASSMEM_DEV_BROKER_PORT, or 0 for any free one"
+                f"the dev broker cannot listen on {self.host}:{port}: it is already in use (another `compassmem "
+                "dev` or `compassmem broker`?); choose another port with --port / COMPASSMEM_DEV_BROKER_PORT, or 0 "
+                "for any free one"
             )
         url = f"tcp://{self.host}:{port}"
         command = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import os
 import signal
 import sys
 import threading
@@ -27,9 +28,10 @@ from compassmem.core.logging_setup import library_logging_config
 from compassmem.monitoring.measured_stores import measure_stores
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.system.process_gc import freeze_long_lived_objects
-from compassmem.sinks.factory import Stores, open_stores
+from compassmem.sinks.factory import StoreOpenError, Stores, in_use_message, open_stores
 from compassmem.streams.broker import DevBroker
 from compassmem.streams.topics import ensure_topics, topic_specs
+from compassmem.system.dev_server import DevServer, announced, running_dev
 from compassmem.core.terminal import echo
 
 log = structlog.get_logger(__name__)
@@ -48,6 +50,8 @@ class DevContext:
     stores: Stores
     embedder: Embedder
     metrics: MemoryMetrics
+    # What a sidecar that serves the query API calls with its URL once it listens: `dev` announces it.
+    api_listening: Callable[[str], None] = lambda url: None
 
 
 SidecarFactory = Callable[[DevContext], Sidecar]
@@ -109,20 +113,27 @@ def run_worker(settings: Settings) -> int:
 
 
 def run_dev(settings: Settings, sidecars: Sequence[SidecarFactory] = ()) -> int:
-    """``compassmem dev``: dev broker + embedded stores + worker (+ sidecars) in this process."""
+    """``compassmem dev``: dev broker + embedded stores + worker (+ sidecars) in this process, announced in the
+    data directory while it runs (``system/dev_server.py``)."""
+    if running_dev(settings.data_dir) is not None:
+        # Before the broker takes a port: say which process holds the directory, not that a port is taken.
+        raise StoreOpenError(in_use_message(settings.data_dir))
     with DevBroker(port=settings.dev_broker_port, log_path=settings.data_dir / "dev-broker.log") as broker:
         # The worker must use this broker whatever COMPASSMEM_KAFKA_BOOTSTRAP says.
         settings = settings.model_copy(update={"kafka_bootstrap": broker.bootstrap})
         echo(f"dev broker on {broker.bootstrap} (memory-only: topics and offsets vanish when `compassmem dev` "
               "stops; the stores keep the memory built)", file=sys.stderr)
+        # `compassmem produce` and the other commands find it in the data directory; a client of your own needs this.
+        echo(f"export COMPASSMEM_KAFKA_BOOTSTRAP={broker.bootstrap}", file=sys.stderr)
         ensure_topics(broker.bootstrap, topic_specs(settings))
         embedder = make_embedder(settings)
         # One registry for the worker and its sidecars: the API's /metrics shows both.
         metrics = MemoryMetrics(conversation_labels=settings.metrics_conversation_labels, api_keys=settings.api_keys)
-        with open_stores(settings, dim=embedder.dim) as opened:
+        with open_stores(settings, dim=embedder.dim) as opened, \
+                announced(settings.data_dir, DevServer(pid=os.getpid(), broker=broker.bootstrap)) as api_listening:
             stores = measure_stores(opened, metrics)
             context = DevContext(settings=settings, bootstrap=broker.bootstrap, stores=stores, embedder=embedder,
-                                 metrics=metrics)
+                                 metrics=metrics, api_listening=api_listening)
             made = [factory(context) for factory in sidecars]
             freeze_long_lived_objects()
             return run_streaming_worker(settings, broker.bootstrap, stores, embedder, metrics, made)
