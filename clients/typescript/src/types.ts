@@ -50,7 +50,8 @@ export type TurnInput = Omit<Turn, "tenant"> & { tenant?: Turn["tenant"] };
 export type ChatMessageInput = Omit<ChatMessage, "tenant"> & { tenant?: ChatMessage["tenant"] };
 
 /** The fields of a query besides the question: one scope (`conversation_id`, `conversation_ids`, `subject_id` or
- * `all_conversations: true`), the tenant, `budget_turns`, `max_hops`; the server's defaults for the rest. */
+ * `all_conversations: true`), the tenant, `budget_turns`, `max_hops`, the filters `time_from` and `time_to` (ISO
+ * 8601 strings with a UTC offset) and `metadata`; the server's defaults for the rest. */
 export type QueryOptions = Partial<Omit<QueryRequest, "question">>;
 /** A whole query request, the question included. */
 export type QueryInput = QueryOptions & Pick<QueryRequest, "question">;

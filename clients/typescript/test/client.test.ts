@@ -43,6 +43,17 @@ describe("reading the sample conversation", () => {
     }
   });
 
+  it("keeps only the turns a time range and a metadata filter admit", async () => {
+    // Sessions 1-2 are of March 2024, session 3 of 22 April: up to March, the launch turn of April is left out.
+    const march = await client.query(QUESTION, { conversation_id: "priya-tom", budget_turns: 50,
+                                                 time_to: "2024-03-31T23:59:59Z" });
+    assert.ok(march.turn_ids.includes("S2:2") && !march.turn_ids.includes("S3:1"), String(march.turn_ids));
+    assert.ok(march.evidence.every((item) => item.turns.every((turn) => turn.timestamp < "2024-04")));
+    // The sample's turns carry no metadata: no turn matches, and that is an empty answer, not a NotFound.
+    const tagged = await client.query(QUESTION, { conversation_id: "priya-tom", metadata: { channel: "chat" } });
+    assert.deepEqual(tagged.turn_ids, []);
+  });
+
   it("gets an event with its source turns", async () => {
     const response = await client.query(QUESTION, { conversation_id: "priya-tom" });
     const evidence = response.evidence[0]!;
@@ -124,6 +135,9 @@ describe("typed errors", () => {
     assert.match(twoScopes.message, /give exactly one scope/);
     const badLimit = await rejection(client.conversations({ limit: 0 }), BadRequest);
     assert.deepEqual(badLimit.errors.map((e) => e.field), ["limit"]);
+    const naive = await rejection(client.query("Who?", { conversation_id: "priya-tom",
+                                                         time_from: "2024-03-01T00:00:00" }), BadRequest);
+    assert.deepEqual(naive.errors.map((e) => e.field), ["time_from"]);
   });
 
   it("a body over the size limit is a BadRequest with status 413", async () => {
