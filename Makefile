@@ -25,9 +25,11 @@ install: $(VENV)/.installed
 # promtool (Debian's prometheus package) checks and unit-tests the alert rules, amtool (prometheus-alertmanager)
 # checks the Alertmanager config: tests/test_monitoring_files.py. Chromium (Debian's chromium) is the browser the
 # explorer's Playwright tests drive (tests/test_explorer_browser.py): Playwright's own browser download is not used.
-# Node and npm (Debian's nodejs, npm) build and test the TypeScript client (tests/test_typescript_client.py).
+# Node and npm (Debian's nodejs, npm) build and test the TypeScript client (tests/test_typescript_client.py). curl
+# runs the README tour's request as a reader would (tests/test_readme_tour.py).
 tools:
 	@missing=; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
 	command -v node >/dev/null || missing="$$missing nodejs"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
