@@ -26,12 +26,6 @@ from datetime import UTC, datetime
 import structlog
 
 from compassmem.core.contracts.health import (
-    FALLING_CONFIDENCE,
-    GROWING_LAG,
-    HIGH_DUPLICATE_MIN_SEGMENTS,
-    HIGH_DUPLICATE_RATE,
-    LOW_DEGREE,
-    LOW_DEGREE_MIN_EVENTS,
     ConversationHealthReport,
     HealthTrend,
     MemoryHealth,
@@ -41,6 +35,7 @@ from compassmem.core.contracts.health import (
 from compassmem.core.errors import NotFound
 from compassmem.core.models import Event
 from compassmem.monitoring.confidence_drift import DriftConfig
+from compassmem.monitoring.health_warnings import conversation_warnings, worker_warnings
 from compassmem.monitoring.metrics import MemoryMetrics
 from compassmem.sinks.factory import Stores
 
@@ -203,14 +198,8 @@ class MemoryHealthMonitor:
                  if before > 0 and recent is not None else None)
         degree = 2 * counts.relations / events if events else 0.0
         duplicate_rate = counts.merged_segments / segments if segments else 0.0
-        warnings = []
-        if events >= LOW_DEGREE_MIN_EVENTS and degree < LOW_DEGREE:
-            warnings.append(f"average degree {degree:.2f} is below {LOW_DEGREE} (relations are not being found)")
-        if segments >= HIGH_DUPLICATE_MIN_SEGMENTS and duplicate_rate > HIGH_DUPLICATE_RATE:
-            warnings.append(f"duplicate rate {duplicate_rate:.1%} is above {HIGH_DUPLICATE_RATE:.0%} "
-                            "(merging is too loose)")
-        if drift is not None and drift < FALLING_CONFIDENCE:
-            warnings.append(f"relation confidence drift {drift:+.3f} is below {FALLING_CONFIDENCE} (domain drift)")
+        warnings = conversation_warnings(conversation_id, events=events, degree=degree, segments=segments,
+                                         duplicate_rate=duplicate_rate, drift=drift)
         key = _conversation_key(tenant, conversation_id)
         self.history.record(key, {"events": float(events + len(opened)), "relations": float(counts.relations),
                                   "average_degree": round(degree, 4), "duplicate_rate": round(duplicate_rate, 4),
@@ -242,15 +231,9 @@ class MemoryHealthMonitor:
         letters = sum(reading.dead_letters.values())
         drift = reading.drift
         has_reference = drift.reference_mean is not None
-        warnings = []
-        if lag > GROWING_LAG:
-            warnings.append(f"{lag} turns records wait to be processed (the alert fires above {GROWING_LAG} and "
-                            "growing)")
-        if letters:
-            warnings.append(f"{letters} record{' was' if letters == 1 else 's were'} dead-lettered: see the dead-letter "
-                            "topic")
-        if has_reference and drift.drift < FALLING_CONFIDENCE:
-            warnings.append(f"relation confidence drift {drift.drift:+.3f} is below {FALLING_CONFIDENCE}")
+        before = [v for v in self.history.trend(_WORKER_KEY, ("lag_records",)).series["lag_records"] if v is not None]
+        warnings = worker_warnings(lag=lag, lag_before=before[-1] if before else None,
+                                   dead_letters=reading.dead_letters, drift=drift.drift if has_reference else None)
         self.history.record(_WORKER_KEY, {"lag_records": float(lag), "dead_letters": float(letters),
                                           "confidence_drift": round(drift.drift, 4) if has_reference else None}, now)
         return WorkerHealth(

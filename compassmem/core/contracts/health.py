@@ -8,12 +8,15 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-# The figures' alert thresholds, as the Prometheus rules have them (compassmem/monitoring/prometheus/alerts.yml).
+# The figures' alert thresholds, as the Prometheus rules have them (compassmem/monitoring/prometheus/alerts.yml): at
+# least 1.5 times past the range ordinary streams keep (docs/decisions/015-health-thresholds.md: LoCoMo, TIAGE).
 LOW_DEGREE = 1.5
 LOW_DEGREE_MIN_EVENTS = 20
 HIGH_DUPLICATE_RATE = 0.15
 HIGH_DUPLICATE_MIN_SEGMENTS = 50
-FALLING_CONFIDENCE = -0.05
+FALLING_CONFIDENCE = -0.15
+# Per 1,000 relations: the alert fires on a drift past FALLING_CONFIDENCE that is still falling this fast.
+FALLING_CONFIDENCE_TREND = -0.3
 GROWING_LAG = 100
 
 
