@@ -110,7 +110,9 @@ def test_every_turn_says_its_score_rank_channels_event_and_path(memory: Memory) 
         assert 1 <= turn.score_rank <= turn.candidates
         item = evidence[turn.event_id]
         assert turn.turn_id in [t.turn_id for t in item.turns]
-        assert turn.path == item.path and turn.event_score == item.score
+        assert turn.path == item.path
+        if item.turns[0].turn_id == turn.turn_id:  # the item's best turn: the item is scored as its place
+            assert item.score == pytest.approx(turn.score, abs=1e-4)
         assert turn.subgoal in response.subgoals
         assert turn.found_with_event == (not any(c.stage == "search" for c in turn.channels))
         for channel in turn.channels:

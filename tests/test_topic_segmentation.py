@@ -149,7 +149,10 @@ def test_summaries_name_the_main_action_with_who_and_when(embedder) -> None:
     assert labels == ["what", "who", "entities", "when"]
     frame = dict(frame_lines(puppy))
     assert frame["who"] == "Priya, Tom"
-    assert "Biscuit" in frame["entities"] and "Paws Academy" in frame["entities"]
+    # "Biscuit is great!" alone does not make Biscuit a name (the capital only opens the sentence, and a biscuit is
+    # food as far as the lexicon knows); "Did Biscuit come along?" does (tests/test_event_entities.py).
+    assert "Paws Academy" in frame["entities"] and "Biscuit" not in puppy.entities
+    assert "Biscuit" in next(e for e in events.values() if "S3:6" in e.turn_ids).entities
     assert "Poor" not in main_entities(puppy) and "Ha" not in main_entities(puppy)
     assert frame["when"].startswith("4 March 2024, 09:18") and "last Saturday = 2 March 2024" in frame["when"]
 

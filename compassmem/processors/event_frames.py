@@ -25,8 +25,10 @@ from compassmem.core.models import (
     event_id_for,
 )
 from compassmem.processors.segmentation import Segment, SegmentTurn
+from compassmem.text.lexicon import noun_lexicon
 from compassmem.text.text_features import (
     action_phrases,
+    capitalised_names,
     entities,
     first_sentence,
     keyword_stems,
@@ -205,17 +207,19 @@ def frame_lines(event: Event) -> list[tuple[str, str]]:
 
 @dataclass
 class _TextFeatures:
-    """Keyword stem counts, entities and actions (first occurrences, in order) over an event's texts."""
+    """Keyword stem counts, capitalised names (whether each only ever opened a sentence) and actions (first
+    occurrences, in order) over an event's texts."""
 
     texts: list[str]
     stems: Counter[str] = field(default_factory=Counter)
-    names: dict[str, None] = field(default_factory=dict)
+    names: dict[str, bool] = field(default_factory=dict)
     actions: dict[str, None] = field(default_factory=dict)
 
     def add(self, text: str) -> None:
         self.texts.append(text)
         self.stems.update(keyword_stems(text))
-        self.names.update(dict.fromkeys(entities(text)))
+        for found in capitalised_names(text):
+            self.names[found.name] = self.names.get(found.name, True) and found.opening
         if len(self.actions) < MAX_ACTIONS:
             self.actions.update(dict.fromkeys(action_phrases(text)))
 
@@ -243,18 +247,29 @@ def _text_features(texts: list[str], event_id: str) -> _TextFeatures:
     return features
 
 
+def _named(names: Mapping[str, bool], participants: set[str]) -> list[str]:
+    """The event's entities: its capitalised names, but a word that only ever opens a sentence in it only where it
+    is known as a name otherwise: a participant, or a proper noun of the lexicon ("Paris"). A sentence's first word
+    is capitalised whatever it is ("Plus", "What's", "Thoughts"); written capitalised inside a sentence, it is a
+    name ("a trip to Paris")."""
+    lexicon = noun_lexicon()
+    return [name for name, opening in names.items()
+            if not opening or name in participants or lexicon.is_proper(lexicon.lemma(name) or "")]
+
+
 def _frame_fields(observations: list[Observation], texts: list[str], anchors: list[TimeAnchor],
                   event_id: str) -> dict:
     features = _text_features(texts, event_id)
+    participants = {o.speaker for o in observations}
     return {
         "observations": observations,
         "summary": _summary(observations, anchors),
         # A changed event's summary is extractive again until a summariser writes it anew.
         "summary_source": SummarySource.EXTRACTIVE,
         "extractive_summary": None,
-        "participants": sorted({o.speaker for o in observations}),
+        "participants": sorted(participants),
         "actions": list(features.actions)[:MAX_ACTIONS],
-        "entities": list(features.names),
+        "entities": _named(features.names, participants),
         "keywords": [term for term, _ in features.stems.most_common(MAX_KEYWORDS)],
         "temporal_info": TemporalInfo(
             start=min(o.timestamp for o in observations), end=max(o.timestamp for o in observations)

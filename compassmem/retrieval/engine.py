@@ -686,7 +686,8 @@ class QueryEngine:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
         order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
         refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
-        evidence = self._evidence(view, order, event_scores, found.reached, found.best_subgoal, analysis)
+        evidence = self._evidence(view, order, placing_scores(order, final), found.reached, found.best_subgoal,
+                                  analysis)
         return Ranked(refs, evidence, order, features, final, asked, spans,
                       None if reranked is None else len(reranked))
 
@@ -725,12 +726,16 @@ class QueryEngine:
         features[RERANK_TERMS[1]] = verdict * conversation_shape(view.length_feature)
         return [int(row) for row in rows]
 
-    def _evidence(self, view: MemoryView, order: np.ndarray, event_scores: np.ndarray,
+    def _evidence(self, view: MemoryView, order: np.ndarray, placing: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],
                   analysis: QuestionAnalysis) -> list[EvidenceItem]:
+        """The events of the ranked turns, each at the place of its best turn and scored as that place
+        (``placing``: never higher than the place before), with its turns in ranking order."""
         grouped: dict[str, list[int]] = {}
-        for row in order:
+        best_place: dict[str, int] = {}
+        for place, row in enumerate(order):
             grouped.setdefault(view.turn_event_ids[row], []).append(int(row))
+            best_place.setdefault(view.turn_event_ids[row], place)
         stems = set(_search_stems(analysis.question, view.speakers))
         evidence = []
         for event_id, rows in grouped.items():
@@ -740,7 +745,7 @@ class QueryEngine:
             evidence.append(EvidenceItem(
                 conversation_id=turns[0].conversation_id,
                 event_id=event_id,
-                score=round(float(event_scores[view.event_row[event_id]]) if event_id in view.event_row else 0.0, 4),
+                score=round(float(placing[best_place[event_id]]), 4),
                 subgoal=best_subgoal.get(event_id, analysis.question),
                 turns=[_turn_out(view, row, stems) for row in rows],
                 path=hit.path if hit is not None else [],
@@ -748,6 +753,14 @@ class QueryEngine:
                 cluster_id=event.cluster_id if event is not None else None,
             ))
         return evidence
+
+
+def placing_scores(order: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """The score of each place of the ranking, from the first: its turn's final score, or, where the ranking put the
+    turn above better-scored ones (diversity, a participant's hedge, places kept for two events), the best score
+    placed after it, so that a list in ranking order never shows a score rising."""
+    scores = final[order]
+    return np.maximum.accumulate(scores[::-1])[::-1]
 
 
 def _view_scope(view: MemoryView) -> SearchScope:

@@ -43,9 +43,9 @@ _NOT_ENTITIES = frozenset(
     """I I'm I've I'll I'd Hey Hi Hello Yeah Yes Wow Oh Thanks Thank Ok Okay So But And Or The A An It It's That
     That's This These Those What When Where Why How Who Which My Your Our Their His Her We You They He She Just
     Also Sure Great Awesome Cool Nice Good Glad Haha Lol Sounds Definitely Absolutely Totally Really Well Anyway
-    Congrats Congratulations Aw Aww Omg Btw Mon Tue Wed Thu Fri Sat Sun Monday Tuesday Wednesday Thursday
-    Friday Saturday Sunday January February March April May June July August September October November
-    December Let Let's Take Keep Have Had Do Did Is Was Are Were Be Been Not No Me Mine""".split()
+    Congrats Congratulations Aw Aww Omg Btw Bye Goodbye Woohoo Yay Yup Yep Mon Tue Wed Thu Fri Sat Sun Monday
+    Tuesday Wednesday Thursday Friday Saturday Sunday January February March April May June July August September
+    October November December Let Let's Take Keep Have Had Do Did Is Was Are Were Be Been Not No Me Mine""".split()
 )
 _SUBJECTS = frozenset({"i", "we", "she", "he", "they"})
 _CLAUSE_BREAK = re.compile(r"[,.;:!?()\"]")
@@ -133,9 +133,18 @@ def stems(terms: Iterable[str]) -> list[str]:
     return _stemmer().stemWords(list(terms))
 
 
-def entities(text: str) -> list[str]:
-    """Capitalised names that are not sentence openers or filler: people, places, brands, titles."""
-    found: list[str] = []
+class Capitalised(NamedTuple):
+    """A capitalised name of a text; ``opening``: a single word that only ever opens a sentence there, which its
+    capital letter alone does not make a name ("Plus", "What's", "Caroline")."""
+
+    name: str
+    opening: bool
+
+
+def capitalised_names(text: str) -> list[Capitalised]:
+    """Capitalised names that are not sentence openers or filler: people, places, brands, titles; each once, in
+    order."""
+    found: dict[str, bool] = {}
     for sentence in _SENTENCE_END.split(text):
         for match in _CAPITALISED.finditer(sentence):
             parts = match.group(1).split()
@@ -148,8 +157,15 @@ def entities(text: str) -> list[str]:
                 at_start = False
             if not parts or (at_start and len(parts) == 1 and parts[0].lower() in STOP_WORDS):
                 continue
-            found.append(" ".join(parts))
-    return list(dict.fromkeys(found))
+            name = " ".join(parts)
+            found[name] = found.get(name, True) and at_start and len(parts) == 1
+    return [Capitalised(name, opening) for name, opening in found.items()]
+
+
+def entities(text: str) -> list[str]:
+    """The capitalised names of a text, sentence openers included: a question names who it asks about first
+    ("Caroline went where?"). An event keeps an opener only where it is known as a name (``event_frames``)."""
+    return [found.name for found in capitalised_names(text)]
 
 
 def action_phrases(text: str, max_words: int = 7) -> list[str]:

@@ -710,7 +710,10 @@ export interface components {
             conversation_id: string;
             /** Event Id */
             event_id: string;
-            /** Score */
+            /**
+             * Score
+             * @description The score of the item's place in the ranking: the final score of its best turn (that turn's `score` in `explanation`), or, where the ranking put that turn above better-scored ones, the best score placed after it. Items come in the order of their best turns in `turn_ids`, so scores never rise down the list.
+             */
             score: number;
             /** Subgoal */
             subgoal: string;
@@ -1595,7 +1598,7 @@ export interface components {
             event_id: string;
             /**
              * Event Score
-             * @description The event's score: search and graph walk, as in its evidence item.
+             * @description The event's own score: how well its search and the graph walk matched the question, before the turns are ranked (its evidence item's `score` is the ranking's).
              */
             event_score: number;
             /**

@@ -179,7 +179,10 @@ class PathStep(BaseModel):
 class EvidenceItem(BaseModel):
     conversation_id: str
     event_id: str
-    score: float
+    score: float = Field(description=(
+        "The score of the item's place in the ranking: the final score of its best turn (that turn's `score` in "
+        "`explanation`), or, where the ranking put that turn above better-scored ones, the best score placed after "
+        "it. Items come in the order of their best turns in `turn_ids`, so scores never rise down the list."))
     subgoal: str
     turns: list[TurnOut]
     path: list[PathStep] = Field(description="Relations walked from a seed event to this one (empty for seeds).")
@@ -246,7 +249,9 @@ class TurnExplanation(BaseModel):
         "`score`."))
     subgoal: str = Field(description="The subgoal that gave the turn its best fused score.")
     event_id: str = Field(description="The event holding the turn (its evidence item).")
-    event_score: float = Field(description="The event's score: search and graph walk, as in its evidence item.")
+    event_score: float = Field(description=(
+        "The event's own score: how well its search and the graph walk matched the question, before the turns are "
+        "ranked (its evidence item's `score` is the ranking's)."))
     path: list[PathStep] = Field(description=(
         "Relations walked from a seed event to the turn's event (empty when search found the event directly); the "
         "same path as its evidence item's."))
