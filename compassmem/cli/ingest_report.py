@@ -5,13 +5,16 @@ already, says what is in memory rather than what it added), then what the run bu
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from compassmem.core.contracts.search import SearchScope
 from compassmem.core.terminal import echo
-from compassmem.sinks.factory import Stores
-from compassmem.write.pipeline import IngestSummary
+
+if TYPE_CHECKING:  # the CLI imports this module at start: the stores and the write path load only when used
+    from compassmem.sinks.factory import Stores
+    from compassmem.write.pipeline import IngestSummary
 
 
 class StoredTotals(BaseModel):
