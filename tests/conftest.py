@@ -718,13 +718,13 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def new_tab(browser: Any) -> Iterator[Callable[[str, str | None], Any]]:
-    """``new_tab(url, key)``: a 1280x800 tab opened on ``url``, the key (for tenant ``default``) in its session
-    storage when given, the page's errors collected in ``page.js_errors``; closed after the test."""
+def new_tab(browser: Any) -> Iterator[Callable[..., Any]]:
+    """``new_tab(url, key, size=(1280, 800))``: a tab of that size opened on ``url``, the key (for tenant ``default``)
+    in its session storage when given, the page's errors collected in ``page.js_errors``; closed after the test."""
     contexts = []
 
-    def opened(url: str, key: str | None) -> Any:
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
+    def opened(url: str, key: str | None, size: tuple[int, int] = (1280, 800)) -> Any:
+        context = browser.new_context(viewport={"width": size[0], "height": size[1]})
         contexts.append(context)
         page = context.new_page()
         errors: list[str] = []

@@ -9,11 +9,19 @@
 
 import { NO_TOPIC_COLOR, formatPlainDate, relationType, topicColor } from "./format.js";
 import { NO_TOPIC } from "./graph-model.js";
+import { laneNameWidth } from "./label-room.js";
 
-const LANE_HEIGHT = 90;
+// The least room between lanes: a topic's node (56 px at most), or a box around events (44 px and 14 px padding).
+const LANE_HEIGHT = 64;
+const BOXED_LANE_HEIGHT = 84;
+// What the panel leaves the time axis: the lanes' names on the left (label-room.js's width), the dates above.
+const AXIS_ROOM = 90;
+const MIN_TIMELINE_WIDTH = 320;
 const MIN_GAP = 8;
 const AXIS_Y = -60;
-const EVENT_LABEL_CHARS = 30;
+// A lane's name sits left of its first event (and of the box around the lane's events).
+const LANE_LABEL_X = -56;
+const EVENT_LABEL_CHARS = 44;
 
 /**
  * view: { expanded: Set<topic key>, revealed: Set<event id>, focus: event id | null, focusNeighbours: Set<event id>,
@@ -37,7 +45,7 @@ export function graphElements(model, view) {
   }
   for (const [key, topic] of model.topics) {
     if (!view.expanded.has(key) && inRange(topic.first_at, topic.last_at, view)) {
-      nodes.set(key, topicNode(key, topic, order));
+      nodes.set(key, topicNode(key, topic, order, view.timeline));
     }
   }
   const collapsed = (id) => nodes.get(id)?.data.kind === "topic";
@@ -114,7 +122,7 @@ function eventNode(event, key, order, view) {
   };
 }
 
-function topicNode(key, topic, order) {
+function topicNode(key, topic, order, inLane) {
   const middle = topic.first_at && topic.last_at
     ? new Date((Date.parse(topic.first_at) + Date.parse(topic.last_at)) / 2).toISOString() : topic.first_at;
   return {
@@ -123,7 +131,7 @@ function topicNode(key, topic, order) {
       events: topic.events, size: Math.min(56, 22 + 3.5 * Math.sqrt(topic.events)), topic: key,
       color: key === NO_TOPIC ? NO_TOPIC_COLOR : topicColor(order.get(key)), start: middle,
       rank: laneRank(key, order) },
-    classes: key === NO_TOPIC ? "topic collapsed unclustered" : "topic collapsed",
+    classes: ["topic", "collapsed", key === NO_TOPIC && "unclustered", inLane && "in-lane"].filter(Boolean).join(" "),
   };
 }
 
@@ -220,15 +228,23 @@ function lane(topic) {
   return `lane:${topic}`;
 }
 
-/** Timeline: a box around each expanded topic's events, named by the topic. */
+/** Timeline: a box around each expanded topic's events, and every lane's name (timelinePositions puts it on the
+ * lane's left). */
 function addLanes(nodes, model, order) {
   for (const node of [...nodes.values()]) {
+    const topic = node.data.topic;
+    const color = topic === NO_TOPIC ? NO_TOPIC_COLOR : topicColor(order.get(topic));
     const parent = node.data.parent;
     if (parent && !nodes.has(parent)) {
-      const topic = node.data.topic;
-      nodes.set(parent, { group: "nodes", data: { id: parent, kind: "lane", label: model.topicLabel(topic),
-        color: topic === NO_TOPIC ? NO_TOPIC_COLOR : topicColor(order.get(topic)) }, classes: "lane",
-      selectable: false });
+      nodes.set(parent, { group: "nodes", data: { id: parent, kind: "lane", topic, color }, classes: "lane",
+        selectable: false });
+    }
+    const name = `lane-label:${topic}`;
+    if ((node.data.kind === "event" || node.data.kind === "topic") && !nodes.has(name)) {
+      const count = model.topics.get(topic)?.events;
+      nodes.set(name, { group: "nodes", data: { id: name, kind: "lane-label", topic, color, rank: laneRank(topic, order),
+        label: count === undefined ? model.topicLabel(topic) : `${model.topicLabel(topic)} · ${count}` },
+      classes: "lane-label", selectable: false, grabbable: false });
     }
   }
 }
@@ -252,10 +268,11 @@ function addAnchors(nodes, model, order, view) {
 }
 
 /**
- * Positions for the timeline: x follows time (packed so that nodes in a lane never overlap), y the topic's lane; lanes
- * are spread so that the whole fits a panel of the given width/height ratio.
+ * Positions for the timeline in a panel of `width` x `height` px: x follows time (packed so that nodes in a lane never
+ * overlap), y the topic's lane. Laid out at the panel's own scale (the lanes' names and the dates above take their
+ * room), so that it is drawn near 1:1 unless its lanes or a crowded lane need more room than the panel has.
  */
-export function timelinePositions(elements, model, aspect) {
+export function timelinePositions(elements, model, { width, height }) {
   const order = model.topicOrder();
   const placed = elements.nodes.filter((n) => n.data.start && (n.data.kind === "event" || n.data.kind === "topic"));
   if (!placed.length) return new Map();
@@ -275,15 +292,20 @@ export function timelinePositions(elements, model, aspect) {
       lastX.set(laneIndex, x);
       xs.set(n.data.id, { x, laneIndex });
     }
-    return { xs, right: Math.max(...lastX.values()) };
+    return xs;
   };
-  let { xs, right } = packed(lanes.length * LANE_HEIGHT * aspect);
-  // A crowded lane pushed the axis wider than planned: stretch the time scale to match, so time stays aligned.
-  if (right > lanes.length * LANE_HEIGHT * aspect) ({ xs, right } = packed(right));
-  const laneHeight = Math.max(LANE_HEIGHT, right / aspect / lanes.length);
+  // A crowded lane runs on past the panel's width (its events pushed right); the time scale stays the panel's, since
+  // stretching it to match would push the crowd at its end further still.
+  const xs = packed(Math.max(MIN_TIMELINE_WIDTH, width - laneNameWidth(width) - 40));
+  // A lane with a box around its events needs the box's padding above and below them.
+  const boxed = elements.nodes.some((n) => n.data.kind === "lane");
+  const laneHeight = Math.max(boxed ? BOXED_LANE_HEIGHT : LANE_HEIGHT, (height - AXIS_ROOM) / lanes.length);
   const positions = new Map([...xs].map(([id, { x, laneIndex }]) => [id, { x, y: laneIndex * laneHeight }]));
   for (const node of elements.nodes) {
-    if (!positions.has(node.data.id) && node.data.kind !== "lane") {
+    const lane = lanes.indexOf(node.data.topic);
+    if (node.data.kind === "lane-label" && lane >= 0) {
+      positions.set(node.data.id, { x: LANE_LABEL_X, y: lane * laneHeight });
+    } else if (!positions.has(node.data.id) && node.data.kind !== "lane") {
       positions.set(node.data.id, { x: -80, y: lanes.length * laneHeight }); // anything without a time: aside
     }
   }

@@ -1,74 +1,23 @@
-// The event graph on screen (cytoscape.js): styles, layouts, selection, the highlighted evidence path, new nodes.
+// The event graph on screen (cytoscape.js): layouts, fitting, selection, the highlighted evidence path, new nodes;
+// which labels are shown is label-room.js's, the tooltip tooltip.js's.
 
 import cytoscape from "../vendor/cytoscape.esm.min.js";
 import { axisMarkers, graphElements, timelinePositions } from "./graph-elements.js";
+import { STYLE } from "./graph-style.js";
+import { drawnBox, placeLabels, scaleLabels } from "./label-room.js";
+import { Tooltip } from "./tooltip.js";
 
 const FRESH_MS = 4000;
-
-// Labels: topics always (their size follows the zoom, so they stay readable when the graph is zoomed out); an event's
-// only once the graph is zoomed in enough for it to be read, or under the pointer, unless it is the selected event or
-// part of an answer; edges carry no label but counts and the steps of an answer's path.
-const TOPIC_FONT = 15;
 // Up to this many events drawn one by one, the topics keep their places on the ring or grid.
 const FEW_EVENTS = 60;
-// Events' labels are shown from this zoom on (and under the pointer, and for the selected event and an answer's).
+// Events' labels are shown (where they fit) when this few are drawn one by one (a short conversation opens on its
+// events, named), or from this zoom on; the selected event's and an answer's always.
+const LABELLED_EVENTS = 12;
 const LABEL_ZOOM = 1.6;
 const MAX_FIT_ZOOM = 1.25;
-const EVENT_FONT = 13;
-const STYLE = [
-  { selector: "node[size]", style: { width: "data(size)", height: "data(size)" } },
-  { selector: "node[color]", style: { "background-color": "data(color)" } },
-  { selector: "node", style: { label: "data(label)", "font-size": EVENT_FONT, "text-wrap": "wrap", "text-max-width": 150,
-    "text-valign": "bottom", "text-margin-y": 3, color: "#1d2430", "min-zoomed-font-size": 10, "border-width": 1,
-    "border-color": "#fff", "text-background-color": "#fff", "text-background-opacity": 0.75,
-    "text-background-padding": 1 } },
-  // Shown from LABEL_ZOOM on (cytoscape's own min-zoomed-font-size rounds the zoom to a power of two).
-  { selector: "node.minor", style: { "text-opacity": 0 } },
-  { selector: "node.minor.zoomed", style: { "text-opacity": 1 } },
-  { selector: "node.neighbour", style: { "border-width": 2, "border-color": "#2457c5" } },
-  { selector: "node.provisional", style: { "border-width": 3, "border-style": "dashed", "border-color": "#8a5a00",
-    "background-opacity": 0.55 } },
-  { selector: "node.topic", style: { shape: "round-rectangle", "font-weight": 600, "text-valign": "bottom",
-    "font-size": TOPIC_FONT, "min-zoomed-font-size": 0, "text-wrap": "none", "background-opacity": 0.85,
-    "border-width": 2, "border-color": "#fff" } },
-  { selector: "node.unclustered", style: { "border-style": "dashed", "border-color": "#8c96a5" } },
-  { selector: "node.lane", style: { shape: "round-rectangle", "background-opacity": 0.07,
-    "border-color": "data(color)", "border-width": 1, "border-opacity": 0.5,
-    label: "data(label)", "text-valign": "top", "text-halign": "left", "text-rotation": 0, "font-size": TOPIC_FONT,
-    "text-margin-x": 60, color: "data(color)", "font-weight": 600, padding: 14, events: "no", "min-zoomed-font-size": 0,
-    "text-background-opacity": 0 } },
-  { selector: "node.anchor", style: { shape: "rectangle", width: 1, height: 1, "background-opacity": 0,
-    "border-width": 0, label: "data(label)", "text-valign": "top", "font-size": TOPIC_FONT, "font-weight": 600,
-    color: "#1d2430", "min-zoomed-font-size": 0, events: "no", "text-background-opacity": 0.8 } },
-  { selector: "node.axis", style: { shape: "rectangle", width: 1, height: 1, "background-opacity": 0,
-    "border-width": 0, label: "data(label)", "text-valign": "top", "font-size": 12, color: "#5b6575",
-    "min-zoomed-font-size": 0, events: "no", "text-background-opacity": 0 } },
-  { selector: "edge", style: { width: "data(width)", "line-color": "data(color)", "target-arrow-color": "data(color)",
-    "target-arrow-shape": "data(arrow)", "line-style": "data(lineStyle)", "curve-style": "bezier", opacity: 0.7,
-    "arrow-scale": 0.8 } },
-  { selector: "edge[label]", style: { label: "data(label)", "font-size": 12, "min-zoomed-font-size": 9,
-    "text-background-color": "#fff", "text-background-opacity": 0.9, "text-background-padding": 2 } },
-  { selector: "edge.link", style: { opacity: 0.55, "curve-style": "straight" } },
-  { selector: "edge.focused", style: { opacity: 0.95 } },
-  { selector: "edge.superseded", style: { "line-style": "dashed", opacity: 0.35, "target-arrow-shape": "tee" } },
-  { selector: ".dimmed", style: { opacity: 0.18 } },
-  // The evidence path stays readable when the whole graph is in view: its labels ignore the zoom threshold.
-  { selector: "node.seed", style: { "border-width": 5, "border-color": "#f0a400", "z-index": 20 } },
-  { selector: "node.evidence", style: { "border-width": 4, "border-color": "#e0457b", "z-index": 19 } },
-  { selector: "node.seed, node.evidence", style: { "min-zoomed-font-size": 0, "font-size": 16,
-    "text-background-opacity": 0.85, "text-max-width": 240 } },
-  { selector: "node.seed.evidence", style: { "border-color": "#f0a400", "outline-width": 3,
-    "outline-color": "#e0457b" } },
-  { selector: "edge.path", style: { "line-color": "#e0457b", "target-arrow-color": "#e0457b", width: 4, opacity: 1,
-    "z-index": 30, "font-weight": 700, color: "#b0164f", "font-size": 18, "min-zoomed-font-size": 0 } },
-  { selector: "node.fresh", style: { "border-width": 6, "border-color": "#3ddc6a" } },
-  { selector: "node:selected", style: { "border-width": 4, "border-color": "#2457c5", "z-index": 40,
-    "min-zoomed-font-size": 0, "font-weight": 600, "text-opacity": 1 } },
-  { selector: "node.hover", style: { "min-zoomed-font-size": 0, label: "data(full)", "z-index": 50, "text-opacity": 1,
-    "text-background-opacity": 0.95, "text-max-width": 260 } },
-  { selector: "edge.hover", style: { label: "data(title)", "min-zoomed-font-size": 0, "font-size": 12,
-    "text-background-color": "#fff", "text-background-opacity": 0.95, opacity: 1, "z-index": 50 } },
-];
+// An answer's path is zoomed onto no closer than this: its labels read, the rest of the events stay unnamed.
+const MAX_PATH_ZOOM = 1.5;
+const FIT_PADDING = 16;
 
 export class GraphView {
   /** onSelect(eventId | null) when an event is clicked (null: the background); onTopic(topicId) for topics. */
@@ -77,15 +26,31 @@ export class GraphView {
     this.cy = cytoscape({ container, style: STYLE, minZoom: 0.02, maxZoom: 4, boxSelectionEnabled: false });
     this.fresh = new Map();
     this.lastRender = { nodes: 0, edges: 0, events: 0, topics: 0, ms: 0 };
-    // Labels of minor events and edge details under the pointer; topic labels keep a readable size at any zoom.
-    this.cy.on("mouseover", "node, edge", (event) => event.target.addClass("hover"));
-    this.cy.on("mouseout", "node, edge", (event) => event.target.removeClass("hover"));
-    this.cy.on("zoom", () => {
-      if (this.zooming) return;
-      this.zooming = requestAnimationFrame(() => {
-        this.zooming = null;
-        this.scaleTopicLabels();
-      });
+    this.eventsLabelled = false;
+    this.labelsPending = false; // a label pass is due (the browser tests wait for it)
+    this.tooltip = new Tooltip(container.parentElement);
+    this.cy.on("mouseover", "node, edge", (event) => {
+      const target = event.target;
+      target.addClass("hover");
+      const text = target.isNode() ? target.data("full") ?? target.data("label") : target.data("title");
+      this.tooltip.show(text, container, event.renderedPosition);
+    });
+    this.cy.on("mouseout", "node, edge", (event) => {
+      event.target.removeClass("hover");
+      this.tooltip.hide();
+    });
+    container.addEventListener("mouseleave", () => this.tooltip.hide());
+    // Whatever moves the view or changes the selection places the labels again, once per frame.
+    this.cy.on("viewport resize select unselect", () => {
+      this.tooltip.hide();
+      this.placeLabelsSoon();
+    });
+    // A view the page fitted is fitted again when the panel changes size; one the reader moved is left alone.
+    this.fitted = null; // "all", "path" or null
+    this.cy.on("scrollzoom dragpan pinchzoom", () => { this.fitted = null; });
+    this.cy.on("resize", () => {
+      if (this.fitted === "all") this.fit();
+      else if (this.fitted === "path") this.fitHighlight();
     });
     this.cy.on("tap", "node", (event) => {
       const kind = event.target.data("kind");
@@ -103,16 +68,21 @@ export class GraphView {
    */
   render(model, view, { relayout }) {
     const started = performance.now();
+    // The panel's size as it is now (the bars above it may have just grown): cytoscape keeps the one it last read.
+    this.cy.resize();
     const elements = graphElements(model, view);
     const before = new Map(this.cy.nodes().map((n) => [n.id(), { ...n.position() }]));
     const selected = this.cy.$("node:selected").map((n) => n.id());
-    const aspect = Math.max(0.5, this.cy.width() / Math.max(1, this.cy.height()));
-    const positions = view.timeline ? timelinePositions(elements, model, aspect) : null;
+    const positions = view.timeline
+      ? timelinePositions(elements, model, { width: this.cy.width(), height: this.cy.height() }) : null;
     this.cy.batch(() => {
       this.cy.elements().remove();
       this.cy.add([...elements.nodes, ...elements.edges]);
       if (positions) {
-        this.cy.nodes().forEach((n) => positions.has(n.id()) && n.position(positions.get(n.id())));
+        // (No `a && b` callback: cytoscape's forEach stops at the first that returns false, the lanes' boxes.)
+        this.cy.nodes().forEach((n) => {
+          if (positions.has(n.id())) n.position(positions.get(n.id()));
+        });
         this.cy.add(axisMarkers(elements, positions));
       } else if (!relayout) {
         this.cy.nodes().forEach((n) => n.position(before.get(n.id()) ?? neighbourSpot(n, before)));
@@ -120,13 +90,13 @@ export class GraphView {
       for (const id of selected) this.cy.getElementById(id).select();
       for (const id of this.fresh.keys()) this.cy.getElementById(id).addClass("fresh");
     });
+    this.eventsLabelled = this.eventNodeCount() <= LABELLED_EVENTS;
     if (!positions && (relayout || before.size === 0)) {
       this.layOut();
     } else if (relayout) {
       this.fit();
     }
-    this.labelled = null;
-    this.scaleTopicLabels();
+    this.placeLabelsSoon();
     this.lastRender = { nodes: this.cy.nodes('[kind = "event"], [kind = "topic"]').length,
       edges: this.cy.edges().length, events: this.eventNodeCount(), topics: this.cy.nodes('[kind = "topic"]').length,
       ms: performance.now() - started, zoom: this.cy.zoom(), width: this.cy.width(), height: this.cy.height() };
@@ -135,7 +105,8 @@ export class GraphView {
 
   /**
    * The force layout. Every topic has a place on a ring (up to 10) or a grid filling the panel, in the overview's
-   * order, its label under it in its own room; the events drawn one by one sit in a disc around their topic's place,
+   * order, its label on the ring's outside (under it on the grid) in its own room; the events drawn one by one sit in
+   * a disc around their topic's place,
    * in time order from the middle out. The fit lands near 1:1, so labels read at the size they are set in. Many
    * events (topics expanded): a force layout from there, in room that grows with the count.
    */
@@ -154,7 +125,7 @@ export class GraphView {
     topics.forEach((node) => {
       const place = places.get(node.data("topic"));
       node.position({ x: place.x, y: place.y });
-      node.style({ "text-wrap": "wrap", "text-max-width": place.room });
+      node.style({ ...LABEL_SIDES[place.side], "text-wrap": "wrap", "text-max-width": place.room });
     });
     const around = new Map();
     // In time order, from the middle out.
@@ -188,31 +159,64 @@ export class GraphView {
     this.fit();
   }
 
-  /** Topic and lane labels that still read when the graph is zoomed out (up to twice their size at 1:1). */
-  scaleTopicLabels() {
-    const zoom = this.cy.zoom();
-    const size = Math.round(Math.min(TOPIC_FONT * 2, TOPIC_FONT / Math.min(1, zoom)));
-    const zoomed = zoom >= LABEL_ZOOM;
-    this.cy.batch(() => {
-      this.cy.nodes(".topic, .lane").style("font-size", size);
-      if (zoomed !== this.labelled) this.cy.nodes(".minor").toggleClass("zoomed", zoomed);
+  /** Shows the labels that fit at this view, once per frame however many changes ask for it. */
+  placeLabelsSoon() {
+    if (this.labelsPending) return;
+    this.labelsPending = true;
+    requestAnimationFrame(() => {
+      placeLabels(this.cy, { eventsLabelled: this.labelsWanted() });
+      this.labelsPending = false;
     });
-    this.labelled = zoomed;
   }
 
-  /** The whole graph in view, never magnified past MAX_FIT_ZOOM (a handful of nodes would fill the panel). */
+  labelsWanted(zoom = this.cy.zoom()) {
+    return this.eventsLabelled || zoom >= LABEL_ZOOM;
+  }
+
+  /** The whole graph in view, labels included, never magnified past MAX_FIT_ZOOM (a handful of nodes would fill
+   * the panel). */
   fit() {
-    this.cy.fit(this.cy.elements(), 24);
-    if (this.cy.zoom() > MAX_FIT_ZOOM) {
-      this.cy.zoom(MAX_FIT_ZOOM);
-      this.cy.center();
-    }
+    this.cy.stop();
+    this.cy.viewport(this.fitting(null, MAX_FIT_ZOOM));
+    this.fitted = "all";
   }
 
   /** Zooms onto the highlighted evidence path (the rest stays on the canvas, dimmed). */
   fitHighlight() {
-    const path = this.cy.$("node.seed, node.evidence, edge.path").union(this.cy.$("edge.path").connectedNodes());
-    if (path.nonempty()) this.cy.animate({ fit: { eles: path, padding: 50 }, duration: 250 });
+    const path = this.cy.$("node.seed, node.evidence").union(this.cy.$("edge.path").connectedNodes());
+    if (path.empty()) return;
+    this.cy.stop();
+    this.cy.animate({ ...this.fitting(path, MAX_PATH_ZOOM), duration: 250 });
+    this.fitted = "path";
+  }
+
+  /**
+   * The zoom and pan that show `nodes` (every node when null) with their labels inside the panel. The names that
+   * keep their size on screen grow in the graph's units as it is zoomed out, so the fit is found in a few rounds.
+   */
+  fitting(nodes, maxZoom) {
+    const width = Math.max(1, this.cy.width() - 2 * FIT_PADDING);
+    const height = Math.max(1, this.cy.height() - 2 * FIT_PADDING);
+    const fits = (box) => Math.max(this.cy.minZoom(), Math.min(maxZoom, width / Math.max(1, box.w),
+      height / Math.max(1, box.h)));
+    const boxAt = (zoom) => {
+      const eventsLabelled = this.labelsWanted(zoom);
+      scaleLabels(this.cy, { eventsLabelled, zoom });
+      return drawnBox(this.cy, { eventsLabelled, nodes });
+    };
+    let zoom = Math.min(1, maxZoom);
+    let box = boxAt(zoom);
+    if (!box) return { zoom: this.cy.zoom(), pan: this.cy.pan() };
+    for (let round = 0; round < 8; round += 1) {
+      const next = fits(box);
+      const settled = Math.abs(next - zoom) < 0.005 * zoom;
+      zoom = next;
+      box = boxAt(zoom);
+      if (settled) break;
+    }
+    zoom = Math.min(zoom, fits(box)); // the labels as large as this zoom makes them still fit
+    return { zoom, pan: { x: this.cy.width() / 2 - zoom * (box.x1 + box.x2) / 2,
+      y: this.cy.height() / 2 - zoom * (box.y1 + box.y2) / 2 } };
   }
 
   /** Marks nodes that just arrived for a few seconds. */
@@ -257,26 +261,39 @@ function neighbourSpot(node, placed) {
 }
 
 /** Places for the topics (keys in order): an ellipse (up to 10) or a grid filling width x height, each with the
- * room its label may wrap in. */
+ * side its label goes on and the room it may wrap in. On the ellipse a label points away from the middle (left of
+ * a node on the left, above one at the top), so that neighbours' labels do not meet. */
 function topicPlaces(keys, width, height) {
   const places = new Map();
   const n = keys.length;
-  if (n <= 10) {
-    const rx = Math.max(40, width / 2 - 110);
-    const ry = Math.max(40, height / 2 - 70);
-    const room = Math.max(90, Math.min(200, (2 * Math.PI * Math.min(rx, ry)) / Math.max(1, n) - 12));
+  if (n === 1) {
+    places.set(keys[0], { x: width / 2, y: height / 2, side: "below", room: Math.min(240, width * 0.6) });
+  } else if (n <= 10) {
+    const sideRoom = Math.min(200, width * 0.28);
+    const rx = Math.max(40, width / 2 - sideRoom - 24);
+    const ry = Math.max(40, height / 2 - 56);
     keys.forEach((key, i) => {
       const angle = -Math.PI / 2 + (2 * Math.PI * i) / n;
-      places.set(key, n === 1 ? { x: width / 2, y: height / 2, room }
-        : { x: width / 2 + rx * Math.cos(angle), y: height / 2 + ry * Math.sin(angle), room });
+      const [cos, sin] = [Math.cos(angle), Math.sin(angle)];
+      const sideways = Math.abs(cos) > 0.3;
+      places.set(key, { x: width / 2 + rx * cos, y: height / 2 + ry * sin,
+        side: sideways ? (cos > 0 ? "right" : "left") : (sin < 0 ? "above" : "below"),
+        room: sideways ? sideRoom : Math.min(240, 2 * rx) });
     });
-    return places;
+  } else {
+    const columns = Math.ceil(Math.sqrt((n * width) / height));
+    const rows = Math.ceil(n / columns);
+    const cellWidth = width / columns;
+    const cellHeight = height / rows;
+    keys.forEach((key, i) => places.set(key, { x: (i % columns + 0.5) * cellWidth,
+      y: (Math.floor(i / columns) + 0.35) * cellHeight, side: "below", room: Math.max(60, cellWidth - 14) }));
   }
-  const columns = Math.ceil(Math.sqrt((n * width) / height));
-  const rows = Math.ceil(n / columns);
-  const cellWidth = width / columns;
-  const cellHeight = height / rows;
-  keys.forEach((key, i) => places.set(key, { x: (i % columns + 0.5) * cellWidth,
-    y: (Math.floor(i / columns) + 0.35) * cellHeight, room: Math.max(60, cellWidth - 14) }));
   return places;
 }
+
+const LABEL_SIDES = {
+  below: { "text-valign": "bottom", "text-halign": "center", "text-margin-x": 0, "text-margin-y": 3 },
+  above: { "text-valign": "top", "text-halign": "center", "text-margin-x": 0, "text-margin-y": -3 },
+  left: { "text-valign": "center", "text-halign": "left", "text-margin-x": -6, "text-margin-y": 0 },
+  right: { "text-valign": "center", "text-halign": "right", "text-margin-x": 6, "text-margin-y": 0 },
+};

@@ -39,8 +39,9 @@ export class Listbox {
     this.onSelect(items[index].dataset.value, { open });
   }
 
-  /** Marks an item active (and selected) without choosing it, e.g. when the graph selected it. */
-  highlight(index) {
+  /** Marks an item active (and selected) without choosing it, e.g. when the graph selected it; scrolled into view
+   * unless `scroll` is false (a list read again must not move under the reader). */
+  highlight(index, { scroll = true } = {}) {
     const items = this.items();
     items.forEach((item, i) => {
       item.classList.toggle("active", i === index);
@@ -49,12 +50,12 @@ export class Listbox {
     this.active = index;
     if (index >= 0) {
       this.element.setAttribute("aria-activedescendant", items[index].id);
-      items[index].scrollIntoView({ block: "nearest" });
+      if (scroll) items[index].scrollIntoView({ block: "nearest" });
       this.onActive(items[index].dataset.value);
     }
   }
 
-  highlightValue(value) {
-    this.highlight(this.items().findIndex((item) => item.dataset.value === value));
+  highlightValue(value, options = {}) {
+    this.highlight(this.items().findIndex((item) => item.dataset.value === value), options);
   }
 }

@@ -5,7 +5,8 @@ const MAX_BACKOFF_MS = 10000;
 export class LiveStream {
   /**
    * handlers: ready() once changes from now on will follow (load the graph then), change(LiveChange),
-   * state(name, text) for the status line, refused(ApiError) when the API turns the key away.
+   * state(name, text, why) for the status line (why: its longer story), refused(ApiError) when the API turns the key
+   * away.
    */
   constructor(api, conversationId, handlers) {
     this.api = api;
@@ -56,7 +57,7 @@ export class LiveStream {
       this.handlers.state("connecting", "Live: catching up…");
       return "resync";
     } else if (event === "unavailable") {
-      this.handlers.state("off", `Live: off (${data.reason})`);
+      this.handlers.state("off", "Live: off", data.reason);
       this.handlers.ready();
       return "unavailable";
     }

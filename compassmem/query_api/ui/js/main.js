@@ -169,7 +169,10 @@ function openConversation(id, view = null, { linked = false } = {}) {
       if (loaded && state.loads === loads) refresh({ overview: true, topics: true, quiet: true }); // ready late
     },
     change: (change) => (state.model?.overview ? applyChange(change) : state.pending.push(change)),
-    state: (name, text) => { $("live-state").dataset.state = name; $("live-state").textContent = text; },
+    state: (name, text, why = "") => {
+      Object.assign($("live-state"), { textContent: text, title: why });
+      $("live-state").dataset.state = name;
+    },
     refused: reportError,
   });
   state.live.run();
@@ -302,9 +305,10 @@ function updateStatus() {
   const drawn = graph.lastRender;
   const overview = state.model.overview;
   const passing = overview ? ` (${overview.counts.passing_relations.toLocaleString()} pass the filters)` : "";
-  $("graph-status").textContent = `${plural(totals.events, "event")} · ${plural(totals.relations, "relation")}` +
+  const status = `${plural(totals.events, "event")} · ${plural(totals.relations, "relation")}` +
     `${passing} · ${plural(totals.topics, "topic")} — drawn: ${plural(drawn.topics, "topic")}, ` +
     `${plural(drawn.events, "event")}, ${plural(drawn.edges, "edge")}`;
+  Object.assign($("graph-status"), { textContent: status, title: status });
 }
 
 function renderTopicBar() {
@@ -425,7 +429,10 @@ function applyChange(change) {
   }, 60);
   // Topic counts and links: the overview again once the burst is over.
   clearTimeout(overviewAgain);
-  overviewAgain = setTimeout(() => refresh({ overview: true, quiet: true }), 1500);
+  overviewAgain = setTimeout(() => {
+    refresh({ overview: true, quiet: true });
+    state.conversations.refresh();
+  }, 1500);
 }
 
 // -- selection and detail ------------------------------------------------------------------------------------------
