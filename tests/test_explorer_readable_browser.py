@@ -89,7 +89,8 @@ def _topic_bar_whole(page: Any) -> None:
 
 
 def _screenshot(page: Any, view: str, size: tuple[int, int]) -> None:
-    """docs/explorer-<view>-<width>x<height>.png, in 256 colours (a fifth of the size, the same to the eye)."""
+    """The view saved into docs/ as explorer-<view>-<width>x<height>.png, in 256 colours (a fifth of the size, the
+    same to the eye)."""
     settle(page)
     path = DOCS / f"explorer-{view}-{size[0]}x{size[1]}.png"
     page.screenshot(path=str(path))
