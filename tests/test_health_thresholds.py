@@ -29,7 +29,7 @@ NORMAL_LOWEST_CONVERSATION_DRIFT = -0.099
 NORMAL_LOWEST_WORKER_DRIFT = -0.058  # the end of the LoCoMo file streamed in order: the warning
 NORMAL_LOWEST_TREND = -0.179  # per 1,000 relations
 # What a warning names for the reader to look at: a command, a setting, an endpoint or a runbook section.
-WHAT_TO_CHECK = re.compile(r"`compassmem [a-z]|COMPASSMEM_[A-Z_]+|GET /v1/|/metrics|docs/runbooks\.md#")
+WHAT_TO_CHECK = re.compile(r"`compassmem [a-z]|COMPASSMEM_[A-Z_]+|GET /v1/|/metrics|runbooks\.md#")
 
 
 def test_the_figures_of_ordinary_streams_raise_no_warning() -> None:
