@@ -141,7 +141,8 @@ def test_a_long_question_is_answered_over_http_with_the_reranker_on(every_model:
             assert response.json()["reranked"] == 20
 
 
-def test_a_short_batch_goes_ahead_of_long_ones_queued_before_it() -> None:
+@pytest.mark.parametrize("tenants", [("a", "b"), ("a", "a")])
+def test_a_short_batch_goes_ahead_of_long_ones_queued_before_it(tenants: tuple[str, str]) -> None:
     order: list[str] = []
     gate = threading.Event()
 
@@ -153,12 +154,12 @@ def test_a_short_batch_goes_ahead_of_long_ones_queued_before_it() -> None:
     scheduler = PairScheduler(score, workers=1)
     long_pairs = [([0] * 120, [n]) for n in range(5)]
     results: dict[str, np.ndarray | None] = {}
-    heavy = threading.Thread(target=lambda: results.update(heavy=scheduler.run(long_pairs, "a", None)))
+    heavy = threading.Thread(target=lambda: results.update(heavy=scheduler.run(long_pairs, tenants[0], None)))
     heavy.start()
     while not scheduler._heap and len(order) == 0:  # the first long pair is taken, the rest wait
         threading.Event().wait(0.005)
     threading.Event().wait(0.05)
-    light = threading.Thread(target=lambda: results.update(light=scheduler.run([([0] * 10, ["short"])], "b", None)))
+    light = threading.Thread(target=lambda: results.update(light=scheduler.run([([0] * 10, ["short"])], tenants[1], None)))
     light.start()
     threading.Event().wait(0.05)
     gate.set()
@@ -166,6 +167,30 @@ def test_a_short_batch_goes_ahead_of_long_ones_queued_before_it() -> None:
     light.join(10)
     assert order.index("short") <= 1  # at most the long pair already running went before it
     assert list(results["heavy"]) == [120.0] * 5 and list(results["light"]) == [10.0]
+
+
+def test_at_the_same_cost_a_tenant_with_less_queued_goes_first() -> None:
+    order: list[str] = []
+    gate = threading.Event()
+
+    def score(pair: tuple[list[int], list[int]]) -> float:
+        gate.wait()
+        order.append(str(pair[1][0]))
+        return 1.0
+
+    scheduler = PairScheduler(score, workers=1)
+    busy = [threading.Thread(target=scheduler.run, args=([([0] * 50, [f"busy{n}"])], "busy", None))
+            for n in range(3)]
+    for thread in busy:
+        thread.start()
+        threading.Event().wait(0.05)
+    quiet = threading.Thread(target=scheduler.run, args=([([0] * 50, ["quiet"])], "quiet", None))
+    quiet.start()
+    threading.Event().wait(0.05)
+    gate.set()
+    for thread in [*busy, quiet]:
+        thread.join(10)
+    assert order.index("quiet") <= 1  # after at most the busy tenant's first pair, already running
 
 
 def test_a_batch_past_its_time_is_dropped_and_an_error_reaches_its_caller() -> None:

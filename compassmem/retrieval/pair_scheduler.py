@@ -1,9 +1,10 @@
 """Shares the reranker's threads between the queries of a process, cheapest work first.
 
 A plain thread pool runs pairs first come, first served: four clients reranking 200 long pairs each made a short
-question wait behind 800 pairs. Here every query's pairs form a batch whose priority is its own token count plus what
-its tenant already has queued, so a short question (and a tenant asking little) goes ahead of long ones, and a batch
-left waiting past its time budget is dropped, not run (the query then ranks without the reranker).
+question wait behind 800 pairs. Here every query's pairs form a batch ranked by its cost class (its word pieces, by
+powers of two), then by what its tenant already has queued, then by arrival: a short question goes ahead of long
+ones whoever asks them, a tenant asking little goes ahead of one asking much at the same cost, and a batch left
+waiting past its time budget is dropped, not run (the query then ranks without the reranker).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class PairScheduler:
     def __init__(self, score: Callable[[tuple[list[int], list[int]]], float], workers: int) -> None:
         self._score = score
         self._workers = max(1, workers)
-        self._heap: list[tuple[int, int, int, _Batch, tuple[list[int], list[int]]]] = []
+        self._heap: list[tuple[int, int, int, int, _Batch, tuple[list[int], list[int]]]] = []
         self._queued_tokens: dict[str, int] = {}
         self._lock = threading.Condition()
         self._sequence = itertools.count()
@@ -50,11 +51,11 @@ class PairScheduler:
         batch = _Batch(tenant, tokens, np.zeros(len(pairs), dtype=np.float32), len(pairs))
         with self._lock:
             self._start_workers()
-            priority = tokens + self._queued_tokens.get(tenant, 0)
-            self._queued_tokens[tenant] = self._queued_tokens.get(tenant, 0) + tokens
+            queued = self._queued_tokens.get(tenant, 0)
+            self._queued_tokens[tenant] = queued + tokens
             order = next(self._sequence)
             for index, pair in enumerate(pairs):
-                heapq.heappush(self._heap, (priority, order, index, batch, pair))
+                heapq.heappush(self._heap, (tokens.bit_length(), queued, order, index, batch, pair))
             self._lock.notify_all()
         finished = batch.done.wait(timeout_s)
         with self._lock:
@@ -84,7 +85,7 @@ class PairScheduler:
             with self._lock:
                 while not self._heap:
                     self._lock.wait()
-                _, _, index, batch, pair = heapq.heappop(self._heap)
+                *_, index, batch, pair = heapq.heappop(self._heap)
                 if batch.cancelled:
                     continue
             try:
