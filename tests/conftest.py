@@ -5,10 +5,13 @@ Each group of fixtures is marked with the tests that use it; add new groups belo
 
 from __future__ import annotations
 
+import threading
 import uuid
 import zlib
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -739,3 +742,19 @@ def new_tab(browser: Any) -> Iterator[Callable[..., Any]]:
     yield opened
     for context in contexts:
         context.close()
+
+
+# --- a small stand-in HTTP server on loopback: tests/test_quiet_output.py, tests/test_http_client_process.py ------
+
+
+@contextmanager
+def serving_handler(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on 127.0.0.1 (a free port) on a thread; yields the base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

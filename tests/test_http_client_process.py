@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from conftest import serving_handler
 
 from benchmarks.common import alternating, stopwatch
 from benchmarks.http_client_process import ClientProcess
@@ -37,14 +37,8 @@ class _Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def echo_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_handler(_Echo) as url:
+        yield url
 
 
 def test_posts_from_another_process_over_one_connection(echo_url: str) -> None:

@@ -10,14 +10,14 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from conftest import serving_handler
 
 from compassmem.core.contracts.health import HealthTrend, MemoryHealth, TenantHealthTotals, WorkerHealth
 
@@ -110,14 +110,8 @@ def health_api() -> Iterator[str]:
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving_handler(Answer) as url:
+        yield url
 
 
 def test_ctrl_c_on_status_watch_ends_it_in_one_line(health_api: str, tmp_path: Path) -> None:
