@@ -32,10 +32,9 @@ def conversation_warnings(conversation_id: str, *, events: int, degree: float, s
                         "merged into earlier events, most likely the same turns sent again under new turn ids; check "
                         f"the ids the producer sends ({RUNBOOKS}#compassmemhighduplicaterate)")
     if drift is not None and drift < FALLING_CONFIDENCE:
-        warnings.append(f"relation confidence drift {drift:+.3f} is below {FALLING_CONFIDENCE}: its new relations are "
-                        "far less certain than its earlier ones, likely a kind of conversation the relation cues do "
-                        f"not cover; read them with GET /v1/conversations/{conversation_id}/graph "
-                        f"({RUNBOOKS}#compassmemrelationconfidencefalling)")
+        warnings.append(_falling_confidence(
+            drift, "its new relations are far less certain than its earlier ones, likely a kind of conversation the "
+            f"relation cues do not cover; read them with GET /v1/conversations/{conversation_id}/graph"))
     return warnings
 
 
@@ -54,8 +53,12 @@ def worker_warnings(*, lag: int, lag_before: float | None, dead_letters: dict[st
                         "worker refused what was sent; read them from the dead-letter topic (COMPASSMEM_DLQ_TOPIC, "
                         f"compassmem.dlq by default) as {RUNBOOKS}#compassmemdeadletters shows")
     if drift is not None and drift < FALLING_CONFIDENCE:
-        warnings.append(f"relation confidence drift {drift:+.3f} is below {FALLING_CONFIDENCE}: new relations are far "
-                        "less certain than earlier ones, likely a new kind of conversation in the stream; find it "
-                        f"with `compassmem status` per tenant and read its relations "
-                        f"({RUNBOOKS}#compassmemrelationconfidencefalling)")
+        warnings.append(_falling_confidence(
+            drift, "new relations are far less certain than earlier ones, likely a new kind of conversation in the "
+            "stream; find it with `compassmem status` per tenant and read its relations"))
     return warnings
+
+
+def _falling_confidence(drift: float, cause: str) -> str:
+    return (f"relation confidence drift {drift:+.3f} is below {FALLING_CONFIDENCE}: {cause} "
+            f"({RUNBOOKS}#compassmemrelationconfidencefalling)")
