@@ -114,8 +114,9 @@ class Replay:
     timings: list[tuple[str, float]] = field(default_factory=list)
 
     def shell_text(self, command: Command) -> str:
-        text = (command.text.replace(".venv/bin/", f"{VENV}/bin/").replace(":8080", f":{self.port}")
-                .replace("/tmp/", f"{self.work}/"))
+        # /tmp/ first: the venv's own path may lie under /tmp (a clone there) and must stay as it is.
+        text = (command.text.replace("/tmp/", f"{self.work}/").replace(".venv/bin/", f"{VENV}/bin/")
+                .replace(":8080", f":{self.port}"))
         if command.words[:1] == ["make"]:
             # The installed environment (no reinstall) and a demo directory of this test's own.
             targets = " ".join(shlex.quote(word) for word in command.words[1:])
