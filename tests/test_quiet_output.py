@@ -132,3 +132,19 @@ def test_ctrl_c_on_status_watch_ends_it_in_one_line(health_api: str, tmp_path: P
     assert watching.returncode == 130, err
     assert err.splitlines() == ["interrupted"], err
     assert "Traceback" not in out + err
+
+
+@pytest.mark.parametrize(("level", "shown"), [("INFO", False), ("WARNING", False), ("DEBUG", True)])
+def test_kafka_clients_own_connection_errors_show_only_at_debug(level: str, shown: bool) -> None:
+    """kafka-python logs a socket closed under a client being closed as ERROR with a traceback (Ctrl-C on
+    ``compassmem dev`` printed one mid-shutdown): at the command line's usual levels it stays out of the terminal."""
+    import logging
+
+    from compassmem.core.logging_setup import configure_logging
+
+    try:
+        configure_logging(level)
+        for name in ("kafka.net.transport", "kafka.cluster", "kafka.conn"):
+            assert logging.getLogger(name).isEnabledFor(logging.ERROR) is shown
+    finally:
+        configure_logging("INFO")

@@ -97,6 +97,10 @@ def configure_logging(level: str = "INFO", log_format: LogFormat = "console") ->
     # Libraries' INFO lines are many and unstructured (Faust, kafka-python): only DEBUG shows them. uvicorn sets its
     # own loggers' levels, so its start-up and access lines still come.
     _current.update(format=log_format, level="WARNING" if level == "INFO" else level)
+    # kafka-python logs a client's own connection trouble as ERROR with a traceback, including a socket closed under
+    # a metadata refresh while a client closes (Ctrl-C on `compassmem dev` printed one): what such trouble means
+    # for compassmem is said by its own lines (a poll that failed, a broker not reached in time). DEBUG shows them.
+    logging.getLogger("kafka").setLevel(logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
     # On the logger rather than a handler: it outlives the logging configurations uvicorn installs at each start.
     logging.getLogger("uvicorn.access").addFilter(_WITHOUT_QUERY_STRING)
     json_config = library_logging_config(None)
