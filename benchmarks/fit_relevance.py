@@ -51,7 +51,7 @@ from compassmem.write.importers import read_turns
 BUDGET = 20
 ANSWERABLE = (1, 2, 3, 4)
 UNANSWERABLE_CATEGORY = 5
-THRESHOLDS = (0.05, 0.1, 0.2, 0.3)
+THRESHOLDS = (0.02, 0.05, 0.1, 0.2, 0.3)
 L2 = 0.01
 
 
@@ -64,6 +64,8 @@ class Asked(BaseModel, arbitrary_types_allowed=True):
     evidence: np.ndarray  # per returned turn
     coverage: float
     top_cosine: float
+    names: bool
+    speaker: float
 
     @property
     def answerable(self) -> bool:
@@ -80,7 +82,8 @@ def ask(memory: Memory, question: Question, conversation: str, kind: str) -> Ask
     inputs = explained.answerable_inputs
     return Asked(asked_of=conversation, kind=kind, turns=np.asarray(rows, dtype=np.float64).reshape(-1, len(TURN_INPUTS)),
                  evidence=np.asarray(evidence, dtype=bool), coverage=inputs.get("coverage", 0.0),
-                 top_cosine=inputs.get("top_cosine", 0.0))
+                 top_cosine=inputs.get("top_cosine", 0.0), names=bool(inputs.get("names", 0.0)),
+                 speaker=inputs.get("speaker", 0.0))
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, weights: np.ndarray, names: Sequence[str]) -> Logistic:
@@ -131,18 +134,23 @@ def fit_models(asked: Sequence[Asked], source: str) -> RelevanceModel:
 
 def question_row(model: RelevanceModel, asked: Asked) -> list[float]:
     relevance = turn_probabilities(model, asked)
-    inputs = question_inputs(relevance, asked.coverage, asked.top_cosine)
+    inputs = question_inputs(relevance, asked.coverage, asked.top_cosine, asked.names, asked.speaker)
     return [float(inputs[name][0]) for name in QUESTION_INPUTS]
 
 
 def turn_probabilities(model: RelevanceModel, asked: Asked) -> np.ndarray:
     if not len(asked.turns):
         return np.zeros(0)
-    return model.turn_relevance({name: asked.turns[:, i] for i, name in enumerate(TURN_INPUTS)})
+    return model.turn_relevance(_turn_columns(asked))
+
+
+def _turn_columns(asked: Asked) -> dict[str, np.ndarray]:
+    return {name: asked.turns[:, i] for i, name in enumerate(TURN_INPUTS)}
 
 
 def answerable_probability(model: RelevanceModel, asked: Asked) -> float:
-    return model.answerable(turn_probabilities(model, asked), asked.coverage, asked.top_cosine)
+    relevance = turn_probabilities(model, asked)
+    return model.answerable(question_inputs(relevance, asked.coverage, asked.top_cosine, asked.names, asked.speaker))
 
 
 def measure(scored: Sequence[tuple[RelevanceModel, Asked]]) -> dict[str, float | None]:
@@ -150,7 +158,7 @@ def measure(scored: Sequence[tuple[RelevanceModel, Asked]]) -> dict[str, float |
     relevance, outcomes, answerable_relevance, answerable_outcomes = [], [], [], []
     probabilities: dict[str, list[float]] = {}
     kept = {t: [0, 0] for t in THRESHOLDS}  # evidence in the first 10 turns: kept, all
-    emptied = {t: [0, 0] for t in THRESHOLDS}  # unanswerable questions: left with no turn, all
+    emptied: dict[tuple[str, float], list[int]] = {}  # unanswerable questions per kind: left with no turn, all
     for model, asked in scored:
         p = turn_probabilities(model, asked)
         relevance += p.tolist()
@@ -165,8 +173,9 @@ def measure(scored: Sequence[tuple[RelevanceModel, Asked]]) -> dict[str, float |
                 kept[threshold][0] += int((first & (p[:10] >= threshold)).sum())
                 kept[threshold][1] += int(first.sum())
             else:
-                emptied[threshold][0] += int(not (p >= threshold).any())
-                emptied[threshold][1] += 1
+                counts = emptied.setdefault((asked.kind, threshold), [0, 0])
+                counts[0] += int(not (p >= threshold).any())
+                counts[1] += 1
     every = calibration(relevance, outcomes)
     of_answerable = calibration(answerable_relevance, answerable_outcomes)
     positives = probabilities.get("answerable", [])
@@ -181,8 +190,9 @@ def measure(scored: Sequence[tuple[RelevanceModel, Asked]]) -> dict[str, float |
     for threshold in THRESHOLDS:
         figures[f"evidence_at10_kept_min_relevance_{threshold}"] = (
             round(kept[threshold][0] / kept[threshold][1], 4) if kept[threshold][1] else None)
-        figures[f"unanswerable_emptied_min_relevance_{threshold}"] = (
-            round(emptied[threshold][0] / emptied[threshold][1], 4) if emptied[threshold][1] else None)
+        for (kind, at), (empty, count) in emptied.items():
+            if at == threshold and count:
+                figures[f"emptied_{kind.replace(' ', '_')}_min_relevance_{threshold}"] = round(empty / count, 4)
     return figures
 
 
@@ -232,9 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  held_out["answerable_auroc_category_5"], held_out["answerable_auroc_wrong_conversation"]])
     print_table(["conversation asked", "questions", "turn ECE", "AUROC vs cat. 5", "AUROC vs wrong conv."],
                 [[c, n, _figure(e), _figure(a), _figure(w)] for c, n, e, a, w in rows])
-    print_table(["min_relevance", "evidence @10 kept", "unanswerable left empty"],
+    print_table(["min_relevance", "evidence @10 kept", "category 5 left empty", "wrong conversation left empty"],
                 [[t, _figure(held_out[f"evidence_at10_kept_min_relevance_{t}"]),
-                  _figure(held_out[f"unanswerable_emptied_min_relevance_{t}"])] for t in THRESHOLDS])
+                  _figure(held_out.get(f"emptied_category_5_min_relevance_{t}")),
+                  _figure(held_out.get(f"emptied_wrong_conversation_min_relevance_{t}"))] for t in THRESHOLDS])
     final = fit_models(asked, f"fitted by benchmarks/fit_relevance.py on {data.name}, every conversation")
     final.validation = {name: value for name, value in held_out.items() if value is not None}
     if args.out:

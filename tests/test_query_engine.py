@@ -511,7 +511,7 @@ def test_a_turns_window_score_is_the_best_window_of_its_session_that_holds_it() 
                 if r < len(ids) and sessions[r] == sessions[start_row]] for start_row in range(len(ids))]
     rows = np.asarray([r for members in windows for r in members])
     of_row = np.repeat(np.arange(len(windows)), [len(members) for members in windows])
-    per_window = window_bm25("kayak lake", view._turn_counts, view._turn_lengths, rows, of_row, len(windows))
+    per_window = window_bm25("kayak lake", view.turn_token_counts, view._turn_lengths, rows, of_row, len(windows))
     expected = [max(per_window[w] for w, members in enumerate(windows) if r in members) for r in range(len(ids))]
     scores = view.window_scores("kayak lake")
     assert scores.tolist() == expected

@@ -50,6 +50,10 @@ def add_eval_command(commands: argparse._SubParsersAction[Any]) -> None:
     command.add_argument("--compare", action="append", default=[], metavar="KEY=VALUE",
                          help="also ask under this runtime setting (e.g. ranking.fitted=false; repeat for several, "
                               "applied together) and show both and the difference; in process only")
+    command.add_argument("--unanswerable-category", metavar="CATEGORY",
+                         help="the category of your questions whose answer memory does not hold (their evidence "
+                              "is where the answer would be): answerable's AUROC is also measured against them "
+                              "(a LoCoMo file's is category 5)")
     command.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
     command.add_argument("--chart", type=Path, metavar="FILE.png", help="write a PNG bar chart (needs matplotlib)")
     command.add_argument("--json", type=Path, metavar="FILE", help="write the figures as JSON")
@@ -199,6 +203,7 @@ def evaluate(args: argparse.Namespace, settings: Settings, budgets: list[int], b
              compare: dict[str, Any], api_key: str | None) -> Any:  # noqa: ANN401 - EvalRun, imported lazily
     """The run, or None after saying in one line why the questions cannot be asked."""
     from compassmem.evaluation.labelled_questions import Layout, QuestionFileError, check_evidence, load_questions
+    from compassmem.evaluation.answerability import UNANSWERABLE_CATEGORY, measure_answerability
     from compassmem.evaluation.memory_recall import baseline_results, memory_corpus, memory_result
     from compassmem.evaluation.report import OVERALL, SYSTEM, EvalRun, setting_text
     from compassmem.embedding.embedders import make_embedder
@@ -220,7 +225,10 @@ def evaluate(args: argparse.Namespace, settings: Settings, budgets: list[int], b
         except QuestionFileError as error:
             echo(f"error: {error}", file=sys.stderr)
             return None
-        system, _ = memory_result(SYSTEM, source, questions.questions, corpus, budgets, **summary)
+        system, retriever = memory_result(SYSTEM, source, questions.questions, corpus, budgets, **summary)
+        answerability = measure_answerability(
+            source, retriever, questions.questions,
+            UNANSWERABLE_CATEGORY if questions.layout is Layout.LOCOMO else args.unanswerable_category)
         compared = None
         if compare:
             with compared_memory(source, compare) as other:
@@ -232,4 +240,5 @@ def evaluate(args: argparse.Namespace, settings: Settings, budgets: list[int], b
     where = f"the API at {args.url}" if args.url else f"in process, {settings.data_dir}"
     return EvalRun(questions=questions, budgets=budgets, memory=where, embedder=settings.embedder, turns=len(corpus),
                    system=system, baselines=results, compared=compared, compare_settings=compare,
+                   answerability=answerability,
                    seconds=time.perf_counter() - started)

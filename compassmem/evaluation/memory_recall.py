@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from compassmem.core.contracts.query import QueryRequest
+from compassmem.core.contracts.query import QueryRequest, QueryResponse
 from compassmem.core.errors import NotFound
 from compassmem.core.models import Observation
 from compassmem.embedding.embedders import Embedder
@@ -40,6 +40,8 @@ class MemoryRetriever:
         # Each query's own step timings (QueryResponse.timings_ms): where a latency goes.
         self.stages_ms: dict[str, list[float]] = {}
         self.ranked: dict[tuple[str, str], list[str]] = {}
+        # Each answer's ranking with its relevance and answerability, without its evidence texts (answerability.py).
+        self.answers: dict[tuple[str, str], QueryResponse] = {}
         # What the last answer showed of each turn: a long turn's evidence is one passage of it.
         self.shown: dict[tuple[str, str], str] = {}
 
@@ -52,6 +54,7 @@ class MemoryRetriever:
         for stage_name, ms in response.timings_ms.items():
             self.stages_ms.setdefault(stage_name, []).append(ms)
         self.ranked[(conversation_id, question)] = response.turn_ids
+        self.answers[(conversation_id, question)] = response.model_copy(update={"evidence": [], "explanation": None})
         self.shown.update({(conversation_key(tenant, turn.conversation_id), turn.turn_id): turn.text
                            for item in response.evidence for turn in item.turns})
         return response.turn_ids

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from compassmem.evaluation.answerability import Answerability, answerability_lines
 from compassmem.evaluation.harness import MethodResult
 from compassmem.evaluation.labelled_questions import Layout, QuestionSet, category_names
 from compassmem.evaluation.question_shapes import recall_by_shape
@@ -46,6 +47,7 @@ class EvalRun:
     compared: MethodResult | None = None
     compare_settings: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    answerability: Answerability | None = None
 
     @property
     def methods(self) -> list[MethodResult]:
@@ -125,6 +127,8 @@ def text_report(run: EvalRun) -> list[str]:
         lines.append(f"compared setting: {run.compared.method} (same memory, same questions)")
     for title, (headers, rows) in breakdowns(run):
         lines += ["", f"recall {title}:", *_aligned(headers, rows)]
+    if run.answerability is not None:
+        lines += answerability_lines(run.answerability)
     if run.questions.report is not None and run.questions.report.skipped:
         lines += ["", f"{run.questions.report.skipped} question(s) of the file skipped: no evidence turn left after "
                       "normalising its ids"]
@@ -168,6 +172,9 @@ def markdown_report(run: EvalRun, chart: Path | None = None) -> str:
         lines += ["", f"## Recall {title}", "", *_markdown_table(headers, rows)]
     if chart is not None:
         lines += ["", f"![recall by category]({quote(chart.name)})"]
+    if run.answerability is not None:
+        lines += ["", "## Says when it knows nothing", "",
+                  *(f"- {markdown_text(line.strip())}" for line in answerability_lines(run.answerability)[2:])]
     lines += ["", "## Reading it", "",
               "Each cell is recall@" + budgets + ". The `all questions` row is the mean over every question. "
               "A row with few questions moves by whole points when one question changes: read it with its count. "
@@ -207,6 +214,8 @@ def json_report(run: EvalRun) -> dict[str, Any]:
         },
         "seconds_total": round(run.seconds, 2),
     }
+    if run.answerability is not None:
+        output["answerability"] = run.answerability.model_dump()
     if run.compared:
         ours, theirs = run.by_category(run.system), run.by_category(run.compared)
         output["compare"] = {

@@ -38,6 +38,16 @@ from compassmem.retrieval.hot_tier import HotEvent, HotTier
 from compassmem.retrieval.memory_view import MemoryView, TurnKey
 from compassmem.retrieval.navigation import NavigationConfig, Reached, walk
 from compassmem.retrieval.reranker import Reranker
+from compassmem.retrieval.bm25_index import bm25_tokens
+from compassmem.retrieval.relevance import (
+    RelevanceModel,
+    closest_speaker_share,
+    coverage_of,
+    overlaps,
+    question_inputs,
+    shipped_relevance_model,
+    turn_inputs,
+)
 from compassmem.retrieval.ranking_model import (
     BASE_FEATURES,
     RANK_SCALE,
@@ -243,6 +253,17 @@ class Gathered(BaseModel, arbitrary_types_allowed=True):
     walk_scores: np.ndarray
     reached: dict[str, Reached]
     best_subgoal: dict[str, str]
+    # The subgoals' embeddings, the whole question's first (relevance reads its similarity to each turn).
+    vectors: np.ndarray
+
+
+class Relevance(NamedTuple):
+    """How likely each returned turn is evidence and the memory holds an answer (retrieval/relevance.py)."""
+
+    turns: np.ndarray  # per place of the order, before ``min_relevance`` drops any
+    answerable: float
+    turn_inputs: dict[str, np.ndarray]
+    question_inputs: dict[str, float]
 
 
 class Ranked(NamedTuple):
@@ -257,6 +278,7 @@ class Ranked(NamedTuple):
     spans: list[tuple[date, date]]
     # How many turns the reranker read (None: no reranker ran; 0: its time ran out, the ranking is without it).
     reranked: int | None
+    relevance: Relevance
 
 
 class QueryEngine:
@@ -272,6 +294,7 @@ class QueryEngine:
         self.hot = hot
         self.config = config or EngineConfig()
         self.model = self.config.ranking_model()
+        self.relevance_model: RelevanceModel = shipped_relevance_model()
         self.answerer = answerer
         load_in_background()  # question analysis reads it (the category a question asks for)
 
@@ -301,8 +324,10 @@ class QueryEngine:
         if found.view.empty:
             explained = self._explained(found, None, timings) if request.explain else None
             timings["total"] = _elapsed(started)
+            unanswerable = self.relevance_model.answerable(question_inputs(np.zeros(0), 0.0, 0.0, False, 0.0))
             return QueryResponse(turn_ids=[], evidence=[], subgoals=[s.text for s in found.analysis.subgoals],
-                                 timings_ms=timings, explanation=explained)
+                                 timings_ms=timings, explanation=explained, answerable=unanswerable >= 0.5,
+                                 answerable_probability=round(unanswerable, 4))
         ranked = self._rank(found, request, deadline, timings)
         refs, evidence = ranked.refs, ranked.evidence
         explained = self._explained(found, ranked, timings) if request.explain else None
@@ -312,9 +337,11 @@ class QueryEngine:
                 answer = self.answerer(request.question, evidence)
             timings["answer"] = took.ms
         timings["total"] = _elapsed(started)
+        answerable = ranked.relevance.answerable
         return QueryResponse(turn_ids=[r.turn_id for r in refs], turn_refs=refs, evidence=evidence,
                              subgoals=[s.text for s in found.analysis.subgoals], answer=answer, timings_ms=timings,
-                             explanation=explained, reranked=ranked.reranked)
+                             explanation=explained, reranked=ranked.reranked, answerable=answerable >= 0.5,
+                             answerable_probability=round(answerable, 4))
 
     def _explained(self, found: Gathered, ranked: Ranked | None, timings: dict[str, float]) -> QueryExplanation:
         """The explanation of a ranking from what it holds (retrieval/explanation.py): no search, no scoring."""
@@ -328,7 +355,12 @@ class QueryEngine:
                 turns = explain_turns(view, ranked.order, found.scored, ranked.features, ranked.final, self.model,
                                       found.walk_scores, found.event_scores, found.reached, found.best_subgoal,
                                       ranked.evidence)
+                inputs = ranked.relevance.turn_inputs
+                for index, turn in enumerate(turns):
+                    turn.relevance_inputs = {name: round(float(values[index]), 4) for name, values in inputs.items()}
                 result = explanation(question, self.model, conversation_shape(view.length_feature), turns)
+                result.answerable_inputs = {name: round(value, 4)
+                                            for name, value in ranked.relevance.question_inputs.items()}
         timings["explain"] = took.ms
         return result
 
@@ -363,8 +395,7 @@ class QueryEngine:
         timings["load"] = took.ms
         if view.empty:
             return Gathered(analysis=analysis, view=view, scored=[], event_scores=np.zeros(0),
-                            walk_scores=np.zeros(0), reached={},
-                            best_subgoal={})
+                            walk_scores=np.zeros(0), reached={}, best_subgoal={}, vectors=vectors)
         deadline.check("load")
         with stage("query.search", candidate_turns=view.turn_count) as took:
             scored = []
@@ -385,7 +416,7 @@ class QueryEngine:
         timings["navigate"] = took.ms
         deadline.check("navigate")
         return Gathered(analysis=analysis, view=view, scored=scored, event_scores=event_scores,
-                        walk_scores=walk_scores, reached=reached, best_subgoal=best_subgoal)
+                        walk_scores=walk_scores, reached=reached, best_subgoal=best_subgoal, vectors=vectors)
 
     def _candidates(self, scope: SearchScope, analysis: QuestionAnalysis, vectors: np.ndarray,
                     timings: dict[str, float]) -> MemoryView:
@@ -685,11 +716,36 @@ class QueryEngine:
         if final is not unboosted:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
         order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
-        refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row]) for row in order]
-        evidence = self._evidence(view, order, placing_scores(order, final), found.reached, found.best_subgoal,
-                                  analysis)
+        relevance = self._relevance(found, order, final, features[SPEAKER],
+                                    named=bool(asked) and len(asked) < len(view.speakers))
+        placing = placing_scores(order, final)
+        # Against the relevance as shown (4 places): a turn shown at the threshold is kept.
+        kept = np.round(relevance.turns, 4) >= request.min_relevance
+        if not kept.all():
+            order, placing, relevance = order[kept], placing[kept], _kept_relevance(relevance, kept)
+        refs = [TurnRef(conversation_id=view.turn_conversations[row], turn_id=view.turn_ids[row],
+                        relevance=round(float(p), 4)) for row, p in zip(order, relevance.turns, strict=True)]
+        evidence = self._evidence(view, order, placing, relevance.turns, found.reached, found.best_subgoal, analysis)
         return Ranked(refs, evidence, order, features, final, asked, spans,
-                      None if reranked is None else len(reranked))
+                      None if reranked is None else len(reranked), relevance)
+
+    def _relevance(self, found: Gathered, order: np.ndarray, final: np.ndarray, speaker: np.ndarray, *,
+                   named: bool) -> Relevance:
+        """The returned turns' probability of being evidence and the question's of being answerable."""
+        view, question = found.view, found.analysis.question
+        cosine = view.dense_scores(question, found.vectors[0])
+        question_tokens = bm25_tokens([keyword_query(question) or question])[0]
+        candidate_tokens = {token for counts in view.turn_token_counts for token in counts} | view.speaker_tokens
+        coverage = coverage_of(question_tokens, candidate_tokens)
+        overlap = overlaps([counts.keys() for counts in view.turn_token_counts], question_tokens)
+        rows = [int(row) for row in order]
+        inputs = turn_inputs(cosine[rows], overlap[rows], coverage, final[rows], speaker[rows], named)
+        turns = self.relevance_model.turn_relevance(inputs)
+        top_cosine = float(cosine.max()) if len(cosine) else 0.0
+        asked = question_inputs(turns, coverage, top_cosine, named,
+                                closest_speaker_share(cosine, overlap, speaker) if named else 0.0)
+        answerable = self.relevance_model.answerable(asked)
+        return Relevance(turns, answerable, inputs, {name: float(value[0]) for name, value in asked.items()})
 
     def _add_rerank(self, view: MemoryView, analysis: QuestionAnalysis, features: dict[str, np.ndarray],
                     first: np.ndarray, *, tenant: str, force: bool = False, deadline: _Deadline | None = None,
@@ -726,16 +782,18 @@ class QueryEngine:
         features[RERANK_TERMS[1]] = verdict * conversation_shape(view.length_feature)
         return [int(row) for row in rows]
 
-    def _evidence(self, view: MemoryView, order: np.ndarray, placing: np.ndarray,
+    def _evidence(self, view: MemoryView, order: np.ndarray, placing: np.ndarray, relevance: np.ndarray,
                   reached: dict[str, Reached], best_subgoal: dict[str, str],
                   analysis: QuestionAnalysis) -> list[EvidenceItem]:
         """The events of the ranked turns, each at the place of its best turn and scored as that place
         (``placing``: never higher than the place before), with its turns in ranking order."""
         grouped: dict[str, list[int]] = {}
         best_place: dict[str, int] = {}
+        of_row: dict[int, float] = {}
         for place, row in enumerate(order):
             grouped.setdefault(view.turn_event_ids[row], []).append(int(row))
             best_place.setdefault(view.turn_event_ids[row], place)
+            of_row[int(row)] = round(float(relevance[place]), 4)
         stems = set(_search_stems(analysis.question, view.speakers))
         evidence = []
         for event_id, rows in grouped.items():
@@ -746,8 +804,9 @@ class QueryEngine:
                 conversation_id=turns[0].conversation_id,
                 event_id=event_id,
                 score=round(float(placing[best_place[event_id]]), 4),
+                relevance=max(of_row[row] for row in rows),
                 subgoal=best_subgoal.get(event_id, analysis.question),
-                turns=[_turn_out(view, row, stems) for row in rows],
+                turns=[_turn_out(view, row, stems, of_row[row]) for row in rows],
                 path=hit.path if hit is not None else [],
                 time_anchors=list(event.time_anchors) if event is not None else [],
                 cluster_id=event.cluster_id if event is not None else None,
@@ -768,13 +827,19 @@ def _view_scope(view: MemoryView) -> SearchScope:
     return SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations), turns=view.turn_filter)
 
 
-def _turn_out(view: MemoryView, row: int, stems: set[str]) -> TurnOut:
+def _turn_out(view: MemoryView, row: int, stems: set[str], relevance: float) -> TurnOut:
     """A turn as evidence: a long one shows only its passage that answers (``shown_span``)."""
     turn = view.turn(row)
     span = shown_span(view, row, stems)
     return TurnOut(conversation_id=turn.conversation_id, turn_id=turn.turn_id, speaker=turn.speaker,
                    text=turn.text if span is None else turn.text[span[0]: span[1]], timestamp=turn.timestamp,
-                   span=span)
+                   span=span, relevance=relevance)
+
+
+def _kept_relevance(relevance: Relevance, kept: np.ndarray) -> Relevance:
+    """The relevance of the turns ``min_relevance`` kept (the question's answerability is the same)."""
+    return relevance._replace(turns=relevance.turns[kept],
+                              turn_inputs={name: values[kept] for name, values in relevance.turn_inputs.items()})
 
 
 def _reranked_text(view: MemoryView, row: int, stems: set[str]) -> str:

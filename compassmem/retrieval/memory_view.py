@@ -65,7 +65,7 @@ class MemoryView:
         self.turn_timestamps = column(h.timestamps for h in entries)
         self.turn_session_ids = column(h.session_ids for h in entries)
         self.turn_matrix = (matrix if in_order else matrix[rows]).reshape(len(rows), dim)
-        self._turn_counts: list[Mapping[str, int]] = counts if in_order else [counts[i] for i in rows]
+        self.turn_token_counts: list[Mapping[str, int]] = counts if in_order else [counts[i] for i in rows]
         self._turn_lengths = lengths if in_order else lengths[rows]
         self.question_share = shares if in_order else shares[rows]
         self.standing_wish = wishes if in_order else wishes[rows]
@@ -79,7 +79,7 @@ class MemoryView:
         self.speakers = set(self.turn_speakers.tolist())
         # A window is indexed with who said each of its turns: the participants' names match every window alike
         # (engine._search_stems leaves them out of the keyword search for the same reason).
-        self._speaker_tokens = frozenset(token for tokens in bm25_tokens(sorted(self.speakers)) for token in tokens)
+        self.speaker_tokens = frozenset(token for tokens in bm25_tokens(sorted(self.speakers)) for token in tokens)
         # Each row's session as a small integer: a session id is unique only within its conversation.
         session_ids: dict[tuple[str, str | None], int] = {}
         self.session_code = np.asarray([session_ids.setdefault(s, len(session_ids)) for s in zip(
@@ -174,8 +174,8 @@ class MemoryView:
             return self._window_scores[text]
         scores = np.zeros(self.turn_count, dtype=np.float64)
         if not self.empty:
-            per_window = window_bm25(text, self._turn_counts, self._turn_lengths, self.window_rows,
-                                     self.window_of_row, self.window_count, unsearched=self._speaker_tokens)
+            per_window = window_bm25(text, self.turn_token_counts, self._turn_lengths, self.window_rows,
+                                     self.window_of_row, self.window_count, unsearched=self.speaker_tokens)
             # Row r is held by the windows starting at r, r - 1, ...: one column each, then the best (np.maximum.at
             # did the same scatter a few times slower).
             held = np.zeros((self.turn_count, WINDOW_TURNS), dtype=np.float64)

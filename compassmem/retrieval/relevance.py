@@ -31,13 +31,19 @@ from pydantic import BaseModel, Field
 #   coverage   the share of the question's content-word stems any candidate turn (or participant's name) holds
 #   place      log(1 + its 0-based place in the ranking)
 #   margin     its final ranking score less the first turn's (0 for the first, negative below)
-TURN_INPUTS: tuple[str, ...] = ("cosine", "overlap", "coverage", "place", "margin")
+#   names      1 when the question names a participant (not every one), else 0
+#   speaker    1 when the question names a participant and the turn is theirs: "What did Ann realise after her
+#              race?" is answered by Ann's turns; when only Bob's tell of a race, the question's premise is wrong
+TURN_INPUTS: tuple[str, ...] = ("cosine", "overlap", "coverage", "place", "margin", "names", "speaker")
 # Per question, what ``answerable`` is computed from:
 #   best_logit   the best returned turn's relevance in log-odds
 #   top3         the mean relevance of the best three returned turns
 #   coverage     as above
 #   top_cosine   the best cosine similarity of any candidate turn to the question
-QUESTION_INPUTS: tuple[str, ...] = ("best_logit", "top3", "coverage", "top_cosine")
+#   names        as above
+#   speaker      the share of the three candidate turns closest to the question (cosine + overlap) said by the
+#                participant the question names (0 when it names none): ``closest_speaker_share``
+QUESTION_INPUTS: tuple[str, ...] = ("best_logit", "top3", "coverage", "top_cosine", "names", "speaker")
 # Log-odds kept finite: a probability of exactly 0 or 1 is never claimed.
 _LOGIT_LIMIT = 12.0
 
@@ -67,30 +73,51 @@ class RelevanceModel(BaseModel):
     def turn_relevance(self, inputs: Mapping[str, np.ndarray]) -> np.ndarray:
         return _sigmoid(self.turn.logits(inputs))
 
-    def answerable(self, relevance: np.ndarray, coverage: float, top_cosine: float) -> float:
-        return float(_sigmoid(self.question.logits(question_inputs(relevance, coverage, top_cosine)))[0])
+    def answerable(self, inputs: Mapping[str, np.ndarray]) -> float:
+        """The probability from a question's ``question_inputs``."""
+        return float(_sigmoid(self.question.logits(inputs))[0])
 
 
-def question_inputs(relevance: np.ndarray, coverage: float, top_cosine: float) -> dict[str, np.ndarray]:
-    """QUESTION_INPUTS of one question from its returned turns' relevance (best first or not)."""
-    best = np.sort(relevance)[::-1]
+def question_inputs(relevance: np.ndarray, coverage: float, top_cosine: float, names: bool,
+                    speaker: float) -> dict[str, np.ndarray]:
+    """QUESTION_INPUTS of one question from its returned turns' relevance and the candidates' figures."""
+    best = np.sort(relevance)[::-1][:3]
     top = float(best[0]) if len(best) else 0.0
     clipped = min(max(top, 1e-6), 1 - 1e-6)
     return {"best_logit": np.asarray([math.log(clipped / (1 - clipped))]),
-            "top3": np.asarray([float(best[:3].mean()) if len(best) else 0.0]),
-            "coverage": np.asarray([coverage]), "top_cosine": np.asarray([top_cosine])}
+            "top3": np.asarray([float(best.mean()) if len(best) else 0.0]),
+            "coverage": np.asarray([coverage]), "top_cosine": np.asarray([top_cosine]),
+            "names": np.asarray([float(names)]), "speaker": np.asarray([speaker])}
 
 
-def turn_inputs(cosine: np.ndarray, turn_tokens: Sequence[Collection[str]], question_tokens: Collection[str],
-                coverage: float, final: np.ndarray) -> dict[str, np.ndarray]:
-    """TURN_INPUTS of the returned turns, in their order: ``cosine`` and ``final`` per returned turn, each turn's
-    token set, the question's content-word tokens (the same stemmer) and the candidates' coverage of them."""
+def closest_speaker_share(cosine: np.ndarray, overlap: np.ndarray, speaker: np.ndarray, top: int = 3) -> float:
+    """Who said what the question is about: the share of the ``top`` candidate turns closest to it in meaning and
+    words (cosine + overlap, whatever the ranking's lift of the named participant's turns) that the named
+    participant said."""
+    if not len(cosine):
+        return 0.0
+    closest = np.argsort(-(cosine + overlap), kind="stable")[:top]
+    return float(speaker[closest].mean())
+
+
+def overlaps(turn_tokens: Sequence[Collection[str]], question_tokens: Collection[str]) -> np.ndarray:
+    """Per turn, the share of the question's content-word tokens it holds."""
     asked = set(question_tokens)
-    overlap = np.asarray([len(asked & set(tokens)) / len(asked) if asked else 0.0 for tokens in turn_tokens])
+    if not asked:
+        return np.zeros(len(turn_tokens))
+    return np.asarray([len(asked.intersection(tokens)) / len(asked) for tokens in turn_tokens], dtype=np.float64)
+
+
+def turn_inputs(cosine: np.ndarray, overlap: np.ndarray, coverage: float, final: np.ndarray, speaker: np.ndarray,
+                names: bool) -> dict[str, np.ndarray]:
+    """TURN_INPUTS of the returned turns, in their order: ``cosine``, ``overlap``, ``final`` and ``speaker`` per
+    returned turn, the candidates' coverage of the question and whether it names a participant."""
     count = len(cosine)
-    return {"cosine": np.asarray(cosine, dtype=np.float64), "overlap": overlap,
-            "coverage": np.full(count, coverage), "place": np.log1p(np.arange(count, dtype=np.float64)),
-            "margin": np.asarray(final, dtype=np.float64) - (float(final[0]) if count else 0.0)}
+    return {"cosine": np.asarray(cosine, dtype=np.float64),
+            "overlap": np.asarray(overlap, dtype=np.float64), "coverage": np.full(count, coverage),
+            "place": np.log1p(np.arange(count, dtype=np.float64)),
+            "margin": np.asarray(final, dtype=np.float64) - (float(final[0]) if count else 0.0),
+            "names": np.full(count, float(names)), "speaker": np.asarray(speaker, dtype=np.float64)}
 
 
 def coverage_of(question_tokens: Collection[str], candidate_tokens: Collection[str]) -> float:

@@ -34,6 +34,9 @@ from compassmem.core.models import (
 )
 
 _ID_SCHEMA = {"pattern": ID_PATTERN, "minLength": 1, "maxLength": MAX_ID_CHARS}
+# The ``min_relevance`` of the agent-facing surfaces (MCP ``recall``, the LangChain retriever): an agent given no
+# turn rather than junk. Chosen from held-out figures (docs/decisions/017-calibrated-relevance.md).
+AGENT_MIN_RELEVANCE = 0.05
 
 
 def check_question(value: str) -> str:
@@ -73,6 +76,11 @@ class QueryRequest(BaseModel):
                                    "for the question its subgoals, shape, time spans and what it asks for. Computed "
                                    "from what the ranking already holds (no second search); `true` or `false` only.")
 
+    min_relevance: float = Field(
+        default=0.0, ge=0.0, le=1.0, allow_inf_nan=False,
+        description="Drop returned turns whose `relevance` (the calibrated probability that the turn is evidence) "
+                    "is below this, 0-1; 0 (the default) keeps every ranked turn. An evidence item whose turns are "
+                    "all dropped is dropped with them; `answerable` is computed before any is dropped.")
     time_from: TimeBound | None = Field(
         default=None, description="Only turns said at or after this time, or held by an event with a resolved time "
                                   "anchor (\"last week\", \"in May\": whole days, UTC) ending on or after its day: "
@@ -153,6 +161,10 @@ class QueryRequest(BaseModel):
 class TurnRef(BaseModel):
     conversation_id: str
     turn_id: str
+    relevance: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="The calibrated probability that this turn is evidence for the question (among turns given 0.8, "
+                    "about 80% are): an absolute figure to threshold, unlike `score`, which only orders.")
 
 
 class TurnOut(BaseModel):
@@ -165,6 +177,10 @@ class TurnOut(BaseModel):
     span: tuple[int, int] | None = Field(
         default=None, description="[start, end) character offsets of `text` in the turn's whole text, when only a "
                                   "passage of a long turn is shown; null when `text` is the whole turn.")
+    relevance: float | None = Field(
+        default=None, ge=0.0, le=1.0,
+        description="The calibrated probability that this turn is evidence for the question (among turns given 0.8, "
+                    "about 80% are): an absolute figure to threshold, unlike `score`, which only orders.")
 
 
 class PathStep(BaseModel):
@@ -183,6 +199,8 @@ class EvidenceItem(BaseModel):
         "The score of the item's place in the ranking: the final score of its best turn (that turn's `score` in "
         "`explanation`), or, where the ranking put that turn above better-scored ones, the best score placed after "
         "it. Items come in the order of their best turns in `turn_ids`, so scores never rise down the list."))
+    relevance: float | None = Field(default=None, ge=0.0, le=1.0,
+                                    description="The highest `relevance` of its turns.")
     subgoal: str
     turns: list[TurnOut]
     path: list[PathStep] = Field(description="Relations walked from a seed event to this one (empty for seeds).")
@@ -248,6 +266,9 @@ class TurnExplanation(BaseModel):
         "weight x value of every feature that adds something to `score`, largest magnitude first; they sum to "
         "`score`."))
     subgoal: str = Field(description="The subgoal that gave the turn its best fused score.")
+    relevance_inputs: dict[str, float] = Field(default_factory=dict, description=(
+        "What the turn's `relevance` was computed from (compassmem/retrieval/relevance.py describes each): cosine, "
+        "overlap, coverage, place, margin."))
     event_id: str = Field(description="The event holding the turn (its evidence item).")
     event_score: float = Field(description=(
         "The event's own score: how well its search and the graph walk matched the question, before the turns are "
@@ -313,6 +334,9 @@ class QueryExplanation(BaseModel):
     conversation_shape: float = Field(description=(
         "0 for candidates as short as chat lines, 1 for written answers: the factor of every NAME*long feature."))
     turns: list[TurnExplanation] = Field(description="One per ranked turn, in the order of `turn_ids`.")
+    answerable_inputs: dict[str, float] = Field(default_factory=dict, description=(
+        "What `answerable_probability` was computed from (compassmem/retrieval/relevance.py): best_logit, top3, "
+        "coverage, top_cosine."))
 
 
 class QueryResponse(BaseModel):
@@ -323,6 +347,13 @@ class QueryResponse(BaseModel):
     evidence: list[EvidenceItem]
     subgoals: list[str]
     answer: str | None = None
+    answerable: bool = Field(default=False, description=(
+        "Whether the memory likely holds evidence for the question: `answerable_probability` is at least 0.5. "
+        "False for a question about something never said; the turns are still returned (ranked, with low "
+        "`relevance`) unless `min_relevance` drops them."))
+    answerable_probability: float = Field(default=0.0, ge=0.0, le=1.0, description=(
+        "The calibrated probability that the memory holds evidence for the question, to threshold at your own "
+        "cost of a wrong answer against none."))
     timings_ms: dict[str, float]
     # Absent from the JSON unless asked for: a response without it is byte for byte what it was before the field.
     explanation: QueryExplanation | None = Field(
