@@ -716,8 +716,10 @@ class QueryEngine:
         if final is not unboosted:
             order = _keep_others_best(view, order, unboosted, asked, ranking.speaker_hedge_top)
         order = _keep_each_events_best(order, scored, analysis.events, ranking.event_reserved_places)
-        relevance = self._relevance(found, order, final, features[SPEAKER],
-                                    named=bool(asked) and len(asked) < len(view.speakers))
+        with stage("query.relevance") as took:
+            relevance = self._relevance(found, order, final, features[SPEAKER],
+                                        named=bool(asked) and len(asked) < len(view.speakers))
+        timings["relevance"] = took.ms
         placing = placing_scores(order, final)
         # Against the relevance as shown (4 places): a turn shown at the threshold is kept.
         kept = np.round(relevance.turns, 4) >= request.min_relevance
