@@ -187,7 +187,8 @@ def test_http_without_explain_has_no_explanation_key(server: str, memory: Memory
     assert response.status_code == 200, response.text
     payload = response.json()
     assert "explanation" not in payload
-    assert list(payload) == ["turn_ids", "turn_refs", "evidence", "subgoals", "answer", "timings_ms"]
+    assert list(payload) == ["turn_ids", "turn_refs", "evidence", "subgoals", "answer", "answerable",
+                             "answerable_probability", "timings_ms"]
     explicit = httpx.post(f"{server}/v1/query", json={**body, "explain": False}, timeout=30).json()
     assert "explanation" not in explicit and explicit["turn_ids"] == payload["turn_ids"]
 

@@ -182,7 +182,8 @@ def test_a_batch_runs_in_order_and_abatch_alike(store: CompassmemStore) -> None:
 
 
 def test_the_retriever_returns_documents_with_the_evidence(memory: Memory) -> None:
-    retriever = CompassmemRetriever(memory=memory, conversation_id="priya-tom", budget_turns=8)
+    # Every ranked turn (the default, AGENT_MIN_RELEVANCE, is tests/test_min_relevance_surfaces.py's).
+    retriever = CompassmemRetriever(memory=memory, conversation_id="priya-tom", budget_turns=8, min_relevance=0)
     documents = retriever.invoke(ATLAS)
     response = memory.query(ATLAS, conversation_id="priya-tom", budget_turns=8)
     assert [d.metadata["turn_id"] for d in documents] == response.turn_ids
@@ -197,6 +198,8 @@ def test_the_retriever_returns_documents_with_the_evidence(memory: Memory) -> No
         assert document.metadata["event_id"] == evidence[turn["turn_id"]].event_id
         assert document.metadata["score"] == evidence[turn["turn_id"]].score
         assert document.metadata["rank"] == rank
+        assert document.metadata["relevance"] == response.turn_refs[rank - 1].relevance
+        assert document.metadata["answerable_probability"] == response.answerable_probability
         assert turn["turn_id"] in document.metadata["event_turn_ids"]
     assert {"S2:2", "S3:1"} <= {d.metadata["turn_id"] for d in documents}
 
@@ -241,7 +244,8 @@ def test_the_adapters_work_over_http_with_the_client(served_memory: ServedMemory
         item = store.get(("default", "-", "priya-tom"), "S1:1")
         assert item is not None and item.value["speaker"] == "Priya"
         assert "S2:2" in [i.key for i in store.search(("default", "-", "priya-tom"), query=ATLAS, limit=8)]
-        documents = CompassmemRetriever(memory=client, conversation_id="priya-tom", budget_turns=8).invoke(ATLAS)
+        documents = CompassmemRetriever(memory=client, conversation_id="priya-tom", budget_turns=8,
+                                        min_relevance=0).invoke(ATLAS)
         assert "S2:2" in [d.metadata["turn_id"] for d in documents]
         messages = CompassmemChatMessageHistory(client, "priya-tom", human_speaker="Priya", ai_speaker="Tom").messages
         assert [m.id for m in messages] == [turn["turn_id"] for turn in sample_turns()]

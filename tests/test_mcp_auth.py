@@ -39,7 +39,8 @@ MAX_BODY_BYTES = 64 * 1024
 # Every tool with the arguments of a call that would read or change tenant acme's memory.
 ACME_CALLS = {
     "list_conversations": {},
-    "recall": {"question": "What breed is Biscuit?", "conversation_id": "ann-bob"},
+    # Every ranked turn: what recall finds is not the point here (the default min_relevance leaves some out).
+    "recall": {"question": "What breed is Biscuit?", "conversation_id": "ann-bob", "min_relevance": 0},
     "redact_turn": {"conversation_id": "ann-bob", "turn_id": "2"},
     "forget": {"conversation_id": "ann-bob"},
     "remember": {"conversation_id": "ann-bob", "turns": TURNS[:1]},

@@ -79,7 +79,8 @@ def test_tools_remember_recall_list_redact_and_forget(tmp_path: Path) -> None:
         assert len(generated.structured_content["turn_ids"]) == 1
 
         recalled = await session.call_tool("recall", {"question": "What breed is Biscuit?",
-                                                      "conversation_id": "ann-bob", "budget_turns": 3})
+                                                      "conversation_id": "ann-bob", "budget_turns": 3,
+                                                      "min_relevance": 0})
         assert not recalled.is_error, recalled.content
         turns = recalled.structured_content["turns"]
         ranked = [turn["turn_id"] for turn in turns]
@@ -98,7 +99,8 @@ def test_tools_remember_recall_list_redact_and_forget(tmp_path: Path) -> None:
         assert not redacted.is_error, redacted.content
         assert redacted.structured_content["turn_id"] == "3" and not redacted.structured_content["event_deleted"]
         without = await session.call_tool("recall", {"question": "What breed is Biscuit?",
-                                                     "conversation_id": "ann-bob", "budget_turns": 3})
+                                                     "conversation_id": "ann-bob", "budget_turns": 3,
+                                                     "min_relevance": 0})
         assert "3" not in {turn["turn_id"] for turn in without.structured_content["turns"]}
         assert not any("beagle" in turn["text"] for turn in without.structured_content["turns"])
         again = await session.call_tool("redact_turn", {"conversation_id": "ann-bob", "turn_id": "3"})

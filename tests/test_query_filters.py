@@ -219,7 +219,8 @@ def test_every_surface_takes_the_filters(served: Served) -> None:
 
     async def recall(arguments: dict[str, Any]) -> set[str]:
         result = await mcp.call_tool("recall", {"question": QUESTION, "conversation_id": CONVERSATION,
-                                                "tenant": tenant, "budget_turns": 50, **arguments})
+                                                "tenant": tenant, "budget_turns": 50, "min_relevance": 0,
+                                                **arguments})
         assert not result.is_error, result.content
         return {turn["turn_id"] for turn in result.structured_content["turns"]}
 
@@ -227,10 +228,10 @@ def test_every_surface_takes_the_filters(served: Served) -> None:
     assert anyio.run(recall, {"metadata": {"channel": "email"}}) == {"S1:1", "S1:2", "S1:3"}
 
     retriever = CompassmemRetriever(memory=served.memory, tenant=tenant, conversation_id=CONVERSATION,
-                                    budget_turns=50, metadata_filter={"channel": "email"}, **JUNE)
+                                    budget_turns=50, metadata_filter={"channel": "email"}, min_relevance=0, **JUNE)
     assert retriever.invoke(QUESTION) == []
     retriever = CompassmemRetriever(memory=served.memory, tenant=tenant, conversation_id=CONVERSATION,
-                                    budget_turns=50, time_from=JUNE["time_from"])
+                                    budget_turns=50, time_from=JUNE["time_from"], min_relevance=0)
     assert {document.metadata["turn_id"] for document in retriever.invoke(QUESTION)} >= {"S3:1", "S4:2"}
     assert "S1:1" not in {document.metadata["turn_id"] for document in retriever.invoke(QUESTION)}
 

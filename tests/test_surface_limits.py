@@ -66,6 +66,9 @@ BOUNDS = {
     "graph walk": Bounded(lambda api, v: api.post("/v1/query", json={**QUESTION, "max_hops": v}),
                           lambda verbs, v: _ask(verbs, max_hops=v), None, ("max_hops", "max_hops"),
                           (-1, limits.MAX_HOPS + 1)),
+    "relevance threshold": Bounded(lambda api, v: api.post("/v1/query", json={**QUESTION, "min_relevance": v}),
+                                   lambda verbs, v: _ask(verbs, min_relevance=v), "recall",
+                                   ("min_relevance", "min_relevance"), (-0.1, 1.5, 1_000_000_000)),
     "metadata filter": Bounded(lambda api, v: api.post("/v1/query", json={**QUESTION, "metadata": v}),
                                lambda verbs, v: _ask(verbs, metadata=v), "recall", ("metadata", "metadata"),
                                ({f"k{n}": n for n in range(limits.MAX_FILTER_KEYS + 1)},)),
@@ -136,11 +139,12 @@ def test_the_mcp_tools_state_the_http_apis_bounds(surfaces: Surfaces) -> None:
              "recall.question": (tools["recall"]["question"], query["question"]),
              "recall.conversation_ids": (tools["recall"]["conversation_ids"], query["conversation_ids"]),
              "recall.metadata": (tools["recall"]["metadata"], query["metadata"]),
+             "recall.min_relevance": (tools["recall"]["min_relevance"], query["min_relevance"]),
              "recall.time_from": (tools["recall"]["time_from"], query["time_from"]),
              "recall.time_to": (tools["recall"]["time_to"], query["time_to"])}
     for argument, (mcp, http) in pairs.items():
         assert _bounds(http), argument
         assert _bounds(mcp) == _bounds(http), argument
     numeric = {f"{tool}.{name}" for tool, properties in tools.items() for name, schema in properties.items()
-               if "integer" in {schema.get("type"), *(b.get("type") for b in schema.get("anyOf", []))}}
+               if {"integer", "number"} & {schema.get("type"), *(b.get("type") for b in schema.get("anyOf", []))}}
     assert numeric <= set(pairs), "an MCP tool takes a number the HTTP API's bounds are not compared for"

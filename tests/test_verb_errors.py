@@ -61,6 +61,7 @@ BAD: dict[str, Bad] = {
     "time_from": Bad("yesterday", "time_from"),
     "time_to": Bad("yesterday", "time_to"),
     "metadata": Bad({"team": ["a", "list"]}, "metadata"),
+    "min_relevance": Bad(1.5, "min_relevance"),
     "topics": Bad(["bad id"], "topics"),
     "events": Bad(["bad id"], "events"),
     "types": Bad(["no-such-type"], "types"),

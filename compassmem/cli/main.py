@@ -19,6 +19,7 @@ from compassmem.cli.errors import one_line
 from compassmem.cli.evaluate import add_eval_command
 from compassmem.cli.ingest_report import print_summary, stored_totals
 from compassmem.cli.progress import Progress
+from compassmem.cli.reembed import add_reembed_command
 from compassmem.cli.status import add_status_command
 from compassmem.cli.streaming import add_insecure_no_auth, add_streaming_commands
 from compassmem.cli.transfer import add_transfer_commands
@@ -68,27 +69,34 @@ def cmd_ingest(args: argparse.Namespace, settings: Settings) -> int:
 
 def print_answer(question: str, response: QueryResponse, shown: int,
                  frames: dict[str, Event] | None = None) -> None:
-    """The answer, the ranked turns and the first three evidence events: each event's frame (what happened, who,
-    the main entities, when; from ``frames``, by event id, where given), then its turns."""
+    """The answer, whether memory likely holds one, the ranked turns with their relevance and the first three
+    evidence events: each event's frame (what happened, who, the main entities, when; from ``frames``, by event id,
+    where given), then its turns."""
     from compassmem.processors.event_frames import frame_lines
 
     echo(f"\nQ: {question}")
     if response.answer:
         echo(f"A: {response.answer}")
-    echo(f"   ranked turns: {', '.join(response.turn_ids[:shown])}  ({response.timings_ms.get('total', 0):.0f} ms)")
+    echo(f"   answerable: {'yes' if response.answerable else 'no'} "
+         f"(probability {response.answerable_probability:.2f})")
+    ranked = ", ".join(ref.turn_id + (f" ({ref.relevance:.2f})" if ref.relevance is not None else "")
+                       for ref in response.turn_refs[:shown]) or "none"
+    echo(f"   ranked turns: {ranked}  ({response.timings_ms.get('total', 0):.0f} ms)")
     for item in response.evidence[:3]:
         path = " -> ".join(f"{step.type}" + (f"/{step.subtype}" if step.subtype else "") for step in item.path)
         anchors = ", ".join(f"{a.expression} = {a.start}" + (f"..{a.end}" if a.end != a.start else "")
                             for a in item.time_anchors[:3])
         event = (frames or {}).get(item.event_id)
         echo(f"   event {item.event_id[:8]} of {item.conversation_id} score {item.score:.2f}"
+              + (f" relevance {item.relevance:.2f}" if item.relevance is not None else "")
               + (f" via {path}" if path else " (seed)")
               + (f"; time: {anchors}" if anchors else ""))
         if event is not None:
             for label, text in frame_lines(event):
                 echo(f"      {label + ':':<9} {text}")
         for turn in item.turns:
-            echo(f"      {turn.turn_id} {turn.timestamp:%Y-%m-%d} {turn.speaker}: {turn.text}")
+            relevance = f" ({turn.relevance:.2f})" if turn.relevance is not None else ""
+            echo(f"      {turn.turn_id}{relevance} {turn.timestamp:%Y-%m-%d} {turn.speaker}: {turn.text}")
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
@@ -111,7 +119,8 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
         echo("error: give at least one question", file=sys.stderr)
         return 2
     try:
-        requests = [QueryRequest(**scope, question=q, tenant=args.tenant, budget_turns=args.budget) for q in words]
+        requests = [QueryRequest(**scope, question=q, tenant=args.tenant, budget_turns=args.budget,
+                                 min_relevance=args.min_relevance) for q in words]
     except ValueError as error:
         echo(f"error: {error}", file=sys.stderr)
         return 2
@@ -121,7 +130,8 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
                 response = memory.query(request)
             except NotFound:
                 response = None
-            if response is None or not response.turn_ids:
+            # No turn at all is no memory, unless --min-relevance left them out (the answer says so).
+            if response is None or not (response.turn_ids or request.min_relevance):
                 echo(f"error: no memory for {request.scope_label} of tenant {args.tenant!r}", file=sys.stderr)
                 return 1
             shown = list(dict.fromkeys(item.event_id for item in response.evidence[:3]))
@@ -202,6 +212,17 @@ def add_url_options(command: argparse.ArgumentParser, help_text: str) -> None:
     add_api_key_options(command, whose="the tenant")
 
 
+def _probability(text: str) -> float:
+    """A command-line number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 1") from None
+    if not 0.0 <= value <= 1.0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} is not a number from 0 to 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="compassmem", description="Event-graph long-term memory for LLM agents.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -225,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     scope.add_argument("--all", action="store_true", help="ask every conversation of the tenant")
     ask.add_argument("--tenant", default="default")
     ask.add_argument("--budget", type=int, default=5, help="ranked turns to return per question")
+    ask.add_argument("--min-relevance", type=_probability, default=0.0, metavar="P",
+                     help="leave out the turns whose relevance (the calibrated probability, 0-1, that a turn is "
+                          "evidence; shown after each turn) is below P (default 0: every ranked turn)")
     add_url_options(ask, "ask the query API at URL (POST /v1/query) instead of the data directory: what to use "
                          "while `compassmem dev` runs there")
     ask.set_defaults(handler=cmd_ask)
@@ -271,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_command(commands)
     add_streaming_commands(commands)
     add_transfer_commands(commands)
+    add_reembed_command(commands)
     add_eval_command(commands)
     add_wait_ready_command(commands)
     return parser

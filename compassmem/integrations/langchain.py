@@ -9,9 +9,13 @@
 
 The retriever asks compassmem and returns the ranked source turns as ``Document``s, best first: the page content is
 the turn's text, the metadata its evidence (``tenant``, ``conversation_id``, ``turn_id``, ``speaker``,
-``timestamp``, ``event_id``, ``score`` of that event, ``rank``, ``subgoal``, ``event_turn_ids``). A scope without
-memory gives no documents. ``time_from``, ``time_to`` and ``metadata_filter`` (the query's ``metadata``: LangChain's
-own ``metadata`` tags the retriever's runs) keep only the turns they admit (docs/querying.md).
+``timestamp``, ``event_id``, ``score`` of that event, ``rank``, ``subgoal``, ``event_turn_ids``), the turn's
+``relevance`` (the calibrated probability that it is evidence) and the question's ``answerable`` and
+``answerable_probability`` (the same on every document of a call). A scope without memory gives no documents.
+``min_relevance`` (default ``AGENT_MIN_RELEVANCE``, 0.05: a chain is given no documents rather than likely junk; 0
+keeps every ranked turn) leaves out the turns below it; ``time_from``, ``time_to`` and ``metadata_filter`` (the
+query's ``metadata``: LangChain's own ``metadata`` tags the retriever's runs) keep only the turns they admit
+(docs/querying.md).
 
 The history keeps one conversation: ``add_messages`` writes each message as a turn (human messages under their
 ``name`` or ``human_speaker``, AI ones under ``ai_speaker``, system ones under ``system_speaker``; other kinds and
@@ -29,7 +33,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, field_validator, model_validator
 
 from compassmem.core.contracts.limits import BudgetTurns, MetadataFilter, ScopeIds, TimeBound
-from compassmem.core.contracts.query import QueryRequest
+from compassmem.core.contracts.query import AGENT_MIN_RELEVANCE, QueryRequest
 from compassmem.core.errors import NotFound
 from compassmem.integrations.verbs import MemoryVerbs, conversation_turns
 from compassmem.core.models import DEFAULT_TENANT, TENANT_PATTERN, Turn, check_id, check_speaker
@@ -62,6 +66,10 @@ class CompassmemRetriever(BaseRetriever):
     time_to: TimeBound | None = Field(default=None, description=QueryRequest.model_fields["time_to"].description)
     metadata_filter: MetadataFilter | None = Field(
         default=None, description=QueryRequest.model_fields["metadata"].description)
+    min_relevance: float = Field(
+        default=AGENT_MIN_RELEVANCE, ge=0.0, le=1.0, allow_inf_nan=False,
+        description=f"{QueryRequest.model_fields['min_relevance'].description} Here the default is "
+                    f"{AGENT_MIN_RELEVANCE}: a chain gets no documents rather than likely junk.")
 
     @model_validator(mode="after")
     def _scope(self) -> CompassmemRetriever:
@@ -73,7 +81,8 @@ class CompassmemRetriever(BaseRetriever):
         return QueryRequest(question=question, tenant=self.tenant, conversation_id=self.conversation_id,
                             conversation_ids=self.conversation_ids, subject_id=self.subject_id,
                             all_conversations=self.all_conversations, budget_turns=self.budget_turns,
-                            time_from=self.time_from, time_to=self.time_to, metadata=self.metadata_filter)
+                            time_from=self.time_from, time_to=self.time_to, metadata=self.metadata_filter,
+                            min_relevance=self.min_relevance)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         request = self.request(query)
@@ -85,7 +94,8 @@ class CompassmemRetriever(BaseRetriever):
             "tenant": request.tenant, "conversation_id": turn.conversation_id, "turn_id": turn.turn_id,
             "speaker": turn.speaker, "timestamp": turn.timestamp.isoformat(), "event_id": evidence.event_id,
             "score": evidence.score, "rank": rank, "subgoal": evidence.subgoal,
-            "event_turn_ids": [t.turn_id for t in evidence.turns]})
+            "event_turn_ids": [t.turn_id for t in evidence.turns], "relevance": turn.relevance,
+            "answerable": response.answerable, "answerable_probability": response.answerable_probability})
             for rank, (turn, evidence) in enumerate(response.ranked_turns(), start=1)]
 
 

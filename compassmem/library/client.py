@@ -12,6 +12,7 @@ A request is described once (``_Call``) and sent by either client, so the two ca
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -31,6 +32,7 @@ from compassmem.core.contracts.records import (
     ErrorResponse,
     EventOut,
     EventPage,
+    FieldError,
     LimitedConversationGraph,
     RedactResult,
     TenantDeleteResult,
@@ -85,9 +87,17 @@ def _query(request: QueryRequest | str, fields: dict[str, Any]) -> _Call[QueryRe
         if given:
             raise TypeError(f"give either a QueryRequest or a question with its fields, not both ({', '.join(given)})")
         body = request.model_dump(mode="json", exclude_none=True)
+        # The defaults: left out, as before the fields (a server without them takes the body).
         if body.get("explain") is False:
-            del body["explain"]  # the default: left out, as before the field (a server without it takes the body)
+            del body["explain"]
+        if body.get("min_relevance") == 0:
+            del body["min_relevance"]
     else:
+        # JSON has no NaN or infinity: such a number cannot reach the server to be refused there.
+        unsendable = [FieldError(field=name, message="must be a finite number") for name, value in given.items()
+                      if isinstance(value, float) and not math.isfinite(value)]
+        if unsendable:
+            raise BadRequest("; ".join(f"{e.field}: {e.message}" for e in unsendable), errors=unsendable)
         body = {"question": request, **to_jsonable_python(given)}
     return _Call("POST", "/v1/query", QueryResponse, body=body)
 
@@ -198,15 +208,17 @@ class Client:
               conversation_ids: Sequence[str] | None = None, subject_id: str | None = None,
               all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
               max_hops: int | None = None, explain: bool | None = None, time_from: datetime | None = None,
-              time_to: datetime | None = None, metadata: Mapping[str, str | int] | None = None) -> QueryResponse:
+              time_to: datetime | None = None, metadata: Mapping[str, str | int] | None = None,
+              min_relevance: float | None = None) -> QueryResponse:
         """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``;
         ``explain=True`` asks for ``explanation`` (why each turn ranks where it does), ``time_from``, ``time_to``
-        and ``metadata`` filter the turns."""
+        and ``metadata`` filter the turns, ``min_relevance`` (0-1) drops those whose calibrated ``relevance`` is
+        below it."""
         return self._send(_query(request, {
             "conversation_id": conversation_id, "conversation_ids": conversation_ids, "subject_id": subject_id,
             "all_conversations": all_conversations, "tenant": tenant, "budget_turns": budget_turns,
             "max_hops": max_hops, "explain": explain, "time_from": time_from, "time_to": time_to,
-            "metadata": metadata}))
+            "metadata": metadata, "min_relevance": min_relevance}))
 
     def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (GET /v1/events/{id})."""
@@ -282,16 +294,17 @@ class AsyncClient:
                     all_conversations: bool | None = None, tenant: str | None = None,
                     budget_turns: int | None = None, max_hops: int | None = None,
                     explain: bool | None = None, time_from: datetime | None = None,
-                    time_to: datetime | None = None, metadata: Mapping[str, str | int] | None = None
-                    ) -> QueryResponse:
+                    time_to: datetime | None = None, metadata: Mapping[str, str | int] | None = None,
+                    min_relevance: float | None = None) -> QueryResponse:
         """Ask a question (POST /v1/query): a ``QueryRequest``, or the question and its fields, as in ``Memory``;
         ``explain=True`` asks for ``explanation`` (why each turn ranks where it does), ``time_from``, ``time_to``
-        and ``metadata`` filter the turns."""
+        and ``metadata`` filter the turns, ``min_relevance`` (0-1) drops those whose calibrated ``relevance`` is
+        below it."""
         return await self._send(_query(request, {
             "conversation_id": conversation_id, "conversation_ids": conversation_ids, "subject_id": subject_id,
             "all_conversations": all_conversations, "tenant": tenant, "budget_turns": budget_turns,
             "max_hops": max_hops, "explain": explain, "time_from": time_from, "time_to": time_to,
-            "metadata": metadata}))
+            "metadata": metadata, "min_relevance": min_relevance}))
 
     async def event(self, event_id: str, *, tenant: str = DEFAULT_TENANT) -> EventOut:
         """One event with its source turns (GET /v1/events/{id})."""

@@ -385,6 +385,7 @@ class Memory:
               all_conversations: bool | None = None, tenant: str | None = None, budget_turns: int | None = None,
               max_hops: int | None = None, explain: bool | None = None, time_from: TimeBound | None = None,
               time_to: TimeBound | None = None, metadata: MetadataFilter | None = None,
+              min_relevance: float | None = None,
               deadline_s: Annotated[float, Field(gt=0)] | None = None) -> QueryResponse:
         """Answer a question with ranked source turns and the evidence events that hold them.
 
@@ -393,14 +394,16 @@ class Memory:
         also holds ``explanation``: why each turn ranks where it does (channels, feature contributions, score,
         path) and what the question was taken to ask. ``time_from``/``time_to`` (timezone-aware) keep the turns said
         within the range or held by an event whose resolved time anchor overlaps it; ``metadata`` the turns whose
-        metadata has these top-level values (docs/querying.md). NotFound when the scope holds no memory at all (a
-        filter that matches nothing answers no turns); Unavailable when ``deadline_s`` passed while gathering
-        evidence."""
+        metadata has these top-level values (docs/querying.md). Every returned turn carries ``relevance``, the
+        calibrated probability that it is evidence, and the response ``answerable``/``answerable_probability``;
+        ``min_relevance`` (0-1, default 0) drops the turns whose relevance is below it. NotFound when the scope holds
+        no memory at all (a filter or a ``min_relevance`` that leaves nothing answers no turns); Unavailable when
+        ``deadline_s`` passed while gathering evidence."""
         fields: dict[str, Any] = {name: value for name, value in (
             ("conversation_id", conversation_id), ("conversation_ids", conversation_ids),
             ("subject_id", subject_id), ("all_conversations", all_conversations), ("tenant", tenant),
             ("budget_turns", budget_turns), ("max_hops", max_hops), ("explain", explain), ("time_from", time_from),
-            ("time_to", time_to), ("metadata", metadata)) if value is not None}
+            ("time_to", time_to), ("metadata", metadata), ("min_relevance", min_relevance)) if value is not None}
         if isinstance(request, QueryRequest):
             if fields:
                 raise TypeError(f"give either a QueryRequest or a question with its fields, not both "

@@ -36,7 +36,14 @@ from compassmem import __version__
 from compassmem.core.api_keys import TenantKeys
 from compassmem.core.chat_messages import TurnFiller
 from compassmem.core.config import ENV_PREFIX, Settings
-from compassmem.core.contracts.query import QueryExplanation, QueryRequest, QueryResponse
+from compassmem.core.contracts.query import (
+    AGENT_MIN_RELEVANCE,
+    EvidenceItem,
+    QueryExplanation,
+    QueryRequest,
+    QueryResponse,
+    TurnOut,
+)
 from compassmem.core.contracts.limits import (
     MAX_TURNS_PER_REQUEST,
     BudgetTurns,
@@ -95,12 +102,14 @@ class RecalledTurn(BaseModel):
     speaker: str
     text: str
     timestamp: datetime
+    relevance: float | None = Field(description=TurnOut.model_fields["relevance"].description)
 
 
 class RecalledEvent(BaseModel):
     conversation_id: str
     event_id: str
     score: float
+    relevance: float | None = Field(description=EvidenceItem.model_fields["relevance"].description)
     turn_ids: list[str]
     path: list[str] = Field(description="Relations walked to reach the event from a search hit, e.g. 'causal' or "
                                         "'temporal/before'; empty when search found it directly.")
@@ -108,7 +117,9 @@ class RecalledEvent(BaseModel):
 
 class Recall(BaseModel):
     answer: str | None = Field(description="An LLM's answer from the evidence when one is configured, else null.")
-    turns: list[RecalledTurn] = Field(description="The evidence turns, best first.")
+    answerable: bool = Field(description=QueryResponse.model_fields["answerable"].description)
+    answerable_probability: float = Field(description=QueryResponse.model_fields["answerable_probability"].description)
+    turns: list[RecalledTurn] = Field(description="The evidence turns, best first, each at least min_relevance.")
     events: list[RecalledEvent] = Field(description="The events holding them, in order of their best turn.")
     explanation: QueryExplanation | None = Field(
         default=None, exclude_if=lambda value: value is None,
@@ -119,13 +130,16 @@ class Recall(BaseModel):
     @classmethod
     def of(cls, response: QueryResponse) -> Recall:
         turns = [RecalledTurn(conversation_id=turn.conversation_id, turn_id=turn.turn_id, event_id=item.event_id,
-                              speaker=turn.speaker, text=turn.text, timestamp=turn.timestamp)
+                              speaker=turn.speaker, text=turn.text, timestamp=turn.timestamp,
+                              relevance=turn.relevance)
                  for turn, item in response.ranked_turns()]
         events = [RecalledEvent(conversation_id=item.conversation_id, event_id=item.event_id, score=item.score,
-                                turn_ids=[turn.turn_id for turn in item.turns],
+                                relevance=item.relevance, turn_ids=[turn.turn_id for turn in item.turns],
                                 path=[step.type + (f"/{step.subtype}" if step.subtype else "") for step in item.path])
                   for item in response.evidence]
-        return cls(answer=response.answer, turns=turns, events=events, explanation=response.explanation)
+        return cls(answer=response.answer, answerable=response.answerable,
+                   answerable_probability=response.answerable_probability, turns=turns, events=events,
+                   explanation=response.explanation)
 
 
 def _as_tool_errors(function: Callable[P, R]) -> Callable[P, R]:
@@ -205,6 +219,14 @@ ExplainArgument = Annotated[StrictBool, Field(
 TimeFromArgument = Annotated[TimeBound | None, Field(description=QueryRequest.model_fields["time_from"].description)]
 TimeToArgument = Annotated[TimeBound | None, Field(description=QueryRequest.model_fields["time_to"].description)]
 MetadataArgument = Annotated[MetadataFilter | None, Field(description=QueryRequest.model_fields["metadata"].description)]
+# The query body's bounds, and a default of its own: an agent acts on what it is given, so a turn that is likely not
+# evidence is left out (an empty answer rather than junk); 0 gives every ranked turn, as POST /v1/query does.
+MinRelevanceArgument = Annotated[float, Field(
+    ge=0.0, le=1.0, allow_inf_nan=False,
+    description=f"{QueryRequest.model_fields['min_relevance'].description} Here the default is "
+                f"{AGENT_MIN_RELEVANCE}, not POST /v1/query's 0: an agent gets an empty result rather than turns "
+                "that are likely junk; give 0 for every ranked turn. answerable and answerable_probability say "
+                "whether memory likely holds an answer at all.")]
 TurnsArgument = Annotated[list[NewTurn], Field(
     max_length=MAX_TURNS_PER_REQUEST, description=f"The turns, in order; at most {MAX_TURNS_PER_REQUEST} per call.")]
 
@@ -239,18 +261,22 @@ def build_server(memory: Memory, http_url: str | None = None) -> MCPServer:
                              "conversation_ids, subject_id or all_conversations=true. explain=true adds why each "
                              "turn was found and ranked where it is; time_from/time_to and metadata keep only the "
                              "turns said then (or in an event naming a time then) and carrying those metadata "
-                             "values.")
+                             "values. Each turn has a relevance (the calibrated probability that it is evidence); "
+                             f"turns below min_relevance (default {AGENT_MIN_RELEVANCE}) are left out. answerable "
+                             "(with answerable_probability) is false when memory likely holds no answer, e.g. for "
+                             "something never said: then say you do not know rather than use the turns.")
     @_as_tool_errors
     def recall(question: Question, conversation_id: str | None = None, conversation_ids: ScopeIds | None = None,
                subject_id: str | None = None, all_conversations: bool = False, tenant: TenantArgument = None,
                budget_turns: BudgetTurns = 10, explain: ExplainArgument = False,
                time_from: TimeFromArgument = None, time_to: TimeToArgument = None,
-               metadata: MetadataArgument = None) -> Recall:
+               metadata: MetadataArgument = None,
+               min_relevance: MinRelevanceArgument = AGENT_MIN_RELEVANCE) -> Recall:
         response = memory.query(question, conversation_id=conversation_id, conversation_ids=conversation_ids,
                                 subject_id=subject_id, all_conversations=all_conversations or None,
                                 tenant=tenant_of(tenant),
                                 budget_turns=budget_turns, explain=explain or None, time_from=time_from,
-                                time_to=time_to, metadata=metadata,
+                                time_to=time_to, metadata=metadata, min_relevance=min_relevance,
                                 deadline_s=memory.settings.api_query_deadline_s)
         return Recall.of(response)
 

@@ -715,6 +715,11 @@ export interface components {
              * @description The score of the item's place in the ranking: the final score of its best turn (that turn's `score` in `explanation`), or, where the ranking put that turn above better-scored ones, the best score placed after it. Items come in the order of their best turns in `turn_ids`, so scores never rise down the list.
              */
             score: number;
+            /**
+             * Relevance
+             * @description The highest `relevance` of its turns.
+             */
+            relevance?: number | null;
             /** Subgoal */
             subgoal: string;
             /** Turns */
@@ -1059,6 +1064,13 @@ export interface components {
              * @description One per ranked turn, in the order of `turn_ids`.
              */
             turns: components["schemas"]["TurnExplanation"][];
+            /**
+             * Answerable Inputs
+             * @description What `answerable_probability` was computed from (compassmem/retrieval/relevance.py): best_logit, top3, coverage, top_cosine.
+             */
+            answerable_inputs?: {
+                [key: string]: number;
+            };
         };
         /**
          * QueryRequest
@@ -1117,6 +1129,12 @@ export interface components {
              */
             explain: boolean;
             /**
+             * Min Relevance
+             * @description Drop returned turns whose `relevance` (the calibrated probability that the turn is evidence) is below this, 0-1; 0 (the default) keeps every ranked turn. An evidence item whose turns are all dropped is dropped with them; `answerable` is computed before any is dropped.
+             * @default 0
+             */
+            min_relevance: number;
+            /**
              * Time From
              * @description Only turns said at or after this time, or held by an event with a resolved time anchor ("last week", "in May": whole days, UTC) ending on or after its day: ISO 8601 with a UTC offset, e.g. 2024-06-01T00:00:00Z.
              */
@@ -1152,6 +1170,18 @@ export interface components {
             subgoals: string[];
             /** Answer */
             answer?: string | null;
+            /**
+             * Answerable
+             * @description Whether the memory likely holds evidence for the question: `answerable_probability` is at least 0.5. False for a question about something never said; the turns are still returned (ranked, with low `relevance`) unless `min_relevance` drops them.
+             * @default false
+             */
+            answerable: boolean;
+            /**
+             * Answerable Probability
+             * @description The calibrated probability that the memory holds evidence for the question, to threshold at your own cost of a wrong answer against none.
+             * @default 0
+             */
+            answerable_probability: number;
             /** Timings Ms */
             timings_ms: {
                 [key: string]: number;
@@ -1592,6 +1622,13 @@ export interface components {
              */
             subgoal: string;
             /**
+             * Relevance Inputs
+             * @description What the turn's `relevance` was computed from (compassmem/retrieval/relevance.py describes each): cosine, overlap, coverage, place, margin.
+             */
+            relevance_inputs?: {
+                [key: string]: number;
+            };
+            /**
              * Event Id
              * @description The event holding the turn (its evidence item).
              */
@@ -1633,6 +1670,11 @@ export interface components {
                 number,
                 number
             ] | null;
+            /**
+             * Relevance
+             * @description The calibrated probability that this turn is evidence for the question (among turns given 0.8, about 80% are): an absolute figure to threshold, unlike `score`, which only orders.
+             */
+            relevance?: number | null;
         };
         /** TurnRef */
         TurnRef: {
@@ -1640,6 +1682,11 @@ export interface components {
             conversation_id: string;
             /** Turn Id */
             turn_id: string;
+            /**
+             * Relevance
+             * @description The calibrated probability that this turn is evidence for the question (among turns given 0.8, about 80% are): an absolute figure to threshold, unlike `score`, which only orders.
+             */
+            relevance?: number | null;
         };
         /** TurnsAccepted */
         TurnsAccepted: {

@@ -51,7 +51,9 @@ export type ChatMessageInput = Omit<ChatMessage, "tenant"> & { tenant?: ChatMess
 
 /** The fields of a query besides the question: one scope (`conversation_id`, `conversation_ids`, `subject_id` or
  * `all_conversations: true`), the tenant, `budget_turns`, `max_hops`, the filters `time_from` and `time_to` (ISO
- * 8601 strings with a UTC offset) and `metadata`; the server's defaults for the rest. */
+ * 8601 strings with a UTC offset) and `metadata`, and `min_relevance` (0-1, default 0: drops the returned turns whose
+ * `relevance`, the calibrated probability that a turn is evidence, is below it; the response's `answerable` and
+ * `answerable_probability` say whether memory likely holds an answer at all); the server's defaults for the rest. */
 export type QueryOptions = Partial<Omit<QueryRequest, "question">>;
 /** A whole query request, the question included. */
 export type QueryInput = QueryOptions & Pick<QueryRequest, "question">;
