@@ -586,6 +586,13 @@ class PointStore(VectorStore):
         records = self._scroll(tenant_points(tenant, conversation_id, TURN_KIND))
         return in_turn_order([turn_from_point(*record) for record in records])
 
+    def conversation_turns_without_vectors(self, tenant: str, conversation_id: str) -> list[IndexedTurn]:
+        """Every turn of one conversation in timestamp order, without embeddings (what a turn said, who, when):
+        ``compassmem reembed`` reads a conversation's turns to embed them again, and a vector would be 384 floats a
+        turn held for nothing."""
+        records = self._scroll(tenant_points(tenant, conversation_id, TURN_KIND), vectors=False)
+        return in_turn_order([turn_from_point(*record) for record in records])
+
     def get_turn(self, tenant: str, conversation_id: str, turn_id: str) -> IndexedTurn | None:
         return next(iter(self.get_turns(tenant, conversation_id, [turn_id])), None)
 
@@ -726,6 +733,18 @@ class PointStore(VectorStore):
                 yield stored[CONVERSATION_FIELD], stored.get("turn_id")
             if offset is None:
                 return
+
+    def turn_tenants(self) -> list[str]:
+        """Every tenant that has a turn stored, sorted, read a page of turns at a time without vectors: what
+        ``compassmem reembed`` rebuilds (reading every turn point, as it does anyway)."""
+        found: set[str] = set()
+        offset: Any = None
+        while True:
+            page, offset = self._scroll_page(PointFilter({KIND_FIELD: TURN_KIND}), offset, _SCROLL_PAGE,
+                                             (TENANT_FIELD,), vectors=False)
+            found.update(str(_required(payload)[TENANT_FIELD]) for payload, _ in page)
+            if offset is None:
+                return sorted(found)
 
     def _upsert_nonempty(self, points: list[PointData]) -> None:
         if points:

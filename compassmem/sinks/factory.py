@@ -21,7 +21,7 @@ from compassmem.sinks.falkordb_server import EmbeddedFalkorDB, FalkorDBStartupEr
 from compassmem.sinks.graph_store import GraphStore
 from compassmem.sinks.qdrant_edge_backend import EdgeVectorStore, ShardInUse
 from compassmem.sinks.qdrant_server_backend import QdrantServerVectorStore
-from compassmem.sinks.vector_store import VectorSpaceMismatch, VectorStore
+from compassmem.sinks.vector_store import SERVER_STORES_REMEDY, VectorSpaceMismatch, VectorStore
 from compassmem.system.dev_server import running_dev
 
 log = structlog.get_logger(__name__)
@@ -189,7 +189,10 @@ def open_vector_store(settings: Settings, dim: int = 384) -> VectorStore:
         store.close()
         where = f"COMPASSMEM_QDRANT_URL={settings.qdrant_url}" if settings.qdrant_url else \
             f"{DATA_DIR_VARIABLE}={settings.data_dir}"
-        raise StoreOpenError(f"{where}: {error}") from error
+        # `compassmem reembed` rebuilds embedded stores only: with a server store the message names the way there.
+        told = VectorSpaceMismatch(error.recorded, error.configured, remedy=SERVER_STORES_REMEDY) \
+            if settings.qdrant_url or settings.falkordb_url else error
+        raise StoreOpenError(f"{where}: {told}") from error
     except BaseException:
         store.close()
         raise

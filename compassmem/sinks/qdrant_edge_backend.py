@@ -113,6 +113,10 @@ def _sharing(method: Callable[_Args, _Result]) -> Callable[_Args, _Result]:
     return shared
 
 
+# Inside the shard's folder: which embedder made its vectors (``VectorStore.claim_vector_space``).
+VECTOR_SPACE_FILE = "compassmem-vector-space.json"
+
+
 class ShardInUse(RuntimeError):
     """Another process (or another store object of this one) holds the shard."""
 
@@ -206,7 +210,7 @@ class EdgeVectorStore(PointStore):
     @property
     def _vector_space_file(self) -> Path:
         # Inside the shard's folder, so that copying the folder carries it (qdrant-edge ignores the file).
-        return self.path / "compassmem-vector-space.json"
+        return self.path / VECTOR_SPACE_FILE
 
     def recorded_vector_space(self) -> str | None:
         try:

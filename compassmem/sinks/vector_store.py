@@ -110,14 +110,31 @@ class HitSearch(NamedTuple):
 STANDING_WISH_MARK = "wish"
 
 
-class VectorSpaceMismatch(RuntimeError):
-    """The store's vectors come from another embedder than the one configured."""
+# What re-embeds an embedded memory in place with the model the settings choose (compassmem/transfer/reembedding.py).
+REEMBED_COMMAND = "compassmem reembed"
+# The remedy of a mismatch the command cannot mend: vectors on a Qdrant server, or a graph on a FalkorDB server.
+SERVER_STORES_REMEDY = ("or build it again with the new one in a new collection and an empty FalkorDB "
+                        "(docs/operations.md, Changing the embedding model of an existing memory)")
 
-    def __init__(self, recorded: str, configured: str) -> None:
-        super().__init__(f"this store's vectors were made by the embedder {recorded!r}, and the settings choose "
-                         f"{configured!r}: mixing the two would rank their vectors against each other wrongly "
-                         f"(set COMPASSMEM_EMBEDDER and COMPASSMEM_EMBEDDING_MODEL back, or use a new data "
-                         f"directory or collection)")
+
+def space_parts(space: str) -> tuple[str, str]:
+    """(embedder, embedding model) of a vector space as ``Settings.vector_space`` writes it ('onnx-int8:model')."""
+    embedder, _, model = space.partition(":")
+    return embedder, model
+
+
+class VectorSpaceMismatch(RuntimeError):
+    """The store's vectors come from another embedder than the one configured. The message names the model the
+    memory was built with, the settings that would open it again and, unless ``remedy`` says otherwise, the
+    command that re-embeds it in place with the configured one."""
+
+    def __init__(self, recorded: str, configured: str, remedy: str | None = None) -> None:
+        embedder, model = space_parts(recorded)
+        super().__init__(f"this memory was built with the embedding model {model!r} (its vectors were made by the "
+                         f"embedder {recorded!r}), and the settings choose {configured!r}: vectors of two models "
+                         f"rank against each other wrongly; open it with the model it was built with "
+                         f"(COMPASSMEM_EMBEDDER={embedder} COMPASSMEM_EMBEDDING_MODEL={model}), "
+                         + (remedy or f"or re-embed it in place with the new one: `{REEMBED_COMMAND}`"))
         self.recorded = recorded
         self.configured = configured
 
