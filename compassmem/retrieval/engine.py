@@ -829,7 +829,7 @@ def _view_scope(view: MemoryView) -> SearchScope:
     return SearchScope(tenant=view.tenant, conversation_ids=tuple(view.conversations), turns=view.turn_filter)
 
 
-def _turn_out(view: MemoryView, row: int, stems: set[str], relevance: float) -> TurnOut:
+def _turn_out(view: MemoryView, row: int, stems: set[str], relevance: float | None = None) -> TurnOut:
     """A turn as evidence: a long one shows only its passage that answers (``shown_span``)."""
     turn = view.turn(row)
     span = shown_span(view, row, stems)
