@@ -20,7 +20,7 @@ from compassmem.core.config import BUNDLED_MODEL, DIALOGUE_MODEL, Settings
 from compassmem.core.contracts.search import SearchScope
 from compassmem.library.memory import Memory
 from compassmem.system.dev_server import DevServer, announced
-from compassmem.transfer import reembedding
+from compassmem.library import reembedding
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = REPO_ROOT / "examples" / "sample_conversation.jsonl"

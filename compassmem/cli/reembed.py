@@ -1,5 +1,5 @@
 """``compassmem reembed``: rebuild the memory of a data directory in place with the embedding model the settings
-choose (``compassmem/transfer/reembedding.py``), for a memory built with another one, which refuses to open."""
+choose (``compassmem/library/reembedding.py``), for a memory built with another one, which refuses to open."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def add_reembed_command(commands: argparse._SubParsersAction[Any]) -> None:
 
 
 def cmd_reembed(args: argparse.Namespace, settings: Settings) -> int:
-    from compassmem.transfer.reembedding import ReembedRefused, reembed, with_model
+    from compassmem.library.reembedding import ReembedRefused, reembed, with_model
 
     try:
         chosen = with_model(settings, embedder=args.embedder, embedding_model=args.embedding_model)

@@ -110,7 +110,7 @@ class HitSearch(NamedTuple):
 STANDING_WISH_MARK = "wish"
 
 
-# What re-embeds an embedded memory in place with the model the settings choose (compassmem/transfer/reembedding.py).
+# What re-embeds an embedded memory in place with the model the settings choose (compassmem/library/reembedding.py).
 REEMBED_COMMAND = "compassmem reembed"
 # The remedy of a mismatch the command cannot mend: vectors on a Qdrant server, or a graph on a FalkorDB server.
 SERVER_STORES_REMEDY = ("or build it again with the new one in a new collection and an empty FalkorDB "
