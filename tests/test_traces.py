@@ -50,7 +50,7 @@ TENANT = "traces"
 CONVERSATION = "traced-1"
 # "zeppelin" is in no turn: found in an attribute, it could only have come from the question.
 QUESTION = "What did Ann and Bob plan next, and was a zeppelin involved?"
-QUERY_STAGES = ["query.embed", "query.load", "query.search", "query.navigate"]
+QUERY_STAGES = ["query.embed", "query.load", "query.search", "query.navigate", "query.relevance"]
 
 
 @pytest.fixture(scope="module")

