@@ -25,6 +25,7 @@ import pytest
 from explorer_served import (KEY, REPO, Served, api_get, label_faults, sample_turns, served_memory, settle,
                              shown_labels, wait_for_graph)
 from PIL import Image
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from synthetic_graph import synthetic_turns
 
 from compassmem.library.memory import Memory
@@ -179,18 +180,32 @@ def test_a_short_conversation_opens_on_its_events_named(open_page: Any, served: 
     assert not page.js_errors
 
 
+def _hover_corner_node(page: Any) -> dict[str, Any]:
+    """Points at the event node nearest the panel's bottom right corner (its tooltip must turn to stay inside)
+    until its tooltip shows. The node is looked up again before each try: on a loaded machine a redraw can move
+    it between the lookup and the pointer's arrival."""
+    for _ in range(5):
+        settle(page)
+        node = page.evaluate("""() => {
+            const cy = window.compassmemExplorer.graph.cy;
+            const box = document.getElementById('graph').getBoundingClientRect();
+            const n = cy.nodes('[kind = "event"]').max(n => n.renderedPosition('x') + n.renderedPosition('y')).ele;
+            return {x: box.left + n.renderedPosition('x'), y: box.top + n.renderedPosition('y'),
+                    full: n.data('full')};
+        }""")
+        page.mouse.move(node["x"] - 6, node["y"] - 6)
+        page.mouse.move(node["x"], node["y"], steps=4)
+        try:
+            page.wait_for_selector("#graph-tooltip:not([hidden])", timeout=5_000)
+            return node
+        except PlaywrightTimeout:
+            page.mouse.move(2, 2)
+    raise AssertionError("no tooltip after pointing at the corner node five times")
+
+
 def test_a_tooltip_has_an_opaque_ground_and_stays_in_the_panel(open_page: Any, served: Served) -> None:
     page = open_page(SMALL, SIZES[1])
-    settle(page)
-    # The node nearest the panel's bottom right corner: its tooltip must turn to stay inside.
-    node = page.evaluate("""() => {
-        const cy = window.compassmemExplorer.graph.cy;
-        const box = document.getElementById('graph').getBoundingClientRect();
-        const n = cy.nodes('[kind = "event"]').max(n => n.renderedPosition('x') + n.renderedPosition('y')).ele;
-        return {x: box.left + n.renderedPosition('x'), y: box.top + n.renderedPosition('y'), full: n.data('full')};
-    }""")
-    page.mouse.move(node["x"], node["y"])
-    page.wait_for_selector("#graph-tooltip:not([hidden])")
+    node = _hover_corner_node(page)
     tip = page.evaluate("""() => {
         const tip = document.getElementById('graph-tooltip');
         const box = tip.getBoundingClientRect();
@@ -207,8 +222,7 @@ def test_a_tooltip_has_an_opaque_ground_and_stays_in_the_panel(open_page: Any, s
                            " return [box.left + 3, box.top + 3]; }")
     page.mouse.move(*corner)
     page.wait_for_selector("#graph-tooltip[hidden]", state="attached")
-    page.mouse.move(node["x"], node["y"])
-    page.wait_for_selector("#graph-tooltip:not([hidden])")
+    _hover_corner_node(page)
     page.mouse.move(2, 2)
     page.wait_for_selector("#graph-tooltip[hidden]", state="attached")
 
