@@ -3,7 +3,7 @@ conversation held out in turn, and write the models the package ships.
 
     python -m benchmarks.fit_relevance --data LOCOMO.json --data-dir MEMORY_DIR [--build]
                                        [--out compassmem/retrieval/relevance_model.json]
-                                       [--json results/fit_relevance.json]
+                                       [--json results/fit_relevance.json] [--plot docs/relevance-reliability.png]
 
 Every question of the file is asked (``explain: true``, 20 turns) of its own conversation, and again of another
 conversation of the file (the next one, in file order): a question asked of the wrong conversation has no evidence
@@ -219,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--build", action="store_true", help="build the memory from --data first")
     parser.add_argument("--out", type=Path, help="write the models fitted on every conversation here")
     parser.add_argument("--json", type=Path, default=Path("results/fit_relevance.json"))
+    parser.add_argument("--plot", type=Path, help="write the held-out reliability plot and the answerable "
+                                                  "histograms here (PNG; needs matplotlib: pip install '.[bench]')")
     args = parser.parse_args(argv)
     data = require_data(args.data)
     configure_logging("WARNING")
@@ -246,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 [[t, _figure(held_out[f"evidence_at10_kept_min_relevance_{t}"]),
                   _figure(held_out.get(f"emptied_category_5_min_relevance_{t}")),
                   _figure(held_out.get(f"emptied_wrong_conversation_min_relevance_{t}"))] for t in THRESHOLDS])
+    if args.plot:
+        plot_reliability(scored, args.plot, data.name)
+        print(f"plot written to {args.plot}")
     final = fit_models(asked, f"fitted by benchmarks/fit_relevance.py on {data.name}, every conversation")
     final.validation = {name: value for name, value in held_out.items() if value is not None}
     if args.out:
@@ -255,6 +260,56 @@ def main(argv: Sequence[str] | None = None) -> int:
                               "questions": {kind: sum(1 for a in asked if a.kind == kind)
                                             for kind in dict.fromkeys(a.kind for a in asked)}})
     return 0
+
+
+def plot_reliability(scored: Sequence[tuple[RelevanceModel, Asked]], path: Path, source: str) -> None:
+    """Two panels of held-out figures: turn relevance per bin against the share of evidence among its turns (on
+    the diagonal when calibrated; each point's size is its turn count), and ``answerable_probability`` per kind of
+    question."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write the file only
+    import matplotlib.pyplot as plt
+
+    relevance = np.concatenate([turn_probabilities(m, a) for m, a in scored])
+    outcomes = np.concatenate([a.evidence for _, a in scored])
+    table = calibration(relevance.tolist(), outcomes.tolist())
+    assert table is not None
+    figure, (reliability, answerable) = plt.subplots(1, 2, figsize=(11, 4.6))
+    figure.suptitle(f"Held out by conversation ({source}): turn relevance and answerable")
+    filled = [b for b in table.bins if b.count]
+    reliability.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated")
+    reliability.scatter([b.mean_probability for b in filled], [b.observed for b in filled],
+                        s=[12 + 140 * (b.count / max(c.count for c in filled)) ** 0.5 for b in filled], zorder=3,
+                        label="a bin of returned turns (size: turns)")
+    reliability.plot([b.mean_probability for b in filled], [b.observed for b in filled], linewidth=1)
+    for b in filled:
+        reliability.annotate(str(b.count), (b.mean_probability, b.observed), textcoords="offset points",
+                             xytext=(6, -10), fontsize=7)
+    reliability.set_xlabel("relevance given")
+    reliability.set_ylabel("share that is evidence")
+    reliability.set_title(f"turn relevance: ECE {table.ece:.3f} over {table.count} turns", fontsize=10)
+    reliability.set_xlim(0, 1)
+    reliability.set_ylim(0, 1)
+    reliability.legend(loc="upper left", fontsize=8)
+    kinds: dict[str, list[float]] = {}
+    for model, asked in scored:
+        kinds.setdefault(asked.kind, []).append(answerable_probability(model, asked))
+    positives = kinds.get("answerable", [])
+    for kind, values in kinds.items():
+        area = "" if kind == "answerable" else f", AUROC {auroc(positives, values) or 0:.3f}"
+        answerable.hist(values, bins=20, range=(0, 1), alpha=0.55, density=True,
+                        label=f"{kind} ({len(values)}{area})")
+    answerable.set_xlabel("answerable_probability")
+    answerable.set_ylabel("density")
+    answerable.set_title("answerable, by kind of question", fontsize=10)
+    answerable.legend(loc="upper center", fontsize=8)
+    for axis in (reliability, answerable):
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def _figure(value: object) -> str:

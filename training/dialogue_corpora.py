@@ -161,11 +161,120 @@ def read_molweni_replies(path: Path) -> list[Dialogue]:
     return dialogues
 
 
+_IRC_MESSAGE = re.compile(r"^\[\d\d:\d\d\] <([^>]+)> (.*)$")
+_ADDRESSEE = re.compile(r"^[\w\-\[\]`^|{}]+[:,] ")
+
+
+_TRANSCRIPT_MARK = re.compile(r"\{\w+\}")
+_SPELT = re.compile(r"\b((?:[A-Za-z]_)+)")
+
+
+def _transcribed(text: str) -> str:
+    """A meeting transcript's turn as people write it: the {vocalsound}/{disfmarker} marks gone and spelt letters
+    ("T_V_s", "L_E_D_") joined."""
+    text = " ".join(_TRANSCRIPT_MARK.sub("", text).split())
+    return detokenize(_SPELT.sub(lambda found: found.group(1).replace("_", ""), text))
+
+
+def read_qmsum(path: Path) -> list[Dialogue]:
+    """A QMSum meeting (Yale-LILY/QMSum, data/ALL/{train,val,test}/*.json): a meeting transcript and queries whose
+    answers are spans of it (``relevant_text_span``, inclusive turn indexes). The span's turns sharing most content
+    words with the written answer come first; the whole span counts as answering (no span turn is a negative).
+    A folder stands for its ``*.json`` files."""
+    if path.is_dir():
+        return [d for meeting in sorted(path.glob("*.json")) for d in read_qmsum(meeting)]
+    meeting = json.loads(path.read_text())
+    utterances = [Utterance(turn["speaker"], _transcribed(turn["content"])) for turn in meeting["meeting_transcripts"]]
+    dialogue = Dialogue("qmsum", path.stem, utterances)
+    for query in meeting.get("specific_query_list", []):
+        span = sorted({i for start, end in query.get("relevant_text_span", [])
+                       for i in range(int(start), min(int(end), len(utterances) - 1) + 1)})
+        answer = words(query.get("answer", ""))
+        # A turn of a few words ("Yeah.") answers nothing on its own even inside the span.
+        ranked = sorted((i for i in span if len(words(utterances[i].text)) >= 4),
+                        key=lambda i: (-len(answer & words(utterances[i].text)), i))
+        if ranked and answer & words(utterances[ranked[0]].text):
+            dialogue.questions.append((detokenize(query["query"]), ranked + [i for i in span if i not in ranked]))
+    return [dialogue] if dialogue.questions else []
+
+
+def read_irc_links(path: Path, *, min_distance: int = 2) -> list[Dialogue]:
+    """An Ubuntu IRC disentanglement file (jkkummerfeld/irc-disentanglement, data/train/*.annotation.txt, beside
+    its ``.ascii.txt``): reply links "earlier later -" (line numbers of the ``.ascii.txt``). The later message is the question and the earlier one it
+    replies to the answer, for links at least ``min_distance`` messages apart (adjacent replies teach nothing a
+    window does not) whose later message says something beyond an address (4 content words or more). The leading
+    "nick:" address is cut from the question: a memory is asked about what was said, not who was pinged. A folder
+    stands for its annotation files."""
+    if path.is_dir():
+        return [d for file in sorted(path.glob("*.annotation.txt")) for d in read_irc_links(file)]
+    lines = path.with_name(path.name.replace(".annotation.txt", ".ascii.txt")).read_text(errors="replace").splitlines()
+    position: dict[int, int] = {}
+    utterances: list[Utterance] = []
+    for number, line in enumerate(lines):
+        found = _IRC_MESSAGE.match(line)
+        if found and found.group(2).strip():
+            position[number] = len(utterances)
+            utterances.append(Utterance(found.group(1), found.group(2).strip()))
+    dialogue = Dialogue("irc", path.name.split(".")[0] + ":" + path.name.split(".")[1], utterances)
+    for row in path.read_text().splitlines():
+        parts = row.split()
+        if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        first, second = sorted((int(parts[0]), int(parts[1])))
+        earlier, later = position.get(first), position.get(second)
+        if later is None or earlier is None or later - earlier < min_distance:
+            continue
+        question = _ADDRESSEE.sub("", utterances[later].text)
+        if len(words(question)) >= 4 and len(words(utterances[earlier].text)) >= 2:
+            dialogue.questions.append((question, [earlier, later]))
+    return [dialogue] if dialogue.questions else []
+
+
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--friendsqa", type=Path, action="append", default=[],
                         help="a FriendsQA file (dat/friendsqa_dev.json, dat/friendsqa_tst.json); repeatable")
     parser.add_argument("--molweni", type=Path, action="append", default=[],
                         help="a Molweni MRC file (MRC(withDiscourse)/test.json); repeatable")
+    parser.add_argument("--molweni-replies", type=Path, action="append", default=[],
+                        help="a Molweni discourse-parsing file (DP/dev.json, DP/test.json): question utterance -> "
+                        "the utterances answering it; repeatable")
+    parser.add_argument("--qmsum", type=Path, action="append", default=[],
+                        help="a QMSum meeting file or folder (data/ALL/train/): query -> the turns of its span; "
+                        "repeatable")
+    parser.add_argument("--irc", type=Path, action="append", default=[],
+                        help="an IRC disentanglement annotation file or folder (data/train/): later message -> "
+                        "the earlier one it replies to; repeatable")
+    parser.add_argument("--irc-links", type=int, default=3000,
+                        help="use at most this many IRC reply links, drawn with the seed (the corpus has ~50k; "
+                        "more would drown the question-style corpora)")
+
+
+CORPUS_OPTIONS = ("friendsqa", "molweni", "molweni_replies", "qmsum", "irc")
+
+
+def read_corpora(args: argparse.Namespace) -> list[Dialogue]:
+    """Every corpus file the command line names, read; IRC links capped at ``--irc-links`` (drawn with
+    ``--seed``)."""
+    readers = {"friendsqa": read_friendsqa, "molweni": read_molweni, "molweni_replies": read_molweni_replies,
+               "qmsum": read_qmsum}
+    dialogues = [d for option, read in readers.items() for path in getattr(args, option) for d in read(path)]
+    irc = [d for path in args.irc for d in read_irc_links(path)]
+    links = [(n, q) for n, d in enumerate(irc) for q in range(len(d.questions))]
+    kept = set(random.Random(args.seed).sample(links, min(args.irc_links, len(links))))
+    for n, dialogue in enumerate(irc):
+        dialogue.questions = [q for i, q in enumerate(dialogue.questions) if (n, i) in kept]
+    return dialogues + [d for d in irc if d.questions]
+
+
+def corpus_files(args: argparse.Namespace) -> dict[str, list[str]]:
+    """The corpus files a run read, by option, for its ``training_run.json``."""
+    return {option: [str(p) for p in getattr(args, option)] for option in CORPUS_OPTIONS if getattr(args, option)}
+
+
+def require_a_corpus(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not any(getattr(args, option) for option in CORPUS_OPTIONS):
+        parser.error("name at least one corpus file (" + ", ".join("--" + o.replace("_", "-")
+                                                                    for o in CORPUS_OPTIONS) + ")")
 
 
 # --- documents --------------------------------------------------------------------------------------------------
