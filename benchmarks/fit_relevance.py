@@ -108,14 +108,60 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, weights: np.ndarray, names: Seque
                     weights={name: round(float(c), 6) for name, c in zip(names, coefficients, strict=True)})
 
 
-def fit_models(asked: Sequence[Asked], source: str) -> RelevanceModel:
+def fit_turn_model(asked: Sequence[Asked]) -> Logistic:
     with_turns = [a for a in asked if len(a.turns)]
     x = np.vstack([a.turns for a in with_turns])
     y = np.concatenate([a.evidence for a in with_turns]).astype(np.float64)
+    return fit_logistic(x, y, _turn_weights(with_turns), TURN_INPUTS)
+
+
+def _turn_weights(asked: Sequence[Asked]) -> np.ndarray:
     # Each question counts once, whatever number of turns it returned.
-    w = np.concatenate([np.full(len(a.turns), 1.0 / len(a.turns)) for a in with_turns])
-    turn = fit_logistic(x, y, w, TURN_INPUTS)
-    partial = RelevanceModel(source=source, turn=turn, question=Logistic(intercept=0.0, weights={}))
+    return np.concatenate([np.full(len(a.turns), 1.0 / len(a.turns)) for a in asked if len(a.turns)])
+
+
+def fit_turn_calibration(asked: Sequence[Asked]) -> list[tuple[float, float]]:
+    """Isotonic regression of evidence on the turn model's probability, over predictions each made by a turn model
+    fitted without the conversation asked (cross-fitting: in-sample probabilities would look better calibrated
+    than they are). The probabilities are first pooled into CALIBRATION_POINTS bins of equal weight, so the map
+    has few points; none when there is one conversation only."""
+    conversations = list(dict.fromkeys(a.asked_of for a in asked))
+    if len(conversations) < 2:
+        return []
+    given, outcomes = [], []
+    for conversation in conversations:
+        held = [a for a in asked if a.asked_of == conversation and len(a.turns)]
+        partial = RelevanceModel(source="fold", turn=fit_turn_model([a for a in asked if a.asked_of != conversation]),
+                                 question=Logistic(intercept=0.0, weights={}))
+        given += [turn_probabilities(partial, a) for a in held]
+        outcomes += [a.evidence for a in held]
+    weights = _turn_weights([a for a in asked if len(a.turns)])
+    return isotonic_points(np.concatenate(given), np.concatenate(outcomes).astype(np.float64), weights)
+
+
+CALIBRATION_POINTS = 100
+
+
+def isotonic_points(p: np.ndarray, y: np.ndarray, w: np.ndarray) -> list[tuple[float, float]]:
+    """(mean probability, weighted evidence share) of equal-weight bins of ``p``, made non-decreasing by pooling
+    adjacent violators."""
+    order = np.argsort(p, kind="stable")
+    p, y, w = p[order], y[order], w[order]
+    edges = np.searchsorted(np.cumsum(w) / w.sum(), np.linspace(0, 1, CALIBRATION_POINTS + 1)[1:-1])
+    blocks = [[float(np.average(p[i], weights=w[i])), float(np.average(y[i], weights=w[i])), float(w[i].sum())]
+              for i in np.split(np.arange(len(p)), edges) if len(i)]
+    pooled: list[list[float]] = []
+    for block in blocks:
+        pooled.append(block)
+        while len(pooled) > 1 and pooled[-2][1] >= pooled[-1][1]:
+            (p1, y1, w1), (p2, y2, w2) = pooled.pop(-2), pooled.pop()
+            pooled.append([(p1 * w1 + p2 * w2) / (w1 + w2), (y1 * w1 + y2 * w2) / (w1 + w2), w1 + w2])
+    return [(round(given, 6), round(observed, 6)) for given, observed, _ in pooled]
+
+
+def fit_models(asked: Sequence[Asked], source: str) -> RelevanceModel:
+    partial = RelevanceModel(source=source, turn=fit_turn_model(asked), question=Logistic(intercept=0.0, weights={}),
+                             turn_calibration=fit_turn_calibration(asked))
     rows = [question_row(partial, a) for a in asked]
     labels = np.asarray([a.answerable for a in asked], dtype=np.float64)
     positives = max(1.0, labels.sum())
@@ -144,6 +190,11 @@ def turn_probabilities(model: RelevanceModel, asked: Asked) -> np.ndarray:
     return model.turn_relevance(_turn_columns(asked))
 
 
+def reported_relevance(model: RelevanceModel, asked: Asked) -> np.ndarray:
+    """The relevance a returned turn carries: the turn model's probability through the calibration map."""
+    return model.calibrated(turn_probabilities(model, asked))
+
+
 def _turn_columns(asked: Asked) -> dict[str, np.ndarray]:
     return {name: asked.turns[:, i] for i, name in enumerate(TURN_INPUTS)}
 
@@ -160,7 +211,7 @@ def measure(scored: Sequence[tuple[RelevanceModel, Asked]]) -> dict[str, float |
     kept = {t: [0, 0] for t in THRESHOLDS}  # evidence in the first 10 turns: kept, all
     emptied: dict[tuple[str, float], list[int]] = {}  # unanswerable questions per kind: left with no turn, all
     for model, asked in scored:
-        p = turn_probabilities(model, asked)
+        p = reported_relevance(model, asked)
         relevance += p.tolist()
         outcomes += asked.evidence.tolist()
         if asked.answerable:
@@ -271,7 +322,7 @@ def plot_reliability(scored: Sequence[tuple[RelevanceModel, Asked]], path: Path,
     matplotlib.use("Agg")  # no display: write the file only
     import matplotlib.pyplot as plt
 
-    relevance = np.concatenate([turn_probabilities(m, a) for m, a in scored])
+    relevance = np.concatenate([reported_relevance(m, a) for m, a in scored])
     outcomes = np.concatenate([a.evidence for _, a in scored])
     table = calibration(relevance.tolist(), outcomes.tolist())
     assert table is not None

@@ -77,7 +77,7 @@ def test_the_explanation_says_what_relevance_and_answerable_were_computed_from(m
     model = shipped_relevance_model()
     response = memory.query(SAID, conversation_id="priya-tom")
     inputs = {name: np.asarray([turn.relevance_inputs[name] for turn in explained.turns]) for name in TURN_INPUTS}
-    recomputed = model.turn_relevance(inputs)
+    recomputed = model.calibrated(model.turn_relevance(inputs))
     assert np.allclose(recomputed, [ref.relevance for ref in response.turn_refs], atol=2e-3)
 
 
@@ -87,6 +87,15 @@ def test_the_shipped_model_records_held_out_figures_that_meet_the_bars() -> None
     figures = model.validation
     assert figures["turn_relevance_ece"] <= 0.05
     assert figures["answerable_auroc_wrong_conversation"] >= 0.85
+
+
+def test_reported_relevance_rises_with_the_turn_model_and_stays_a_probability() -> None:
+    model = shipped_relevance_model()
+    assert model.turn_calibration, "the shipped model reports relevance through its fitted calibration map"
+    raw = np.linspace(0.0, 1.0, 201)
+    reported = model.calibrated(raw)
+    assert np.all(np.diff(reported) >= 0)
+    assert reported.min() >= 0.0 and reported.max() <= 1.0
 
 
 def test_auroc_and_calibration_error_of_known_cases() -> None:
