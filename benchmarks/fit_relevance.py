@@ -128,15 +128,17 @@ def fit_turn_calibration(asked: Sequence[Asked]) -> list[tuple[float, float]]:
     conversations = list(dict.fromkeys(a.asked_of for a in asked))
     if len(conversations) < 2:
         return []
-    given, outcomes = [], []
+    given, outcomes, held_all = [], [], []
     for conversation in conversations:
         held = [a for a in asked if a.asked_of == conversation and len(a.turns)]
         partial = RelevanceModel(source="fold", turn=fit_turn_model([a for a in asked if a.asked_of != conversation]),
                                  question=Logistic(intercept=0.0, weights={}))
         given += [turn_probabilities(partial, a) for a in held]
         outcomes += [a.evidence for a in held]
-    weights = _turn_weights([a for a in asked if len(a.turns)])
-    return isotonic_points(np.concatenate(given), np.concatenate(outcomes).astype(np.float64), weights)
+        held_all += held
+    # The weights in the order the predictions were made (by conversation asked, not the questions' order).
+    return isotonic_points(np.concatenate(given), np.concatenate(outcomes).astype(np.float64),
+                           _turn_weights(held_all))
 
 
 CALIBRATION_POINTS = 100

@@ -747,7 +747,8 @@ class QueryEngine:
         asked = question_inputs(turns, coverage, top_cosine, named,
                                 closest_speaker_share(cosine, overlap, speaker) if named else 0.0)
         answerable = self.relevance_model.answerable(asked)
-        return Relevance(self.relevance_model.calibrated(turns), answerable, inputs, {name: float(value[0]) for name, value in asked.items()})
+        return Relevance(self.relevance_model.calibrated(turns), answerable, inputs,
+                         {name: float(value[0]) for name, value in asked.items()})
 
     def _add_rerank(self, view: MemoryView, analysis: QuestionAnalysis, features: dict[str, np.ndarray],
                     first: np.ndarray, *, tenant: str, force: bool = False, deadline: _Deadline | None = None,
