@@ -5,8 +5,9 @@ In each view (a conversation opened on its topics, after Ask, the timeline, a to
 the node labels shown are measured as cytoscape draws them: none under 11 px on screen, none cut off by the panel,
 none over another; the topic names are all shown when a conversation opens, the lanes of the timeline do not overlap
 and each is named, the topic bar shows every chip whole. A short conversation opens on its events named (it opened
-on five unlabelled grey dots), a tooltip has an opaque ground and stays in the panel, and the list's counts and its
-"live" badge follow a conversation being written within seconds (they stayed as first read until a reload).
+on five unlabelled grey dots), a tooltip has an opaque ground, stays in the panel and follows its node when the panel
+is resized, and the list's counts and its "live" badge follow a conversation being written within seconds (they
+stayed as first read until a reload).
 
 Memory: the sample conversation (``priya-tom``, five events, no topic yet) and ``synthetic-chat`` (800 synthetic
 turns, seven topics) built by ``Memory.add``; and LoCoMo's conv-26 when LOCOMO_DATA names the LoCoMo file. Each view
@@ -217,6 +218,20 @@ def test_a_tooltip_has_an_opaque_ground_and_stays_in_the_panel(open_page: Any, s
     assert tip["text"] == node["full"]
     assert tip["ground"] == "rgb(255, 255, 255)"
     assert tip["inside"]
+    # The panel resized under a still pointer (the bars above it growing, the window made smaller): the view is
+    # fitted again and the tooltip follows its node there (it was hidden, and stayed hidden until the pointer left).
+    page.set_viewport_size({"width": SIZES[1][0] - 60, "height": SIZES[1][1] - 60})
+    page.wait_for_function("""(full) => {
+        const graph = window.compassmemExplorer.graph;
+        const tip = document.getElementById('graph-tooltip');
+        if (graph.cy.animated() || tip.hidden || tip.textContent !== full) return false;
+        const node = graph.cy.nodes('[kind = "event"]').filter(n => n.data('full') === full)[0];
+        const frame = document.getElementById('graph').getBoundingClientRect();
+        const box = tip.getBoundingClientRect();
+        const x = frame.left + node.renderedPosition('x'), y = frame.top + node.renderedPosition('y');
+        return Math.max(box.left - x, 0, x - box.right) < 40 && Math.max(box.top - y, 0, y - box.bottom) < 40;
+    }""", arg=node["full"], timeout=10_000)
+    page.set_viewport_size({"width": SIZES[1][0], "height": SIZES[1][1]})
     # Off the node, on the empty canvas; then off the graph altogether.
     corner = page.evaluate("() => { const box = document.getElementById('graph').getBoundingClientRect();"
                            " return [box.left + 3, box.top + 3]; }")

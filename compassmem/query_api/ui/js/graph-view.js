@@ -29,20 +29,25 @@ export class GraphView {
     this.eventsLabelled = false;
     this.labelsPending = false; // a label pass is due (the browser tests wait for it)
     this.tooltip = new Tooltip(container.parentElement);
+    this.hovered = null; // the node or edge under the pointer, whose tooltip is shown
     this.cy.on("mouseover", "node, edge", (event) => {
-      const target = event.target;
-      target.addClass("hover");
-      const text = target.isNode() ? target.data("full") ?? target.data("label") : target.data("title");
-      this.tooltip.show(text, container, event.renderedPosition);
+      this.hovered = event.target;
+      this.hovered.addClass("hover");
+      this.tooltip.show(tooltipText(this.hovered), container, event.renderedPosition);
     });
     this.cy.on("mouseout", "node, edge", (event) => {
       event.target.removeClass("hover");
+      this.hovered = null;
       this.tooltip.hide();
     });
-    container.addEventListener("mouseleave", () => this.tooltip.hide());
-    // Whatever moves the view or changes the selection places the labels again, once per frame.
-    this.cy.on("viewport resize select unselect", () => {
+    container.addEventListener("mouseleave", () => {
+      this.hovered = null;
       this.tooltip.hide();
+    });
+    // Whatever moves the view or changes the selection places the labels again, once per frame. The tooltip follows
+    // its element there (a panel resized under a still pointer hid it, and it stayed hidden until the pointer left).
+    this.cy.on("viewport resize select unselect", () => {
+      this.followHovered();
       this.placeLabelsSoon();
     });
     // A view the page fitted is fitted again when the panel changes size; one the reader moved is left alone.
@@ -90,6 +95,7 @@ export class GraphView {
       for (const id of selected) this.cy.getElementById(id).select();
       for (const id of this.fresh.keys()) this.cy.getElementById(id).addClass("fresh");
     });
+    this.followHovered(); // its element was replaced: hidden until the pointer moves onto the new one
     this.eventsLabelled = this.eventNodeCount() <= LABELLED_EVENTS;
     if (!positions && (relayout || before.size === 0)) {
       this.layOut();
@@ -157,6 +163,17 @@ export class GraphView {
         boundingBox: { x1: 20, y1: 20, w: width * scale - 40, h: height * scale - 40 } }).run();
     }
     this.fit();
+  }
+
+  /** The tooltip moved next to its element where that is drawn now; hidden when the element left the graph. */
+  followHovered() {
+    if (!this.hovered || this.hovered.removed()) {
+      this.hovered = null;
+      this.tooltip.hide();
+      return;
+    }
+    const point = this.hovered.isNode() ? this.hovered.renderedPosition() : this.hovered.renderedMidpoint();
+    this.tooltip.show(tooltipText(this.hovered), this.container, point);
   }
 
   /** Shows the labels that fit at this view, once per frame however many changes ask for it. */
@@ -247,6 +264,11 @@ export class GraphView {
   eventNodeCount() {
     return this.cy.nodes('[kind = "event"]').length;
   }
+}
+
+/** What the tooltip says about a node (its whole name) or an edge (its relation). */
+function tooltipText(element) {
+  return element.isNode() ? element.data("full") ?? element.data("label") : element.data("title");
 }
 
 /** Where a node new to the force layout goes: next to a neighbour already placed, else the middle. */
