@@ -82,16 +82,23 @@ def test_the_model_card_and_the_run_record_ship_with_it() -> None:
         assert needed in card
 
 
-def test_the_package_data_carries_every_shipped_model_and_they_stay_under_60_mb() -> None:
+def _sizes(folders: list[Path]) -> int:
+    return sum(p.stat().st_size for folder in folders for p in folder.rglob("*") if p.is_file())
+
+
+def test_the_package_data_carries_every_shipped_model_within_the_size_budgets() -> None:
     root = Path(compassmem.__file__).parent.parent
     patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     embedding = Path(compassmem.__file__).parent / "embedding"
-    folders = [FOLDER, SHIPPED_MODELS[DIALOGUE_MODEL]]
+    folders = [FOLDER, *SHIPPED_MODELS.values()]
     files = [p.relative_to(embedding).as_posix() for folder in folders for p in folder.rglob("*") if p.is_file()]
     assert f"models/{RERANKER_MODEL}/{MODEL_FILE}" in files
     assert not [f for f in files if not any(fnmatch(f, pattern) for pattern in patterns["compassmem.embedding"])]
-    # The issue's budget for what the trained models add to the package.
-    assert sum((embedding / f).stat().st_size for f in files) < 60e6
+    # The issues' budgets for what the trained models add to the package: 60 MB for the first two, 60 MB more for
+    # the models shipped after them (#58).
+    first = [FOLDER, SHIPPED_MODELS[DIALOGUE_MODEL]]
+    assert _sizes(first) < 60e6
+    assert _sizes([f for f in folders if f not in first]) < 60e6
 
 
 def test_an_unknown_reranker_is_refused_naming_the_setting() -> None:

@@ -1,5 +1,7 @@
 """Fine-tune the bundled MiniLM bi-encoder on question -> answering-utterance pairs and write compassmem's
-``dialogue-minilm`` model folder (int8 ONNX, tokenizer, pooling config, model card).
+``dialogue-minilm`` model folder (int8 ONNX, tokenizer, pooling config, run record; the model card is written by
+hand), or with ``--qmsum`` and ``--irc`` too and ``--out compassmem/embedding/models/dialogue-minilm-mix``, the
+``dialogue-minilm-mix`` one (training/README.md has both commands).
 
     python -m training.build_dialogue_embedder \\
         --friendsqa PATH/friendsqa_dev.json --friendsqa PATH/friendsqa_tst.json \\

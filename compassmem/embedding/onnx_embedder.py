@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from compassmem.core.config import BUNDLED_MODEL, DIALOGUE_MODEL
+from compassmem.core.config import BUNDLED_MODEL, SHIPPED_EMBEDDING_MODELS
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +46,7 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 # training/build_dialogue_embedder.py the way export_int8 builds): it is loaded as it is, nothing is exported or cached.
 PREBUILT_MODEL_FILE = "model.int8.onnx"
 # The models shipped inside the package, by the name embedding_model gives them.
-SHIPPED_MODELS = {DIALOGUE_MODEL: Path(__file__).resolve().parent / "models" / DIALOGUE_MODEL}
+SHIPPED_MODELS = {name: Path(__file__).resolve().parent / "models" / name for name in SHIPPED_EMBEDDING_MODELS}
 # Models built by this process (a test checks that a second construction loads the cache instead).
 builds = 0
 _build_lock = threading.Lock()
