@@ -37,13 +37,9 @@ export class GraphView {
     });
     this.cy.on("mouseout", "node, edge", (event) => {
       event.target.removeClass("hover");
-      this.hovered = null;
-      this.tooltip.hide();
+      this.dropHovered();
     });
-    container.addEventListener("mouseleave", () => {
-      this.hovered = null;
-      this.tooltip.hide();
-    });
+    container.addEventListener("mouseleave", () => this.dropHovered());
     // Whatever moves the view or changes the selection places the labels again, once per frame. The tooltip follows
     // its element there (a panel resized under a still pointer hid it, and it stayed hidden until the pointer left).
     this.cy.on("viewport resize select unselect", () => {
@@ -168,12 +164,16 @@ export class GraphView {
   /** The tooltip moved next to its element where that is drawn now; hidden when the element left the graph. */
   followHovered() {
     if (!this.hovered || this.hovered.removed()) {
-      this.hovered = null;
-      this.tooltip.hide();
+      this.dropHovered();
       return;
     }
     const point = this.hovered.isNode() ? this.hovered.renderedPosition() : this.hovered.renderedMidpoint();
     this.tooltip.show(tooltipText(this.hovered), this.container, point);
+  }
+
+  dropHovered() {
+    this.hovered = null;
+    this.tooltip.hide();
   }
 
   /** Shows the labels that fit at this view, once per frame however many changes ask for it. */
